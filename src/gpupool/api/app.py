@@ -1,0 +1,41 @@
+"""The FastAPI application, built around an injected ``HeadContext``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from gpupool import __version__
+from gpupool.api import errors
+from gpupool.api.deps import Caller, Ctx
+from gpupool.api.routers import jobs, nodes
+from gpupool.services import nodes as node_service
+from gpupool.services.context import HeadContext
+
+
+def create_app(ctx: HeadContext) -> FastAPI:
+    app = FastAPI(
+        title="gpupool", version=__version__, description="Pool the GPUs of many machines into one shared cluster."
+    )
+    app.state.ctx = ctx
+    errors.install(app)
+    app.include_router(jobs.router)
+    app.include_router(nodes.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz(ctx: Ctx) -> dict[str, Any]:
+        records = node_service.listing(ctx)
+        return {
+            "status": "ok",
+            "version": __version__,
+            "nodes": len(records),
+            "gpus": sum(len(r.node.gpus) for r in records),
+            "simulated": any(r.simulated for r in records),
+        }
+
+    @app.get("/api/v1/whoami", tags=["auth"])
+    def whoami(who: Caller) -> dict[str, str]:
+        return {"user": who.user, "role": who.role}
+
+    return app

@@ -1,0 +1,1 @@
+"""Request and response models: the HTTP contract, separate from domain types and tables."""

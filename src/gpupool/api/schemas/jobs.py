@@ -1,0 +1,121 @@
+"""Job request/response models. Field names here are a contract scripts depend on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpupool.domain.jobs import Placement
+from gpupool.domain.records import Event, JobRecord
+
+
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] = Field(description="argument vector; never run through a shell")
+    name: str | None = None
+    project: str | None = None
+    gpus: float = Field(1.0, description="per worker: 0 (CPU only), a fraction below 1, or a whole number")
+    workers: int = 1
+    cpus: int = 0
+    memory: str | int | None = Field(None, description="per worker, e.g. 8G or 512M, or MiB as a number")
+    priority: str = "train"
+    max_restarts: int = 0
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    gpu_model: str | None = None
+    max_runtime_s: int | None = None
+
+
+class PlacementOut(BaseModel):
+    worker: int
+    node: str
+    gpus: list[int]
+    gpu_share: float | None = None
+    cpus: list[int] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, p: Placement) -> PlacementOut:
+        return cls(worker=p.worker, node=p.node, gpus=list(p.gpus), gpu_share=p.gpu_share or None, cpus=list(p.cpus))
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    project: str
+    owner: str
+    state: str
+    command: list[str]
+    gpus: float
+    workers: int
+    cpus: int
+    memory_mib: int
+    priority: str
+    max_restarts: int
+    gpu_model: str | None
+    workdir: str | None
+    env: dict[str, str]
+    placements: list[PlacementOut]
+    reason_code: str | None
+    reason: str | None
+    exit_code: int | None
+    restarts: int
+    starts: int
+    cancel_requested: bool
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobOut:
+        s = job.spec
+        return cls(
+            id=job.id,
+            name=s.name,
+            project=s.project,
+            owner=job.owner,
+            state=job.state.value,
+            command=list(s.command),
+            gpus=s.gpus,
+            workers=s.workers,
+            cpus=s.cpus,
+            memory_mib=s.memory_mib,
+            priority=s.priority.value,
+            max_restarts=s.max_restarts,
+            gpu_model=s.gpu_model,
+            workdir=s.workdir,
+            env=dict(s.env),
+            placements=[PlacementOut.of(p) for p in job.placements],
+            reason_code=job.reason_code,
+            reason=job.reason,
+            exit_code=job.exit_code,
+            restarts=job.restarts,
+            starts=job.starts,
+            cancel_requested=job.cancel_requested,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+        )
+
+
+class EventOut(BaseModel):
+    time: datetime
+    kind: str
+    message: str
+    node: str | None = None
+
+    @classmethod
+    def of(cls, e: Event) -> EventOut:
+        return cls(time=e.time, kind=e.kind, message=e.message, node=e.node)
+
+
+class JobDetail(JobOut):
+    events: list[EventOut]
+
+
+class WhyOut(BaseModel):
+    id: int
+    state: str
+    reason_code: str
+    reason: str

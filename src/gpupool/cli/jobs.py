@@ -1,0 +1,176 @@
+"""Job commands: submit, jobs, show, logs, cancel, wait, why."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, err_console, print_json
+from gpupool.cli.render import events_table, job_detail, jobs_table, state_text
+from gpupool.client import ClientError
+from gpupool.domain.durations import parse_duration
+from gpupool.domain.errors import InvalidInput
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(help="the command, after --")] = None,
+    name: Annotated[str | None, typer.Option(help="a name for people (default: the program)")] = None,
+    project: Annotated[str | None, typer.Option(help="project (queue) to charge")] = None,
+    gpus: Annotated[float, typer.Option(help="GPUs per worker: 0, a fraction below 1, or whole")] = 1.0,
+    workers: Annotated[int, typer.Option(help="gang size: processes started together")] = 1,
+    cpus: Annotated[int, typer.Option(help="CPU cores per worker (pinned)")] = 0,
+    memory: Annotated[str | None, typer.Option(help="memory per worker, e.g. 8G")] = None,
+    priority: Annotated[str, typer.Option(help="interactive|train|inference")] = "train",
+    max_restarts: Annotated[int, typer.Option(help="requeue this many times after a failure")] = 0,
+    env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable")] = None,
+    workdir: Annotated[str | None, typer.Option(help="working directory (default: the current one)")] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="allowed GPU models, e.g. A100|H100")] = None,
+    max_runtime: Annotated[str | None, typer.Option(help="e.g. 2h: stopped after this long")] = None,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Submit a job; prints its id as the last line."""
+    if not command:
+        raise InvalidInput("empty command: give the command after --, e.g. gpupool submit --gpus 1 -- python train.py")
+    env_map: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--env {item!r} is not K=V")
+        env_map[key] = value
+    with client(url) as c:
+        job = c.submit(
+            command=list(command),
+            name=name,
+            project=project,
+            gpus=gpus,
+            workers=workers,
+            cpus=cpus,
+            memory=memory,
+            priority=priority,
+            max_restarts=max_restarts,
+            env=env_map,
+            workdir=str(Path(workdir or ".").resolve()),
+            gpu_model=gpu_model,
+            max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
+        )
+    if output is Output.JSON:
+        print_json(job)
+        return
+    console.print(
+        f"submitted job {job['id']} ({job['name']}) to project {job['project']}: "
+        f"{job['workers']} × {job['gpus']:g} GPU; follow it with gpupool logs {job['id']} --follow"
+    )
+    print(job["id"])
+
+
+def jobs(
+    all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """List jobs (pending and running; --all for finished ones too)."""
+    with client(url) as c:
+        listing = c.jobs(include_finished=all)
+    if output is Output.JSON:
+        print_json(listing)
+    elif not listing:
+        console.print("no jobs" + ("" if all else " pending or running (gpupool jobs --all shows finished ones)"))
+    else:
+        console.print(jobs_table(listing))
+
+
+def show(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """Everything about one job, with its events."""
+    with client(url) as c:
+        job = c.job(job_id)
+    if output is Output.JSON:
+        print_json(job)
+        return
+    console.print(job_detail(job))
+    console.print(events_table(job["events"]))
+
+
+def logs(
+    job_id: int,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the job ends")] = False,
+    worker: Annotated[int, typer.Option(help="which worker's log")] = 0,
+    url: UrlOpt = "http://127.0.0.1:7070",
+) -> None:
+    """Print a worker's log (stdout and stderr together)."""
+    offset = 0
+    delay = 0.2
+    with client(url) as c:
+        while True:
+            chunk = c.logs(job_id, worker=worker, offset=offset)
+            if chunk.data:
+                sys.stdout.buffer.write(chunk.data)
+                sys.stdout.buffer.flush()
+                offset, delay = chunk.next_offset, 0.2
+                continue
+            if not follow or chunk.finished:
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+
+def cancel(job_ids: list[int], url: UrlOpt = "http://127.0.0.1:7070") -> None:
+    """Cancel jobs: SIGTERM to their process groups, SIGKILL after the grace period."""
+    failed = False
+    with client(url) as c:
+        for job_id in job_ids:
+            try:
+                job = c.cancel(job_id)
+            except ClientError as exc:
+                err_console.print(f"error: {exc.message}")
+                failed = True
+                continue
+            if job["state"] == "cancelled":
+                console.print(f"job {job_id}: cancelled")
+            else:
+                console.print(f"job {job_id}: stopping (SIGTERM sent; SIGKILL after the grace period)")
+    if failed:
+        raise typer.Exit(2)
+
+
+def wait(
+    job_id: int,
+    timeout: Annotated[str | None, typer.Option(help="give up after this long, e.g. 90 or 10m")] = None,
+    url: UrlOpt = "http://127.0.0.1:7070",
+) -> None:
+    """Wait for a job to end: exit 0 if it succeeded, 1 otherwise or on timeout."""
+    deadline = time.monotonic() + parse_duration(timeout) if timeout else None
+    delay = 0.1
+    with client(url) as c:
+        while True:
+            job = c.job(job_id)
+            if job["state"] in TERMINAL:
+                code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
+                console.print(f"job {job_id} ", state_text(job["state"]), code, sep="")
+                raise typer.Exit(0 if job["state"] == "succeeded" else 1)
+            if deadline is not None and time.monotonic() >= deadline:
+                err_console.print(f"timed out: job {job_id} is still {job['state']}")
+                raise typer.Exit(1)
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0)
+
+
+def why(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """Why a job is still pending."""
+    with client(url) as c:
+        answer = c.why(job_id)
+    if output is Output.JSON:
+        print_json(answer)
+        return
+    if answer["state"] == "pending":
+        console.print(
+            f"job {job_id} is ", state_text("pending"), f": [{answer['reason_code']}] {answer['reason']}", sep=""
+        )
+    else:
+        console.print(f"job {job_id} is not pending: {answer['reason']}")

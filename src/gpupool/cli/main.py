@@ -1,0 +1,72 @@
+"""Entry point: one Typer app; every error becomes one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from gpupool.cli import jobs, nodes, up
+from gpupool.cli.common import err_console
+from gpupool.client import ClientError, HeadUnreachable
+from gpupool.domain.errors import GpupoolError
+
+app = typer.Typer(
+    name="gpupool",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="gpupool: one shared pool of GPUs. Start a head with 'gpupool up', then submit jobs.",
+)
+_PASSTHROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+app.command()(up.up)
+app.command(context_settings=_PASSTHROUGH)(jobs.submit)
+app.command("jobs")(jobs.jobs)
+app.command()(jobs.show)
+app.command()(jobs.logs)
+app.command()(jobs.cancel)
+app.command()(jobs.wait)
+app.command()(jobs.why)
+app.command("nodes")(nodes.nodes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="gpupool", standalone_mode=False)
+    except click.UsageError as exc:
+        err_console.print(f"error: {exc.format_message()} (see gpupool {_sub(exc)}--help)")
+        return _exit(2)
+    except click.ClickException as exc:
+        err_console.print(f"error: {exc.format_message()}")
+        return _exit(2)
+    except click.Abort:
+        return _exit(130)
+    except ClientError as exc:
+        err_console.print(f"error: {exc.message}")
+        return _exit(2 if exc.status < 500 else 1)
+    except HeadUnreachable as exc:
+        err_console.print(f"error: {exc}")
+        return _exit(1)
+    except GpupoolError as exc:
+        err_console.print(f"error: {exc.message}")
+        return _exit(2)
+    return _exit(result if isinstance(result, int) else 0)
+
+
+def _sub(exc: click.UsageError) -> str:
+    ctx = exc.ctx
+    if ctx is None or ctx.command.name in (None, "gpupool"):
+        return ""
+    return f"{ctx.command.name} "
+
+
+def _exit(code: int) -> int:
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

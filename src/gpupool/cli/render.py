@@ -1,0 +1,125 @@
+"""Rich renderings of jobs and nodes for people."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+STATE_STYLE = {
+    "pending": "yellow",
+    "starting": "cyan",
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "preempted": "yellow",
+    "lost": "red",
+}
+
+
+def ago(iso: str | None, now: datetime | None = None) -> str:
+    if not iso:
+        return "-"
+    then = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def gpus_text(job: dict[str, Any]) -> str:
+    gpus = f"{job['gpus']:g}"
+    return f"{job['workers']}×{gpus}" if job["workers"] > 1 else gpus
+
+
+def placement_text(job: dict[str, Any]) -> str:
+    parts = []
+    for p in job["placements"]:
+        gpus = ",".join(map(str, p["gpus"])) or "-"
+        parts.append(f"{p['node']}:{gpus}")
+    return " ".join(parts)
+
+
+def state_text(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, ""))
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "NAME", "PROJECT", "STATE", "GPUS", "WHERE / WHY", "AGE"):
+        table.add_column(column, overflow="fold")
+    for j in jobs:
+        where = placement_text(j) if j["placements"] and j["state"] in ("starting", "running") else (j["reason"] or "")
+        if j["state"] in ("succeeded", "failed", "cancelled"):
+            where = f"exit {j['exit_code']}" if j["exit_code"] is not None else ""
+        table.add_row(
+            str(j["id"]), j["name"], j["project"], state_text(j["state"]), gpus_text(j), where, ago(j["submitted_at"])
+        )
+    return table
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NODE", "STATE", "GPUS FREE", "MODEL", "GPU → JOBS", "CPUS", "MEMORY"):
+        table.add_column(column, overflow="fold")
+    for n in nodes:
+        models = sorted({g["model"] for g in n["gpus"]}) or ["-"]
+        use = " ".join(f"{g['index']}:{','.join(map(str, g['jobs'])) or '·'}" for g in n["gpus"]) or "-"
+        model = ", ".join(models) + (" (simulated)" if n["simulated"] else "")
+        table.add_row(
+            n["name"],
+            state_text(n["state"]) if n["state"] != "up" else Text("up", style="green"),
+            f"{n['gpus_free']}/{n['gpus_total']}",
+            model,
+            use,
+            str(n["cpus"]),
+            f"{n['memory_mib'] // 1024}G",
+        )
+    return table
+
+
+def job_detail(job: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    rows: list[tuple[str, Any]] = [
+        ("job", f"{job['id']} ({job['name']})"),
+        ("state", state_text(job["state"])),
+        ("project", job["project"]),
+        ("owner", job["owner"]),
+        ("priority", job["priority"]),
+        ("command", " ".join(job["command"])),
+        (
+            "resources",
+            f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']} CPUs, "
+            f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
+        ),
+        ("placements", placement_text(job) or "-"),
+        ("restarts", f"{job['restarts']} of {job['max_restarts']} (starts: {job['starts']})"),
+        ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
+        ("submitted", job["submitted_at"]),
+        ("started", job["started_at"] or "-"),
+        ("finished", job["finished_at"] or "-"),
+    ]
+    if job["state"] == "pending":
+        rows.insert(2, ("reason", f"[{job['reason_code']}] {job['reason']}"))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def events_table(events: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, title="events", title_justify="left")
+    table.add_column("TIME")
+    table.add_column("EVENT")
+    table.add_column("MESSAGE", overflow="fold")
+    for e in events:
+        table.add_row(e["time"].replace("T", " ")[:19], e["kind"], e["message"])
+    return table

@@ -1,0 +1,42 @@
+"""``gpupool up``: start the head on the embedded default."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupool.head import Head
+from gpupool.settings import DEFAULT_PORT, Settings
+
+
+def up(
+    port: Annotated[int, typer.Option(help="API port")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="state, logs and the admin token [default: $GPUPOOL_DATA_DIR or $XDG_DATA_HOME/gpupool]"),
+    ] = None,
+    db: Annotated[str | None, typer.Option(help="SQLAlchemy URL [default: SQLite in the data dir]")] = None,
+    fake_nodes: Annotated[int | None, typer.Option(help="simulate this many nodes")] = None,
+    fake_gpus: Annotated[int | None, typer.Option(help="simulated GPUs per node")] = None,
+    fake_gpu_model: Annotated[str | None, typer.Option(help="model name of the simulated GPUs")] = None,
+    kill_grace: Annotated[float, typer.Option(help="seconds between SIGTERM and SIGKILL")] = 10.0,
+    interval: Annotated[float, typer.Option(help="seconds between controller cycles")] = 0.5,
+) -> None:
+    """Start the head: API, controller and local executor in one process."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings.from_environ(
+        data_dir,
+        host=host,
+        port=port,
+        db_url=db,
+        fake_nodes=fake_nodes,
+        fake_gpus=fake_gpus,
+        fake_gpu_model=fake_gpu_model,
+        kill_grace_s=kill_grace,
+        interval_s=interval,
+    )
+    Head(settings).serve()

@@ -1,0 +1,94 @@
+"""HTTP client for the head. Errors come back as ``ClientError(code, message)`` — the same
+``{code, message}`` the API sends — so callers never parse HTTP themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ClientError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class HeadUnreachable(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    finished: bool
+
+
+class GpupoolClient:
+    def __init__(
+        self, url: str, token: str | None, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> GpupoolClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/healthz"))
+
+    def submit(self, **fields: Any) -> dict[str, Any]:
+        body = {k: v for k, v in fields.items() if v is not None}
+        return dict(self._call("POST", "/api/v1/jobs", json=body))
+
+    def jobs(self, include_finished: bool = False) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/jobs", params={"all": str(include_finished).lower()}))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/jobs/{job_id}"))
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def why(self, job_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/jobs/{job_id}/why"))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/nodes"))
+
+    def logs(self, job_id: int, worker: int = 0, offset: int = 0) -> LogChunk:
+        response = self._send("GET", f"/api/v1/jobs/{job_id}/logs", params={"worker": worker, "offset": offset})
+        return LogChunk(
+            response.content,
+            int(response.headers.get("X-Gpupool-Next-Offset", offset)),
+            response.headers.get("X-Gpupool-Finished") == "1",
+        )
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._send(method, path, **kwargs).json()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise HeadUnreachable(
+                f"cannot reach the gpupool head at {self.url} ({exc}); "
+                "start one with gpupool up, or set --url / GPUPOOL_URL"
+            ) from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                code, message = str(body["code"]), str(body["message"])
+            except (ValueError, KeyError, TypeError):
+                code, message = "http_error", f"HTTP {response.status_code}: {response.text[:200]}"
+            raise ClientError(response.status_code, code, message)
+        return response

@@ -1,0 +1,1 @@
+"""Frozen types shared by every layer. Imports nothing but the standard library."""

@@ -1,0 +1,40 @@
+"""What a scheduling cycle decides. The controller's applier carries these out."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gpupool.domain.jobs import Placement
+
+
+class ReasonCode(enum.StrEnum):
+    """Why a job is still pending. Stable strings: scripts match on them."""
+
+    NO_NODES = "no_nodes"
+    UNSATISFIABLE = "unsatisfiable"
+    RESOURCES = "resources"
+    FRAGMENTED = "fragmented"
+    GANG = "gang"
+    CPUS = "cpus"
+    MEMORY = "memory"
+    GPU_MODEL = "gpu_model"
+    PRIORITY = "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: ReasonCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    job_id: int
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    starts: tuple[StartJob, ...] = ()
+    pending: dict[int, Reason] = field(default_factory=dict)

@@ -1,0 +1,41 @@
+"""Nodes and their GPUs as the scheduler and the API see them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class NodeState(enum.StrEnum):
+    UP = "up"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    DOWN = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One physical (or simulated) GPU as a probe reports it."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    simulated: bool
+    healthy: bool = True
+    nvlink_group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    state: NodeState
+    address: str
+    gpus: tuple[GpuInfo, ...]
+    cpus: int
+    memory_mib: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is NodeState.UP

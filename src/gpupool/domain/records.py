@@ -1,0 +1,71 @@
+"""Read models: what the store hands back to services, the controller and the API."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpupool.domain.jobs import JobSpec, JobState, Placement
+from gpupool.domain.nodes import Node
+
+
+class WorkerStatus(enum.StrEnum):
+    LAUNCHING = "launching"  # decided and written, process not confirmed yet
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (WorkerStatus.LAUNCHING, WorkerStatus.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    id: int
+    job_id: int
+    attempt: int
+    placement: Placement
+    status: WorkerStatus
+    handle: dict[str, Any] | None
+    exit_code: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    id: int
+    spec: JobSpec
+    owner: str
+    state: JobState
+    placements: tuple[Placement, ...]
+    reason_code: str | None
+    reason: str | None
+    exit_code: int | None
+    starts: int
+    restarts: int
+    preempted: bool
+    cancel_requested: bool
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    time: datetime
+    kind: str
+    message: str
+    job_id: int | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node: Node
+    gpus_free: int
+    simulated: bool
+    used_gpus: dict[int, list[int]]  # GPU index -> ids of the jobs on it

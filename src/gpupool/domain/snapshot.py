@@ -1,0 +1,39 @@
+"""The frozen input of one scheduling cycle.
+
+The controller builds it from the store, the simulator from its event queue; the scheduler
+cannot tell the two apart, which is the point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.nodes import Node
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: int
+    spec: JobSpec
+    submitted_at: datetime
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job whose workers hold resources (running, starting, or being killed)."""
+
+    id: int
+    spec: JobSpec
+    placements: tuple[Placement, ...]
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: datetime
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]

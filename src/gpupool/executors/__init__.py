@@ -1,0 +1,1 @@
+"""Executor backends: where workers run. ``local`` (embedded, virtual nodes) now; ``ray`` later."""

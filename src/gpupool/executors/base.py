@@ -1,0 +1,30 @@
+"""The executor interface the controller is given. Handles are JSON-able dicts the store keeps,
+so a restarted head can hand them back to a new executor and re-adopt the workers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpupool.domain.nodes import Node
+from gpupool.domain.worker_env import Rendezvous
+from gpupool.node.runtime import LaunchRequest, WorkerExit
+
+
+class Executor(Protocol):
+    def nodes(self) -> list[Node]: ...
+
+    def rendezvous(self, node: str) -> Rendezvous: ...
+
+    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]: ...
+
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None: ...
+
+    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None: ...
+
+    def kill(self, node: str, handle: Mapping[str, Any]) -> None: ...
+
+    def log_path(self, node: str, job_id: int, worker: int) -> Path: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,53 @@
+"""The embedded backend: the head and N virtual nodes on this machine, workers as real processes.
+
+Virtual nodes share the machine's CPUs and memory; each owns a distinct set of GPU indices
+(real ones when NVML finds GPUs and no fake cluster was asked for, simulated ones otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpupool.domain.errors import NotFound
+from gpupool.domain.nodes import Node
+from gpupool.domain.worker_env import Rendezvous
+from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+
+
+class LocalExecutor:
+    def __init__(self, runtimes: list[NodeRuntime]) -> None:
+        self._runtimes = {r.name: r for r in runtimes}
+
+    def nodes(self) -> list[Node]:
+        return [r.describe() for r in self._runtimes.values()]
+
+    def rendezvous(self, node: str) -> Rendezvous:
+        runtime = self._runtime(node)
+        return Rendezvous(master_addr=runtime.address, master_port=runtime.free_port())
+
+    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
+        return self._runtime(node).launch(request)
+
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+        return self._runtime(node).find(job_id, attempt, worker)
+
+    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
+        return self._runtime(node).poll(handle)
+
+    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
+        self._runtime(node).kill(handle)
+
+    def log_path(self, node: str, job_id: int, worker: int) -> Path:
+        return self._runtime(node).log_path(job_id, worker)
+
+    def close(self) -> None:
+        for runtime in self._runtimes.values():
+            runtime.close()
+
+    def _runtime(self, node: str) -> NodeRuntime:
+        try:
+            return self._runtimes[node]
+        except KeyError:
+            raise NotFound(f"node {node} is not served by this head", code="node_not_found") from None

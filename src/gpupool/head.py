@@ -1,0 +1,209 @@
+"""Assemble and run the head: store, executor with its nodes, controller, API.
+
+The only module that knows how the parts fit; each part is given what it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import IO
+
+import uvicorn
+
+from gpupool.api.app import create_app
+from gpupool.clock import SystemClock
+from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.executors.local import LocalExecutor
+from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
+from gpupool.node.gpu.nvml import NvmlProbe
+from gpupool.node.gpu.probe import GpuProbe
+from gpupool.node.runtime import NodeRuntime
+from gpupool.scheduler import SchedulerConfig
+from gpupool.services.context import HeadContext
+from gpupool.settings import Settings
+from gpupool.store import tokens
+from gpupool.store.db import Database
+
+log = logging.getLogger("gpupool.head")
+DEMO_NODES, DEMO_GPUS = 2, 4
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    probes: list[tuple[str, GpuProbe]]
+    simulated: bool
+    note: str
+
+
+def plan_nodes(settings: Settings, nvml: GpuProbe) -> Topology:
+    """Fake nodes when asked; else the real GPUs as one node; else a simulated demo cluster."""
+    if settings.fake_nodes is not None or settings.fake_gpus is not None:
+        count = settings.fake_nodes if settings.fake_nodes is not None else 1
+        gpus = settings.fake_gpus if settings.fake_gpus is not None else DEMO_GPUS
+        if count < 1 or gpus < 0:
+            raise InvalidInput("--fake-nodes must be >= 1 and --fake-gpus >= 0")
+        model = settings.fake_gpu_model or DEFAULT_MODEL
+        return Topology([(f"node-{i + 1}", FakeProbe(f"node-{i + 1}", gpus, model)) for i in range(count)], True, "")
+    if nvml.gpus():
+        return Topology([(socket.gethostname(), nvml)], False, "")
+    probes: list[tuple[str, GpuProbe]] = [
+        (f"node-{i + 1}", FakeProbe(f"node-{i + 1}", DEMO_GPUS)) for i in range(DEMO_NODES)
+    ]
+    return Topology(probes, True, "no NVIDIA GPU found: running a demo cluster of simulated GPUs")
+
+
+def _host_memory_mib() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+class Head:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock_data_dir(settings)
+        self.db = Database(settings.database_url)
+        self.db.migrate()
+        self.admin_token = self._ensure_admin_token()
+        self.topology = plan_nodes(settings, NvmlProbe())
+        host_cpus = sorted(os.sched_getaffinity(0))
+        runtimes = [
+            NodeRuntime(
+                name=name,
+                address="127.0.0.1",
+                probe=probe,
+                data_dir=settings.data_dir / "nodes" / name,
+                base_env=settings.base_env,
+                cpus=len(host_cpus),
+                memory_mib=_host_memory_mib(),
+                host_cpus=host_cpus,
+            )
+            for name, probe in self.topology.probes
+        ]
+        self.executor = LocalExecutor(runtimes)
+        clock = SystemClock()
+        self.controller = Controller(
+            self.db,
+            self.executor,
+            clock,
+            SchedulerConfig(),
+            ControllerSettings(settings.interval_s, settings.kill_grace_s),
+        )
+        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake)
+        self.app = create_app(self.ctx)
+
+    def _ensure_admin_token(self) -> str | None:
+        """Create the admin token at first start (and again if its file was deleted)."""
+        path = self.settings.token_file
+        with self.db.tx() as s:
+            if tokens.has_admin(s) and path.exists():
+                return None
+            token = tokens.create_token(s, "admin", "admin", SystemClock().now())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.chmod(path, 0o600)
+        return token
+
+    def summary(self) -> str:
+        nodes = self.executor.nodes()
+        gpus = sum(len(n.gpus) for n in nodes)
+        kind = "simulated" if self.topology.simulated else "real"
+        url = f"http://{self.settings.host}:{self.settings.port}"
+        return (
+            f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
+        )
+
+    def serve(self, out: IO[str] = sys.stdout) -> None:
+        sock = _bind(self.settings.host, self.settings.port)
+        if self.settings.port == 0:
+            self.settings = _with_port(self.settings, sock.getsockname()[1])
+        self.controller.start()
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
+        server = _Server(config, on_ready=lambda: self._announce(out))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            self.controller.stop()
+            self.executor.close()
+            self.db.close()
+            print(
+                "gpupool head stopped; running jobs keep running and are re-adopted at the next start",
+                file=out,
+                flush=True,
+            )
+
+    def _announce(self, out: IO[str]) -> None:
+        if self.topology.note:
+            print(self.topology.note, file=out)
+        print(self.summary(), file=out, flush=True)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, but SIGINT/SIGTERM only stop it (no re-raise) and readiness is announced."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: object) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and callable(self._on_ready):
+            self._on_ready()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(
+            f"cannot listen on {host}:{port}: {exc.strerror}; pass another --port", code="port_in_use"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _with_port(settings: Settings, port: int) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, port=port)
+
+
+def _lock_data_dir(settings: Settings) -> IO[str]:
+    lock = open(settings.data_dir / "head.lock", "a+")  # noqa: SIM115 - held for the life of the head
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip() or "?"
+        raise Unavailable(
+            f"another gpupool head (pid {owner}) uses {settings.data_dir}; stop it or pass --data-dir",
+            code="head_running",
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock

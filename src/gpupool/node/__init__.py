@@ -1,0 +1,1 @@
+"""What runs on every node: GPU discovery, process launch with isolation, logs, exits."""

@@ -1,0 +1,213 @@
+"""The node runtime: one per node, the same code under the local and the Ray executor.
+
+It launches each worker under a supervisor (``node/supervisor.py``) in a session of its own,
+and learns about exits only from what the supervisor recorded on disk. That makes the head
+restartable: a new runtime over the same directory re-adopts whatever is still running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.node.gpu.probe import GpuProbe
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    job_id: int
+    attempt: int
+    worker: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    cpus: tuple[int, ...]
+    memory_mib: int
+    grace_s: float
+    header: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExit:
+    """How a worker ended. ``lost``: its supervisor vanished without recording an exit."""
+
+    exit_code: int | None
+    lost: bool = False
+
+
+class NodeRuntime:
+    def __init__(
+        self,
+        *,
+        name: str,
+        address: str,
+        probe: GpuProbe,
+        data_dir: Path,
+        base_env: Mapping[str, str],
+        cpus: int,
+        memory_mib: int,
+        host_cpus: Sequence[int],
+        python: str = sys.executable,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.data_dir = data_dir
+        self._probe = probe
+        self._gpus: list[GpuInfo] | None = None
+        self._base_env = dict(base_env)
+        self._cpus = cpus
+        self._memory_mib = memory_mib
+        self._host_cpus = tuple(host_cpus) or (0,)
+        self._python = python
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def describe(self) -> Node:
+        if self._gpus is None:
+            self._gpus = self._probe.gpus()
+        return Node(self.name, NodeState.UP, self.address, tuple(self._gpus), self._cpus, self._memory_mib)
+
+    def free_port(self) -> int:
+        with socket.socket() as sock:
+            sock.bind((self.address, 0))
+            return int(sock.getsockname()[1])
+
+    def log_path(self, job_id: int, worker: int) -> Path:
+        return self.data_dir / "logs" / f"job-{job_id}" / f"worker-{worker}.log"
+
+    def run_dir(self, job_id: int, attempt: int, worker: int) -> Path:
+        return self.data_dir / "runs" / f"job-{job_id}" / f"attempt-{attempt}" / f"worker-{worker}"
+
+    def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+        """The handle of a worker launched by a head that died before recording it, if any."""
+        run_dir = self.run_dir(job_id, attempt, worker)
+        try:
+            pid = int((run_dir / "supervisor.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return {"pid": pid, "run_dir": str(run_dir)}
+
+    def launch(self, req: LaunchRequest) -> dict[str, Any]:
+        run_dir = self.run_dir(req.job_id, req.attempt, req.worker)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path(req.job_id, req.worker)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(self._base_env)
+        env.update(req.env)
+        spec = {
+            "argv": list(req.argv),
+            "env": env,
+            "cwd": req.workdir,
+            "log": str(log),
+            "cpus": sorted({self._host_cpus[c % len(self._host_cpus)] for c in req.cpus}),
+            "memory_mib": req.memory_mib,
+            "grace_s": req.grace_s,
+            "header": req.header,
+        }
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        with open(run_dir / "supervisor.err", "wb") as err:
+            child = subprocess.Popen(
+                [self._python, "-m", "gpupool.node.supervisor", str(spec_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+                env=self._base_env,
+            )
+        self._children[child.pid] = child
+        (run_dir / "supervisor.pid").write_text(str(child.pid))
+        return {"pid": child.pid, "run_dir": str(run_dir)}
+
+    def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
+        """None while the worker runs; its exit once the supervisor recorded one."""
+        run_dir = Path(handle["run_dir"])
+        pid = int(handle["pid"])
+        recorded = _read_exit(run_dir)
+        if recorded is not None:
+            self._reap(pid)
+            return recorded
+        if self._supervisor_alive(pid, run_dir):
+            return None
+        recorded = _read_exit(run_dir)  # it may have written its record just before exiting
+        if recorded is not None:
+            return recorded
+        self._kill_worker_group(run_dir, signal.SIGKILL)
+        return WorkerExit(exit_code=None, lost=True)
+
+    def kill(self, handle: Mapping[str, Any]) -> None:
+        """SIGTERM to the supervisor, which escalates to SIGKILL after the grace period."""
+        pid = int(handle["pid"])
+        run_dir = Path(handle["run_dir"])
+        if self._supervisor_alive(pid, run_dir):
+            _signal(pid, signal.SIGTERM)
+        else:
+            self._kill_worker_group(run_dir, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Forget the children without killing them: a restarted head re-adopts them."""
+        for child in self._children.values():
+            child.returncode = 0  # stop Popen.__del__ from warning about a running child
+        self._children.clear()
+
+    def _reap(self, pid: int) -> None:
+        child = self._children.pop(pid, None)
+        if child is not None:
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._children[pid] = child
+
+    def _supervisor_alive(self, pid: int, run_dir: Path) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        # The pid may have been reused by an unrelated process: check it is our supervisor.
+        state = stat.rsplit(")", 1)[-1].split()[0]
+        return str(run_dir).encode() in cmdline and state != "Z"
+
+    @staticmethod
+    def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
+        try:
+            child = json.loads((run_dir / "child.json").read_text())
+        except (OSError, ValueError):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(child["pgid"]), sig)
+
+
+def _read_exit(run_dir: Path) -> WorkerExit | None:
+    try:
+        data = json.loads((run_dir / "exit.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return WorkerExit(exit_code=int(data["exit_code"]))
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def read_log(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""

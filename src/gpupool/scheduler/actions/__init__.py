@@ -1,0 +1,1 @@
+"""Ordered phases of a cycle, one module each."""

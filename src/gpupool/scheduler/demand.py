@@ -1,0 +1,33 @@
+"""What one worker of a job needs on one node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.jobs import JobSpec
+from gpupool.domain.resources import fraction_steps, is_fractional
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDemand:
+    whole_gpus: int
+    share: int  # thousandths of one GPU, for a fractional worker; else 0
+    cpus: int
+    memory_mib: int
+    models: frozenset[str] | None  # allowed GPU models, None for any
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> WorkerDemand:
+        models = frozenset(m.strip() for m in spec.gpu_model.split("|") if m.strip()) if spec.gpu_model else None
+        if is_fractional(spec.gpus):
+            return cls(0, fraction_steps(spec.gpus), spec.cpus, spec.memory_mib, models)
+        return cls(int(spec.gpus), 0, spec.cpus, spec.memory_mib, models)
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.whole_gpus > 0 or self.share > 0
+
+    def describe_gpus(self) -> str:
+        if self.share:
+            return f"{self.share / 1000:g} of a GPU"
+        return f"{self.whole_gpus} GPU" + ("" if self.whole_gpus == 1 else "s")

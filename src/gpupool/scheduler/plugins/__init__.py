@@ -1,0 +1,1 @@
+"""Policies as small plugins, registered explicitly in ``scheduler/registry.py``."""

@@ -1,0 +1,63 @@
+"""Node predicate and GPU/CPU choice for one worker on one node."""
+
+from __future__ import annotations
+
+from gpupool.domain.jobs import Placement
+from gpupool.domain.resources import GPU_FRACTION_STEPS
+from gpupool.scheduler.cluster import NodeFree, share_fits
+from gpupool.scheduler.demand import WorkerDemand
+
+
+def model_ok(free: NodeFree, index: int, demand: WorkerDemand) -> bool:
+    return demand.models is None or free.models.get(index) in demand.models
+
+
+def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement | None:
+    """Return where ``worker`` would go on this node now, or None if it does not fit."""
+    if demand.cpus > len(free.free_cpus) or demand.memory_mib > free.free_memory:
+        return None
+    gpus: tuple[int, ...]
+    share = 0.0
+    if demand.share:
+        index = _pick_shared_gpu(free, demand)
+        if index is None:
+            return None
+        gpus, share = (index,), demand.share / GPU_FRACTION_STEPS
+    elif demand.whole_gpus:
+        candidates = sorted(i for i in free.free_gpus if model_ok(free, i, demand))
+        if len(candidates) < demand.whole_gpus:
+            return None
+        gpus = tuple(candidates[: demand.whole_gpus])
+    else:
+        gpus = ()
+    cpus = tuple(sorted(free.free_cpus)[: demand.cpus]) if demand.cpus else ()
+    return Placement(worker=worker, node=free.name, gpus=gpus, gpu_share=share, cpus=cpus, memory_mib=demand.memory_mib)
+
+
+def _pick_shared_gpu(free: NodeFree, demand: WorkerDemand) -> int | None:
+    """Best fit among GPUs already shared (fill them up first), else the lowest free GPU."""
+    best: tuple[int, int] | None = None
+    for index, used in free.shared.items():
+        if share_fits(used, demand.share) and model_ok(free, index, demand) and (best is None or used > best[1]):
+            best = (index, used)
+    if best is not None:
+        return best[0]
+    whole = [i for i in free.free_gpus if model_ok(free, i, demand)]
+    return min(whole) if whole else None
+
+
+def slots_on(free: NodeFree, demand: WorkerDemand) -> int:
+    """How many workers of this demand fit on the node now (for explanations)."""
+    limits: list[int] = []
+    if demand.whole_gpus:
+        limits.append(sum(1 for i in free.free_gpus if model_ok(free, i, demand)) // demand.whole_gpus)
+    elif demand.share:
+        limits.append(
+            sum((GPU_FRACTION_STEPS - u) // demand.share for i, u in free.shared.items() if model_ok(free, i, demand))
+            + sum(1 for i in free.free_gpus if model_ok(free, i, demand)) * (GPU_FRACTION_STEPS // demand.share)
+        )
+    if demand.cpus:
+        limits.append(len(free.free_cpus) // demand.cpus)
+    if demand.memory_mib:
+        limits.append(max(free.free_memory, 0) // demand.memory_mib)
+    return min(limits) if limits else 1_000_000

@@ -1,0 +1,18 @@
+"""What a service call may touch, injected once at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpupool.clock import Clock
+from gpupool.executors.base import Executor
+from gpupool.store.db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class HeadContext:
+    db: Database
+    clock: Clock
+    executor: Executor
+    wake_controller: Callable[[], None]

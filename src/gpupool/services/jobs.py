@@ -1,0 +1,123 @@
+"""Job use cases. A submission is committed before the caller hears back (DESIGN §6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.decisions import ReasonCode
+from gpupool.domain.errors import InvalidInput, Unsatisfiable
+from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.nodes import Node
+from gpupool.domain.records import Event, JobRecord
+from gpupool.node.runtime import read_log
+from gpupool.scheduler.demand import WorkerDemand
+from gpupool.services.context import HeadContext
+from gpupool.store import jobs as job_repo
+from gpupool.store import nodes as node_repo
+from gpupool.store.tokens import Principal
+
+
+def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
+    with ctx.db.tx() as s:
+        _check_satisfiable(spec, node_repo.load_nodes(s))
+        job = job_repo.insert_job(s, spec, who.user, ctx.clock.now())
+    ctx.wake_controller()
+    return job
+
+
+def get(ctx: HeadContext, job_id: int) -> JobRecord:
+    with ctx.db.tx() as s:
+        return job_repo.get_job(s, job_id)
+
+
+def events(ctx: HeadContext, job_id: int) -> list[Event]:
+    with ctx.db.tx() as s:
+        job_repo.job_row(s, job_id)
+        return job_repo.job_events(s, job_id)
+
+
+def listing(ctx: HeadContext, include_finished: bool) -> list[JobRecord]:
+    with ctx.db.tx() as s:
+        return job_repo.list_jobs(s, include_finished=include_finished)
+
+
+def cancel(ctx: HeadContext, job_id: int, who: Principal) -> JobRecord:
+    with ctx.db.tx() as s:
+        job = job_repo.request_cancel(s, job_id, ctx.clock.now(), who.user)
+    ctx.wake_controller()
+    return job
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    job: JobRecord
+    code: str
+    message: str
+
+
+def why(ctx: HeadContext, job_id: int) -> Why:
+    job = get(ctx, job_id)
+    if job.state is JobState.PENDING:
+        return Why(job, job.reason_code or "new", job.reason or "waiting for the next scheduling cycle")
+    if job.state in (JobState.STARTING, JobState.RUNNING):
+        where = "; ".join(
+            f"worker {p.worker} on {p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in job.placements
+        )
+        return Why(job, job.state.value, f"it is {job.state.value}: {where}")
+    return Why(
+        job,
+        job.state.value,
+        f"it is {job.state.value}" + (f" (exit code {job.exit_code})" if job.exit_code is not None else ""),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    finished: bool
+
+
+def logs(ctx: HeadContext, job_id: int, worker: int, offset: int) -> LogChunk:
+    job = get(ctx, job_id)
+    if not 0 <= worker < job.spec.workers:
+        raise InvalidInput(f"job {job_id} has workers 0..{job.spec.workers - 1}; there is no worker {worker}")
+    if offset < 0:
+        raise InvalidInput("offset must not be negative")
+    placement = next((p for p in job.placements if p.worker == worker), None)
+    data = b""
+    if placement is not None:
+        data = read_log(ctx.executor.log_path(placement.node, job_id, worker), offset)
+    # Finished only once the job ended and the whole log was read.
+    return LogChunk(data, offset + len(data), job.state.terminal and len(data) < (1 << 20))
+
+
+def _check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
+    """Refuse at submit what no node could ever run, rather than let it wait forever."""
+    if not nodes:
+        return
+    demand = WorkerDemand.of(spec)
+    usable = [n for n in nodes if demand.models is None or any(g.model in demand.models for g in n.gpus)]
+    if not usable and demand.needs_gpu:
+        models = sorted({g.model for n in nodes for g in n.gpus})
+        raise Unsatisfiable(
+            f"no node has a GPU of model {spec.gpu_model}; models here: {', '.join(models)}",
+            code=ReasonCode.GPU_MODEL.value,
+        )
+    most = max(len(n.gpus) for n in usable or nodes)
+    if demand.whole_gpus > most:
+        raise Unsatisfiable(
+            f"{demand.whole_gpus} GPUs per worker is more than any node has (at most {most}); "
+            "use more workers with fewer GPUs each"
+        )
+    if demand.share and most == 0:
+        raise Unsatisfiable("a GPU share needs a node with a GPU; no node has one")
+    if spec.cpus > max(n.cpus for n in nodes):
+        raise Unsatisfiable(
+            f"{spec.cpus} CPU cores per worker is more than any node has (at most {max(n.cpus for n in nodes)})"
+        )
+    if spec.memory_mib > max(n.memory_mib for n in nodes):
+        raise Unsatisfiable(
+            f"{spec.memory_mib} MiB memory per worker is more than any node has "
+            f"(at most {max(n.memory_mib for n in nodes)} MiB)"
+        )

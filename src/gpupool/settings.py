@@ -1,0 +1,55 @@
+"""The one ``Settings`` object, built by the faces (CLI, tests) at start-up and passed down.
+Nothing below the faces reads the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 7070
+TOKEN_FILE = "admin-token"
+# Variables of the head that must not leak into every job's environment.
+_PRIVATE_ENV = ("GPUPOOL_TOKEN", "CUDA_VISIBLE_DEVICES", "GPUPOOL_URL")
+
+
+def default_data_dir(environ: Mapping[str, str]) -> Path:
+    if environ.get("GPUPOOL_DATA_DIR"):
+        return Path(environ["GPUPOOL_DATA_DIR"]).expanduser()
+    xdg = environ.get("XDG_DATA_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".local" / "share")
+    return Path(xdg) / "gpupool"
+
+
+def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in _PRIVATE_ENV}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    db_url: str | None = None
+    fake_nodes: int | None = None
+    fake_gpus: int | None = None
+    fake_gpu_model: str | None = None
+    kill_grace_s: float = 10.0
+    interval_s: float = 0.5
+    base_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.data_dir / 'gpupool.db'}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / TOKEN_FILE
+
+    @classmethod
+    def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:
+        environ = dict(os.environ)
+        return cls(
+            data_dir=(data_dir or default_data_dir(environ)).resolve(), base_env=worker_base_env(environ), **overrides
+        )

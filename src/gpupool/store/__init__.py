@@ -1,0 +1,1 @@
+"""Side effects on the database: SQLAlchemy 2 on SQLite (default) or PostgreSQL."""

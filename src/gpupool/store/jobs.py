@@ -1,0 +1,139 @@
+"""Job rows: insert a submission, read jobs and their events, request a cancel, record reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.decisions import Reason
+from gpupool.domain.errors import Conflict, NotFound
+from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.records import Event, JobRecord
+from gpupool.store.convert import job_record
+from gpupool.store.orm import EventRow, JobRow, WorkerRow
+from gpupool.store.transitions import add_event, transition_job
+
+ACTIVE_STATES = ("pending", "starting", "running", "preempted", "lost")
+
+
+def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> JobRecord:
+    row = JobRow(
+        name=spec.name,
+        project=spec.project,
+        owner=owner,
+        state=JobState.PENDING.value,
+        command=list(spec.command),
+        gpus=spec.gpus,
+        workers=spec.workers,
+        cpus=spec.cpus,
+        memory_mib=spec.memory_mib,
+        priority=spec.priority.value,
+        max_restarts=spec.max_restarts,
+        env=dict(spec.env),
+        workdir=spec.workdir,
+        gpu_model=spec.gpu_model,
+        max_runtime_s=spec.max_runtime_s,
+        reason_code="new",
+        reason="waiting for the next scheduling cycle",
+        starts=0,
+        restarts=0,
+        preempted=False,
+        cancel_requested=False,
+        submitted_at=now,
+    )
+    session.add(row)
+    session.flush()
+    add_event(
+        session,
+        now,
+        kind="submitted",
+        job_id=row.id,
+        message=f"submitted by {owner}: {spec.workers} × {spec.gpus:g} GPU to project {spec.project}",
+    )
+    return job_record(row, [])
+
+
+def job_row(session: Session, job_id: int, *, lock: bool = False) -> JobRow:
+    query = select(JobRow).where(JobRow.id == job_id)
+    if lock:
+        query = query.with_for_update()
+    row = session.scalars(query).first()
+    if row is None:
+        raise NotFound(f"no job {job_id}: list jobs with gpupool jobs --all", code="job_not_found")
+    return row
+
+
+def get_job(session: Session, job_id: int) -> JobRecord:
+    row = job_row(session, job_id)
+    return job_record(row, _workers_of(session, [row.id]).get(row.id, []))
+
+
+def list_jobs(session: Session, *, include_finished: bool, limit: int = 1000) -> list[JobRecord]:
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    if not include_finished:
+        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+    rows = list(session.scalars(query))
+    workers = _workers_of(session, [r.id for r in rows])
+    return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]
+
+
+def job_events(session: Session, job_id: int) -> list[Event]:
+    rows = session.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
+    return [Event(time=r.time, kind=r.kind, message=r.message, job_id=r.job_id, node=r.node) for r in rows]
+
+
+def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> JobRecord:
+    """Pending jobs are cancelled at once; running ones are marked, and the controller kills them."""
+    row = job_row(session, job_id, lock=True)
+    state = JobState(row.state)
+    if state.terminal:
+        raise Conflict(f"job {job_id} already {state.value}; nothing to cancel", code="job_finished")
+    if state in (JobState.PENDING, JobState.PREEMPTED, JobState.LOST) and not _holds_workers(session, row):
+        if state is not JobState.PENDING:
+            transition_job(session, row, JobState.PENDING, now, f"cancel requested by {by}")
+        transition_job(session, row, JobState.CANCELLED, now, f"cancelled by {by}")
+    elif not row.cancel_requested:
+        row.cancel_requested = True
+        add_event(
+            session,
+            now,
+            kind="cancel_requested",
+            job_id=row.id,
+            message=f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
+        )
+    return get_job(session, job_id)
+
+
+def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
+    """Write only the reasons that changed: a steady queue costs no writes."""
+    if not reasons:
+        return
+    rows = session.scalars(select(JobRow).where(JobRow.id.in_(list(reasons)), JobRow.state == "pending"))
+    for row in rows:
+        reason = reasons[row.id]
+        if row.reason_code != reason.code.value or row.reason != reason.message:
+            row.reason_code, row.reason = reason.code.value, reason.message
+
+
+def _holds_workers(session: Session, row: JobRow) -> bool:
+    live = select(WorkerRow.id).where(WorkerRow.job_id == row.id, WorkerRow.status.in_(("launching", "running")))
+    return session.scalars(live).first() is not None
+
+
+def _workers_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[WorkerRow]]:
+    ids = list(job_ids)
+    out: dict[int, list[WorkerRow]] = {}
+    if not ids:
+        return out
+    for chunk_start in range(0, len(ids), 500):
+        chunk = ids[chunk_start : chunk_start + 500]
+        for w in session.scalars(select(WorkerRow).where(WorkerRow.job_id.in_(chunk))):
+            out.setdefault(w.job_id, []).append(w)
+    return out
+
+
+def add_job_event(session: Session, job_id: int, now: datetime, kind: str, message: str) -> None:
+    add_event(session, now, kind=kind, message=message, job_id=job_id)

@@ -1,0 +1,117 @@
+"""Node and GPU rows: what the executor reports, and what is free on each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.records import NodeRecord
+from gpupool.store.orm import GpuRow, NodeRow, WorkerRow
+from gpupool.store.transitions import add_event
+
+LIVE = ("launching", "running")
+
+
+def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> None:
+    """Upsert what the executor serves; nodes it no longer serves are marked down."""
+    seen: set[str] = set()
+    for node in nodes:
+        seen.add(node.name)
+        row = session.get(NodeRow, node.name)
+        if row is None:
+            row = NodeRow(
+                name=node.name,
+                state=NodeState.UP.value,
+                address=node.address,
+                cpus=node.cpus,
+                memory_mib=node.memory_mib,
+                labels=dict(node.labels),
+                updated_at=now,
+            )
+            session.add(row)
+            add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} joined")
+        else:
+            if row.state == NodeState.DOWN.value:
+                row.state = NodeState.UP.value
+                add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} is back")
+            row.address, row.cpus, row.memory_mib, row.updated_at = node.address, node.cpus, node.memory_mib, now
+        _sync_gpus(session, node)
+    session.flush()
+    for row in session.scalars(select(NodeRow).where(NodeRow.name.not_in(seen) if seen else NodeRow.name.is_not(None))):
+        if row.state != NodeState.DOWN.value:
+            row.state, row.updated_at = NodeState.DOWN.value, now
+            add_event(
+                session,
+                now,
+                kind="node_down",
+                node=row.name,
+                message=f"node {row.name} is not served by this head any more",
+            )
+
+
+def _sync_gpus(session: Session, node: Node) -> None:
+    existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == node.name))}
+    for gpu in node.gpus:
+        row = existing.pop(gpu.index, None)
+        if row is None:
+            session.add(
+                GpuRow(
+                    node=node.name,
+                    index=gpu.index,
+                    uuid=gpu.uuid,
+                    model=gpu.model,
+                    memory_mib=gpu.memory_mib,
+                    simulated=gpu.simulated,
+                    healthy=gpu.healthy,
+                )
+            )
+        else:
+            row.uuid, row.model, row.memory_mib, row.simulated = gpu.uuid, gpu.model, gpu.memory_mib, gpu.simulated
+    for stale in existing.values():
+        session.delete(stale)
+
+
+def load_nodes(session: Session) -> list[Node]:
+    gpus: dict[str, list[GpuInfo]] = {}
+    for g in session.scalars(select(GpuRow).order_by(GpuRow.node, GpuRow.index)):
+        gpus.setdefault(g.node, []).append(
+            GpuInfo(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                simulated=g.simulated,
+                healthy=g.healthy,
+            )
+        )
+    return [
+        Node(
+            name=r.name,
+            state=NodeState(r.state),
+            address=r.address,
+            gpus=tuple(gpus.get(r.name, [])),
+            cpus=r.cpus,
+            memory_mib=r.memory_mib,
+            labels=dict(r.labels),
+        )
+        for r in session.scalars(select(NodeRow).order_by(NodeRow.name))
+    ]
+
+
+def node_records(session: Session) -> list[NodeRecord]:
+    used: dict[str, dict[int, list[int]]] = {}
+    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE))):
+        for index in w.gpus:
+            used.setdefault(w.node, {}).setdefault(index, []).append(w.job_id)
+    out = []
+    for node in load_nodes(session):
+        node_used = used.get(node.name, {})
+        free = sum(1 for g in node.gpus if g.healthy and g.index not in node_used)
+        out.append(
+            NodeRecord(node=node, gpus_free=free, simulated=any(g.simulated for g in node.gpus), used_gpus=node_used)
+        )
+    return out

@@ -1,0 +1,135 @@
+"""Tables. Separate from the domain types and from the API schemas on purpose (dstack style):
+the database shape can change by migration without touching what users see."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Always timezone-aware UTC on the way out, whatever the engine stores (SQLite keeps none)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use an aware UTC time")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: dict[Any, Any] = {datetime: UtcDateTime}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    gpus: Mapped[float] = mapped_column(Float)
+    workers: Mapped[int] = mapped_column(Integer)
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[str] = mapped_column(String(16))
+    max_restarts: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gpu_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    max_runtime_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    starts: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    preempted: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[datetime] = mapped_column()
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class WorkerRow(Base):
+    """One process of one attempt of a job. Rows of earlier attempts stay, as history."""
+
+    __tablename__ = "workers"
+    __table_args__ = (Index("ix_workers_job_attempt", "job_id", "attempt"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(128))
+    gpus: Mapped[list[int]] = mapped_column(JSON)
+    gpu_share: Mapped[float] = mapped_column(Float, default=0.0)
+    cpus: Mapped[list[int]] = mapped_column(JSON)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    # launching: decided, process not yet confirmed; running: supervisor alive; exited; lost.
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(256))
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column()
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column()
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=True, index=True)
+    node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class TokenRow(Base):
+    """API tokens, stored as SHA-256 hashes; the plain token is shown once and never stored."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column()

@@ -1,0 +1,37 @@
+"""The one function that changes a job's state: checks the table, sets the fields the new
+state implies, and records an event, all in the caller's transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import JobState
+from gpupool.domain.lifecycle import check_job_transition
+from gpupool.store.orm import EventRow, JobRow
+
+
+def transition_job(session: Session, row: JobRow, target: JobState, now: datetime, message: str) -> None:
+    current = JobState(row.state)
+    check_job_transition(row.id, current, target)
+    row.state = target.value
+    if target is JobState.STARTING:
+        row.starts += 1
+        row.reason_code = row.reason = None
+        row.exit_code = None
+        row.finished_at = None
+    elif target is JobState.RUNNING:
+        row.started_at = now
+    elif target.terminal:
+        row.finished_at = now
+        row.reason_code = row.reason = None
+    elif target is JobState.PENDING:
+        row.reason_code, row.reason = "requeued", message
+    add_event(session, now, kind=target.value, message=message, job_id=row.id)
+
+
+def add_event(
+    session: Session, now: datetime, *, kind: str, message: str, job_id: int | None = None, node: str | None = None
+) -> None:
+    session.add(EventRow(time=now, job_id=job_id, node=node, kind=kind, message=message))

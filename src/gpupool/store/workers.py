@@ -1,0 +1,85 @@
+"""Worker rows: the processes of a job's current attempt, their handles and exits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import JobState, Placement
+from gpupool.domain.records import WorkerRecord, WorkerStatus
+from gpupool.store.convert import worker_record
+from gpupool.store.jobs import job_row
+from gpupool.store.orm import WorkerRow
+from gpupool.store.transitions import add_event, transition_job
+
+LIVE = (WorkerStatus.LAUNCHING.value, WorkerStatus.RUNNING.value)
+
+
+def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> int:
+    """Pending -> starting with the decided placements written first, so a head that dies before
+    the launch finds the GPUs accounted for. Returns the attempt number."""
+    row = job_row(session, job_id, lock=True)
+    transition_job(session, row, JobState.STARTING, now, _describe(placements))
+    for p in placements:
+        session.add(
+            WorkerRow(
+                job_id=job_id,
+                attempt=row.starts,
+                worker=p.worker,
+                node=p.node,
+                gpus=list(p.gpus),
+                gpu_share=p.gpu_share,
+                cpus=list(p.cpus),
+                memory_mib=p.memory_mib,
+                status=WorkerStatus.LAUNCHING.value,
+                handle=None,
+                started_at=None,
+            )
+        )
+    return row.starts
+
+
+def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:
+    row = session.get_one(WorkerRow, worker_id)
+    row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle, now
+
+
+def live_workers(session: Session) -> list[WorkerRecord]:
+    rows = session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE)).order_by(WorkerRow.id))
+    return [worker_record(r) for r in rows]
+
+
+def attempt_workers(session: Session, job_id: int, attempt: int) -> list[WorkerRecord]:
+    rows = session.scalars(
+        select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.attempt == attempt).order_by(WorkerRow.worker)
+    )
+    return [worker_record(r) for r in rows]
+
+
+def record_exit(session: Session, worker_id: int, exit_code: int | None, lost: bool, now: datetime) -> None:
+    row = session.get_one(WorkerRow, worker_id)
+    if row.status not in LIVE:
+        return
+    row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
+    row.exit_code, row.finished_at = exit_code, now
+    what = "was lost (its supervisor vanished)" if lost else f"exited with code {exit_code}"
+    add_event(
+        session,
+        now,
+        kind="worker_exit",
+        job_id=row.job_id,
+        node=row.node,
+        message=f"worker {row.worker} on {row.node} {what}",
+    )
+
+
+def _describe(placements: tuple[Placement, ...]) -> str:
+    parts = []
+    for p in placements:
+        gpus = ",".join(map(str, p.gpus)) or "none"
+        share = f" ({p.gpu_share:g} share)" if p.gpu_share else ""
+        parts.append(f"worker {p.worker} on {p.node} GPUs {gpus}{share}")
+    return "placed: " + "; ".join(parts)
