@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import click
 import typer
 
 from gpupool.cli import jobs, nodes, up
@@ -20,6 +20,10 @@ app = typer.Typer(
     help="gpupool: one shared pool of GPUs. Start a head with 'gpupool up', then submit jobs.",
 )
 _PASSTHROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+# Typer may vendor click or use the installed one; take its exception classes from Typer itself.
+_CLICK = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+UsageError: type[Exception] = _CLICK["UsageError"]
+ClickException: type[Exception] = _CLICK["ClickException"]
 
 app.command()(up.up)
 app.command(context_settings=_PASSTHROUGH)(jobs.submit)
@@ -36,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="gpupool", standalone_mode=False)
-    except click.UsageError as exc:
-        err_console.print(f"error: {exc.format_message()} (see gpupool {_sub(exc)}--help)")
+    except UsageError as exc:
+        err_console.print(f"error: {_message(exc)} (see gpupool {_sub(exc)}--help)")
         return _exit(2)
-    except click.ClickException as exc:
-        err_console.print(f"error: {exc.format_message()}")
+    except ClickException as exc:
+        err_console.print(f"error: {_message(exc)}")
         return _exit(2)
-    except click.Abort:
+    except typer.Abort:
         return _exit(130)
     except ClientError as exc:
         err_console.print(f"error: {exc.message}")
@@ -56,8 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     return _exit(result if isinstance(result, int) else 0)
 
 
-def _sub(exc: click.UsageError) -> str:
-    ctx = exc.ctx
+def _message(exc: Any) -> str:
+    return " ".join(str(exc.format_message()).split())
+
+
+def _sub(exc: Any) -> str:
+    ctx = getattr(exc, "ctx", None)
     if ctx is None or ctx.command.name in (None, "gpupool"):
         return ""
     return f"{ctx.command.name} "

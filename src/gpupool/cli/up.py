@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from gpupool.head import Head
 from gpupool.settings import DEFAULT_PORT, Settings
 
 
@@ -27,6 +26,8 @@ def up(
     interval: Annotated[float, typer.Option(help="seconds between controller cycles")] = 0.5,
 ) -> None:
     """Start the head: API, controller and local executor in one process."""
+    from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_environ(
         data_dir,

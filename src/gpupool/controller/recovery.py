@@ -16,7 +16,7 @@ from gpupool.executors.base import Executor
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
-from gpupool.store.transitions import transition_job
+from gpupool.store.transitions import add_event, transition_job
 
 log = logging.getLogger("gpupool.controller")
 
@@ -49,6 +49,14 @@ def recover(db: Database, executor: Executor, clock: Clock) -> set[int]:
                     transition_job(s, row, JobState.PENDING, now, "the head restarted before launching; requeued")
                     continue
                 transition_job(s, row, JobState.RUNNING, now, "re-adopted after a head restart")
+            else:
+                add_event(
+                    s,
+                    now,
+                    kind="readopted",
+                    job_id=row.id,
+                    message="re-adopted after a head restart: its workers kept running",
+                )
         ids = {r.id for r in active}
     if live:
         log.info("recovery: %d workers re-adopted, %d never launched", adopted, lost)

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.headproc import HeadProcess
+
+
+@pytest.fixture
+def head_factory(tmp_path: Path) -> Iterator[type[HeadProcess]]:
+    """Heads made by a test; every process they started is killed when the test ends."""
+    made: list[HeadProcess] = []
+
+    class Factory(HeadProcess):
+        def __init__(self, data_dir: Path | None = None, **kwargs: object) -> None:
+            super().__init__(data_dir or tmp_path / "data", **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    yield Factory
+    for head in made:
+        head.kill_everything()
+
+
+@pytest.fixture
+def head(head_factory: type[HeadProcess]) -> HeadProcess:
+    """A running 2 nodes x 4 simulated GPUs head."""
+    return head_factory().start()

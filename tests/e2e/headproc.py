@@ -1,0 +1,162 @@
+"""A real head in a subprocess, on a free port, with its own data dir; and the CLI against it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpupool.client import GpupoolClient
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class HeadProcess:
+    def __init__(self, data_dir: Path, *, nodes: int = 2, gpus: int = 4, extra: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [
+            "--fake-nodes",
+            str(nodes),
+            "--fake-gpus",
+            str(gpus),
+            "--interval",
+            "0.1",
+            "--kill-grace",
+            "2",
+            *(extra or []),
+        ]
+        self.proc: subprocess.Popen[str] | None = None
+        self.ready_line = ""
+        self.output: list[str] = []
+        self._drain: threading.Thread | None = None
+
+    def _read_rest(self, proc: subprocess.Popen[str]) -> None:
+        """Keep reading the head's output so a full pipe never blocks it."""
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output.append(line)
+
+    def start(self, timeout: float = 30) -> HeadProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpupool.cli.main",
+            "up",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            *self.args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env(), start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"head exited early with {self.proc.wait()}")
+            self.output.append(line)
+            if line.startswith("gpupool head ready"):
+                self.ready_line = line.strip()
+                self._drain = threading.Thread(target=self._read_rest, args=(self.proc,), daemon=True)
+                self._drain.start()
+                return self
+        raise TimeoutError("head did not become ready")
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"GPUPOOL_URL": self.url, "GPUPOOL_DATA_DIR": str(self.data_dir), "PYTHONUNBUFFERED": "1"})
+        env.pop("GPUPOOL_TOKEN", None)
+        return env
+
+    def token(self) -> str:
+        return (self.data_dir / "admin-token").read_text().strip()
+
+    def client(self) -> GpupoolClient:
+        return GpupoolClient(self.url, self.token())
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
+        """Signal the head, wait for it, and return its exit code and everything it printed."""
+        assert self.proc is not None
+        proc, self.proc = self.proc, None
+        proc.send_signal(sig)
+        code = proc.wait(timeout=timeout)
+        if self._drain is not None:
+            self._drain.join(timeout=5)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        return code, "".join(self.output)
+
+    def kill_everything(self) -> None:
+        """Stop the head and every supervisor and worker it left, whatever state the test left."""
+        if self.proc is not None:
+            self.stop(signal.SIGKILL)
+        marker = str(self.data_dir).encode()
+        for pid_dir in Path("/proc").iterdir():
+            if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+                continue
+            try:
+                cmdline = (pid_dir / "cmdline").read_bytes()
+                environ = (pid_dir / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline or marker in environ:
+                with contextlib.suppress(OSError):
+                    os.killpg(int(pid_dir.name), signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid_dir.name), signal.SIGKILL)
+
+    def cli(self, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpupool.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+            input=input,
+        )
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_state(client: GpupoolClient, job_id: int, states: tuple[str, ...], timeout: float = 20) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        job = client.job(job_id)
+        return job if job["state"] in states else None
+
+    return dict(wait_for(check, timeout, what=f"job {job_id} to be {'/'.join(states)}"))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

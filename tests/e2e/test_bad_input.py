@@ -1,0 +1,121 @@
+"""Bad input: one clear line and exit code 2 from the CLI; HTTP 4xx with {code, message} from the API;
+never a traceback, never a half-written record."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.e2e.headproc import HeadProcess
+
+pytestmark = pytest.mark.e2e
+
+CLI_CASES = [
+    (["submit", "--gpus", "-1", "--", "true"], "gpus must not be negative"),
+    (["submit", "--gpus", "1.5", "--", "true"], "neither a whole number nor a fraction"),
+    (["submit", "--gpus", "16", "--", "true"], "more than any node has (at most 4)"),
+    (["submit", "--priority", "urgent", "--", "true"], "unknown priority 'urgent'"),
+    (["submit", "--memory", "lots", "--", "true"], "malformed memory size 'lots'"),
+    (["submit", "--"], "empty command"),
+    (["submit", "--gpus", "two", "--", "true"], "Invalid value for '--gpus'"),
+    (["submit", "--env", "NOEQUALS", "--", "true"], "is not K=V"),
+    (["submit", "--cpus", "4096", "--", "true"], "CPU cores per worker is more than any node has"),
+    (["submit", "--gpu-model", "B200", "--", "true"], "no node has a GPU of model B200"),
+    (["show", "999"], "no job 999"),
+    (["why", "999"], "no job 999"),
+    (["logs", "999"], "no job 999"),
+    (["cancel", "999"], "no job 999"),
+    (["wait", "abc"], "Invalid value for 'job_id'"),
+    (["jobs", "-o", "yaml"], "'yaml' is not one of"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
+def test_cli_bad_input_is_one_line_and_exit_code_2(head: HeadProcess, args: list[str], message: str) -> None:
+    result = head.cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert message in lines[0]
+
+
+def test_rejected_submissions_leave_no_record(head: HeadProcess) -> None:
+    for args, _ in CLI_CASES[:10]:
+        head.cli(*args)
+    with head.client() as c:
+        assert c.jobs(include_finished=True) == []
+
+
+def api(head: HeadProcess, method: str, path: str, **kwargs: object) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {head.token()}", **kwargs.pop("headers", {})}  # type: ignore[dict-item]
+    return httpx.request(method, head.url + path, headers=headers, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "code"),
+    [
+        (
+            "POST",
+            "/api/v1/jobs",
+            {"content": b"{not json", "headers": {"Content-Type": "application/json"}},
+            400,
+            "malformed_json",
+        ),
+        ("POST", "/api/v1/jobs", {"json": {"command": ["true"], "gpus": -2}}, 400, "invalid_argument"),
+        ("POST", "/api/v1/jobs", {"json": {"command": []}}, 400, "invalid_argument"),
+        ("POST", "/api/v1/jobs", {"json": {"gpus": 1}}, 422, "invalid_argument"),
+        ("POST", "/api/v1/jobs", {"json": {"command": ["true"], "colour": "red"}}, 422, "invalid_argument"),
+        ("POST", "/api/v1/jobs", {"json": {"command": ["true"], "gpus": 5}}, 422, "unsatisfiable"),
+        ("POST", "/api/v1/jobs", {"json": {"command": ["true"], "priority": "vip"}}, 400, "invalid_argument"),
+        ("GET", "/api/v1/jobs/424242", {}, 404, "job_not_found"),
+        ("GET", "/api/v1/jobs/abc", {}, 422, "invalid_argument"),
+        ("POST", "/api/v1/jobs/424242/cancel", {}, 404, "job_not_found"),
+        ("GET", "/api/v1/nodes/nope", {}, 404, "node_not_found"),
+        ("GET", "/api/v1/nowhere", {}, 404, "not_found"),
+        ("DELETE", "/api/v1/jobs", {}, 405, "method_not_allowed"),
+    ],
+)
+def test_api_errors_are_4xx_with_code_and_message(
+    head: HeadProcess, method: str, path: str, kwargs: dict[str, object], status: int, code: str
+) -> None:
+    response = api(head, method, path, **kwargs)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"code", "message"}
+    assert body["code"] == code
+    assert body["message"] and "\n" not in body["message"]
+
+
+@pytest.mark.parametrize("token", [None, "gp_wrong"])
+def test_requests_without_a_valid_token_get_401(head: HeadProcess, token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    for method, path in [("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/nodes")]:
+        response = httpx.request(method, head.url + path, headers=headers, json={"command": ["true"]})
+        assert response.status_code == 401
+        assert response.json()["code"] == "unauthorized"
+    assert httpx.get(head.url + "/healthz").status_code == 200
+
+
+def test_cli_with_a_wrong_token_says_so_in_one_line(head: HeadProcess) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**head.env(), "GPUPOOL_TOKEN": "gp_wrong"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli.main", "jobs"], capture_output=True, text=True, env=env, timeout=30
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: invalid token")
+    assert os.stat(head.data_dir / "admin-token").st_mode & 0o777 == 0o600
+
+
+def test_cli_without_a_head_says_how_to_start_one(head_factory: type[HeadProcess]) -> None:
+    nobody = head_factory()
+    result = nobody.cli("jobs")
+    assert result.returncode == 1
+    assert "cannot reach the gpupool head" in result.stderr and "gpupool up" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,185 @@
+"""Jobs run as real processes on the GPUs they were given, with the environment DESIGN §5 names."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.headproc import HeadProcess, wait_state
+
+pytestmark = pytest.mark.e2e
+
+DUMP_ENV = textwrap.dedent("""
+    import json, os, sys, time
+    keys = ["CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES",
+            "NODE_RANK", "GPUS_PER_NODE", "GPUPOOL_JOB_ID", "GPUPOOL_NODE", "GPUPOOL_RESTARTS", "OMP_NUM_THREADS",
+            "MY_VAR"]
+    out = {k: os.environ.get(k) for k in keys}
+    out["cwd"] = os.getcwd()
+    out["affinity"] = sorted(os.sched_getaffinity(0))
+    with open(os.path.join(sys.argv[1], f"job{os.environ['GPUPOOL_JOB_ID']}-w{os.environ['RANK']}.json"), "w") as f:
+        json.dump(out, f)
+    time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+""")
+
+
+def dump(tmp_path: Path) -> Path:
+    script = tmp_path / "dump_env.py"
+    script.write_text(DUMP_ENV)
+    return script
+
+
+def read(tmp_path: Path, job: int, worker: int = 0) -> dict[str, object]:
+    return dict(json.loads((tmp_path / f"job{job}-w{worker}.json").read_text()))
+
+
+def test_each_worker_sees_exactly_its_gpus_and_concurrent_jobs_never_share(head: HeadProcess, tmp_path: Path) -> None:
+    script = dump(tmp_path)
+    with head.client() as c:
+        ids = [c.submit(command=[sys.executable, str(script), str(tmp_path), "3"], gpus=g)["id"] for g in (2, 2, 3, 1)]
+        jobs = [wait_state(c, i, ("succeeded",), timeout=30) for i in ids]
+    seen: set[tuple[str, int]] = set()
+    for job in jobs:
+        env = read(tmp_path, job["id"])
+        (placement,) = job["placements"]
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, placement["gpus"]))
+        assert len(placement["gpus"]) == job["gpus"]
+        assert env["GPUPOOL_NODE"] == placement["node"]
+        mine = {(placement["node"], g) for g in placement["gpus"]}
+        assert not (mine & seen), f"GPU shared between concurrent jobs: {mine & seen}"
+        seen |= mine
+    assert len(seen) == 8  # 2+2+3+1 on a 2x4 cluster
+    assert max(j["started_at"] for j in jobs) < min(j["finished_at"] for j in jobs), "the jobs did not overlap"
+
+
+def test_third_four_gpu_job_waits_with_a_reason_and_starts_when_one_ends(head: HeadProcess, tmp_path: Path) -> None:
+    marker = tmp_path / "release"
+    hold = [sys.executable, "-c", f"import os,time\nwhile not os.path.exists({str(marker)!r}): time.sleep(0.05)"]
+    with head.client() as c:
+        first = c.submit(command=hold, gpus=4)["id"]
+        second = c.submit(command=["sleep", "30"], gpus=4)["id"]
+        third = c.submit(command=["true"], gpus=4)["id"]
+        wait_state(c, first, ("running",))
+        wait_state(c, second, ("running",))
+        pending = wait_state(c, third, ("pending",))
+        why = c.why(third)
+        assert why["reason_code"] == "resources", why
+        assert "needs 4 GPUs" in why["reason"] and "0 of 8 GPUs are free" in why["reason"]
+        assert pending["placements"] == []
+        marker.write_text("go")
+        done = wait_state(c, third, ("succeeded",), timeout=30)
+        assert done["placements"][0]["node"] == c.job(first)["placements"][0]["node"]
+        c.cancel(second)
+
+
+def test_two_worker_gang_gets_rank_world_size_and_a_working_rendezvous(head: HeadProcess, tmp_path: Path) -> None:
+    script = tmp_path / "rendezvous.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import json, os, socket, time
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        if rank == 0:
+            srv = socket.create_server((addr, port))
+            conn, _ = srv.accept()
+            peer = conn.recv(100).decode()
+        else:
+            for _ in range(200):
+                try:
+                    conn = socket.create_connection((addr, port)); break
+                except OSError:
+                    time.sleep(0.05)
+            conn.sendall(f"hello from {{rank}}/{{world}}".encode())
+            peer = "sent"
+        with open({str(tmp_path)!r} + f"/rank{{rank}}.json", "w") as f:
+            json.dump({{"peer": peer, "cvd": os.environ["CUDA_VISIBLE_DEVICES"], **{{k: os.environ[k] for k in
+                       ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "GPUS_PER_NODE"]}}}}, f)
+    """)
+    )
+    with head.client() as c:
+        job = c.submit(command=[sys.executable, str(script)], gpus=4, workers=2)
+        done = wait_state(c, job["id"], ("succeeded", "failed"), timeout=30)
+    assert done["state"] == "succeeded", done
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert (r0["RANK"], r1["RANK"]) == ("0", "1")
+    assert r0["WORLD_SIZE"] == r1["WORLD_SIZE"] == "2"
+    assert r0["MASTER_ADDR"] == r1["MASTER_ADDR"] == "127.0.0.1"
+    assert r0["MASTER_PORT"] == r1["MASTER_PORT"]
+    assert (r0["NNODES"], r0["NODE_RANK"], r1["NODE_RANK"], r1["GPUS_PER_NODE"]) == ("2", "0", "1", "4")
+    assert r0["peer"] == "hello from 1/2"
+    nodes = {p["node"] for p in done["placements"]}
+    assert nodes == {"node-1", "node-2"}
+    assert r0["cvd"] == r1["cvd"] == "0,1,2,3"
+
+
+def test_cpus_pin_affinity_and_threads_env_and_workdir_is_used(head: HeadProcess, tmp_path: Path) -> None:
+    script = dump(tmp_path)
+    workdir = tmp_path / "wd"
+    workdir.mkdir()
+    with head.client() as c:
+        job = c.submit(
+            command=[sys.executable, str(script), str(tmp_path)],
+            gpus=0,
+            cpus=1,
+            workdir=str(workdir),
+            env={"MY_VAR": "hello"},
+        )
+        wait_state(c, job["id"], ("succeeded",))
+    env = read(tmp_path, job["id"])
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert len(env["affinity"]) == 1  # type: ignore[arg-type]
+    assert env["cwd"] == str(workdir)
+    assert env["MY_VAR"] == "hello"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_memory_limit_stops_a_worker_that_allocates_beyond_it(head: HeadProcess) -> None:
+    hog = [sys.executable, "-c", "x = bytearray(600 * 1024 * 1024); print('allocated')"]
+    with head.client() as c:
+        limited = c.submit(command=hog, gpus=0, memory="200M")["id"]
+        free = c.submit(command=hog, gpus=0, memory="2G")["id"]
+        assert wait_state(c, limited, ("succeeded", "failed"))["state"] == "failed"
+        assert wait_state(c, free, ("succeeded", "failed"))["state"] == "succeeded"
+        assert b"MemoryError" in c.logs(limited).data
+
+
+def test_failed_job_is_requeued_while_restarts_remain_and_sees_its_restart_count(head: HeadProcess) -> None:
+    flaky = [
+        sys.executable,
+        "-c",
+        "import os,sys; print('attempt', os.environ['GPUPOOL_RESTARTS']); "
+        "sys.exit(0 if os.environ['GPUPOOL_RESTARTS'] == '2' else 3)",
+    ]
+    with head.client() as c:
+        retried = c.submit(command=flaky, gpus=1, max_restarts=2)["id"]
+        once = c.submit(command=flaky, gpus=1, max_restarts=1)["id"]
+        ok = wait_state(c, retried, ("succeeded", "failed"), timeout=30)
+        bad = wait_state(c, once, ("succeeded", "failed"), timeout=30)
+        log = c.logs(retried).data.decode()
+    assert ok["state"] == "succeeded" and ok["restarts"] == 2 and ok["starts"] == 3
+    assert bad["state"] == "failed" and bad["exit_code"] == 3 and bad["restarts"] == 1
+    assert "attempt 0" in log and "attempt 1" in log and "attempt 2" in log
+
+
+def test_a_failing_worker_stops_the_rest_of_its_gang(head: HeadProcess) -> None:
+    code = "import os,sys,time\nif os.environ['RANK']=='1': sys.exit(5)\ntime.sleep(60)"
+    with head.client() as c:
+        job = c.submit(command=[sys.executable, "-c", code], gpus=1, workers=2)["id"]
+        done = wait_state(c, job, ("failed",), timeout=20)
+        events = [e["kind"] for e in c.job(job)["events"]]
+    assert done["exit_code"] == 5
+    assert events.count("worker_exit") == 2
+
+
+def test_missing_command_and_missing_workdir_fail_with_shell_exit_codes(head: HeadProcess, tmp_path: Path) -> None:
+    with head.client() as c:
+        nope = c.submit(command=["no-such-program-xyz"], gpus=0)["id"]
+        nowd = c.submit(command=["true"], gpus=0, workdir=str(tmp_path / "absent"))["id"]
+        assert wait_state(c, nope, ("failed",))["exit_code"] == 127
+        assert wait_state(c, nowd, ("failed",))["exit_code"] == 126
+        assert b"command not found: no-such-program-xyz" in c.logs(nope).data

@@ -1,0 +1,65 @@
+"""Small builders for declaring clusters and queues in table-driven tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def node(
+    name: str,
+    gpus: int = 4,
+    *,
+    cpus: int = 16,
+    memory_mib: int = 65536,
+    model: str = "Sim",
+    state: NodeState = NodeState.UP,
+    unhealthy: tuple[int, ...] = (),
+) -> Node:
+    return Node(
+        name=name,
+        state=state,
+        address="127.0.0.1",
+        gpus=tuple(GpuInfo(i, f"GPU-{name}-{i}", model, 81920, True, healthy=i not in unhealthy) for i in range(gpus)),
+        cpus=cpus,
+        memory_mib=memory_mib,
+    )
+
+
+def pending(
+    job_id: int,
+    *,
+    gpus: float = 1,
+    workers: int = 1,
+    cpus: int = 0,
+    memory: str | None = None,
+    priority: str = "train",
+    at: float | None = None,
+    gpu_model: str | None = None,
+) -> PendingJob:
+    spec = JobSpec.create(
+        command=["true"], gpus=gpus, workers=workers, cpus=cpus, memory=memory, priority=priority, gpu_model=gpu_model
+    )
+    return PendingJob(job_id, spec, T0 + timedelta(seconds=job_id if at is None else at))
+
+
+def running(job_id: int, *placements: tuple[str, tuple[int, ...]], share: float = 0.0, cpus: int = 0) -> RunningJob:
+    gpus = share if share else float(len(placements[0][1]))
+    spec = JobSpec.create(command=["true"], gpus=gpus, workers=len(placements), cpus=cpus)
+    return RunningJob(
+        job_id,
+        spec,
+        tuple(Placement(w, n, g, gpu_share=share, cpus=tuple(range(cpus))) for w, (n, g) in enumerate(placements)),
+        T0,
+    )
+
+
+def snapshot(
+    nodes: list[Node], pending_jobs: list[PendingJob], running_jobs: list[RunningJob] | None = None
+) -> Snapshot:
+    return Snapshot(T0, tuple(nodes), tuple(running_jobs or ()), tuple(pending_jobs))

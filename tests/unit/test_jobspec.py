@@ -1,0 +1,46 @@
+import pytest
+
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.jobs import JobSpec, Priority
+
+
+def test_defaults_and_normalisation() -> None:
+    spec = JobSpec.create(command=["python", "train.py", "--lr", "3e-4"], memory="8G")
+    assert spec.name == "train.py"
+    assert spec.project == "default"
+    assert spec.gpus == 1.0 and spec.workers == 1
+    assert spec.memory_mib == 8192
+    assert spec.priority is Priority.TRAIN
+    assert spec.command == ("python", "train.py", "--lr", "3e-4")
+
+
+def test_priority_ranks_inference_over_interactive_over_train() -> None:
+    assert Priority.INFERENCE.rank > Priority.INTERACTIVE.rank > Priority.TRAIN.rank
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"command": []}, "empty command"),
+        ({"command": [""]}, "empty command"),
+        ({"command": ["x"], "gpus": -1}, "negative"),
+        ({"command": ["x"], "gpus": 1.5}, "neither a whole number"),
+        ({"command": ["x"], "workers": 0}, "workers"),
+        ({"command": ["x"], "workers": 2, "gpus": 0.5}, "whole GPUs per worker"),
+        ({"command": ["x"], "cpus": -2}, "cpus"),
+        ({"command": ["x"], "priority": "urgent"}, "unknown priority 'urgent'"),
+        ({"command": ["x"], "memory": "lots"}, "malformed memory"),
+        ({"command": ["x"], "max_restarts": -1}, "max-restarts"),
+        ({"command": ["x"], "project": "bad name!"}, "invalid project name"),
+        ({"command": ["x"], "env": {"1BAD": "v"}}, "invalid environment variable"),
+        ({"command": ["x"], "max_runtime_s": 0}, "max runtime"),
+    ],
+)
+def test_bad_submissions_are_refused_with_a_message(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        JobSpec.create(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("gpus", [0, 0.5, 1, 4])
+def test_cpu_only_fractional_and_whole_are_valid(gpus: float) -> None:
+    assert JobSpec.create(command=["x"], gpus=gpus).gpus == gpus

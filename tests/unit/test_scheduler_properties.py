@@ -1,0 +1,114 @@
+"""Invariants over random clusters and queues (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import schedule
+from tests.unit.builders import node, pending, snapshot
+
+GPU_CHOICES = [0, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[type-arg]
+    nodes = [
+        node(
+            f"n{i}",
+            draw(st.integers(0, 8)),
+            cpus=draw(st.integers(1, 16)),
+            memory_mib=draw(st.sampled_from([4096, 65536])),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    ]
+    jobs = []
+    for i in range(draw(st.integers(0, 25))):
+        gpus = draw(st.sampled_from(GPU_CHOICES))
+        workers = 1 if 0 < gpus < 1 else draw(st.integers(1, 3))
+        jobs.append(
+            pending(
+                i + 1,
+                gpus=gpus,
+                workers=workers,
+                cpus=draw(st.integers(0, 4)),
+                memory=draw(st.sampled_from([None, "1G", "8G"])),
+                priority=draw(st.sampled_from(["train", "interactive", "inference"])),
+            )
+        )
+    return nodes, jobs
+
+
+def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob]) -> None:  # type: ignore[type-arg]
+    whole: dict[tuple[str, int], int] = defaultdict(int)
+    shares: dict[tuple[str, int], int] = defaultdict(int)
+    cpus: dict[tuple[str, int], int] = defaultdict(int)
+    memory: dict[str, int] = defaultdict(int)
+    placements = [p for s in starts for p in s.placements] + [p for r in running for p in r.placements]
+    for p in placements:
+        for g in p.gpus:
+            if p.gpu_share:
+                shares[(p.node, g)] += fraction_steps(p.gpu_share)
+            else:
+                whole[(p.node, g)] += 1
+        for c in p.cpus:
+            cpus[(p.node, c)] += 1
+        memory[p.node] += p.memory_mib
+    by_name = {n.name: n for n in nodes}
+    for (name, g), count in whole.items():
+        assert count == 1 and (name, g) not in shares, f"GPU {name}:{g} over-allocated"
+        assert g < len(by_name[name].gpus)
+    for key, total in shares.items():
+        assert total <= GPU_FRACTION_STEPS, f"GPU {key} shared beyond 100%"
+    assert all(count == 1 for count in cpus.values()), "a CPU core given twice"
+    for name, used in memory.items():
+        assert used <= by_name[name].memory_mib
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_never_over_allocates_and_gangs_are_whole(cluster: tuple[list, list[PendingJob]]) -> None:  # type: ignore[type-arg]
+    nodes, jobs = cluster
+    result = schedule(snapshot(nodes, jobs))
+    by_id = {j.id: j for j in jobs}
+    _check_no_overallocation(nodes, list(result.starts), [])
+    for start in result.starts:
+        job = by_id[start.job_id]
+        assert sorted(p.worker for p in start.placements) == list(range(job.spec.workers)), "partial gang"
+        for p in start.placements:
+            expected = 1 if 0 < job.spec.gpus < 1 else int(job.spec.gpus)
+            assert len(p.gpus) == expected
+            assert len(p.cpus) == job.spec.cpus
+    started = {s.job_id for s in result.starts}
+    assert started.isdisjoint(result.pending)
+    assert started | set(result.pending) == set(by_id), "every job either starts or has a reason"
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_a_second_cycle_over_the_first_cycles_result_never_over_allocates(cluster: tuple[list, list]) -> None:  # type: ignore[type-arg]
+    nodes, jobs = cluster
+    half = len(jobs) // 2
+    first = schedule(snapshot(nodes, jobs[:half]))
+    by_id = {j.id: j for j in jobs}
+    held = [RunningJob(s.job_id, by_id[s.job_id].spec, s.placements, None) for s in first.starts]
+    second = schedule(snapshot(nodes, jobs[half:], held))
+    _check_no_overallocation(nodes, list(second.starts), held)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_work_conserving_a_job_that_fits_alone_on_an_empty_cluster_is_not_left_waiting_for_nothing(
+    cluster: tuple[list, list],  # type: ignore[type-arg]
+) -> None:
+    nodes, jobs = cluster
+    result = schedule(snapshot(nodes, jobs))
+    if not result.starts and jobs:
+        # Nothing started: then no job can fit on the empty cluster on its own.
+        for job in jobs:
+            alone = schedule(snapshot(nodes, [job]))
+            assert not alone.starts, f"job {job.id} fits alone but nothing started"

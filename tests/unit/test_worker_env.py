@@ -1,0 +1,51 @@
+from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.worker_env import Rendezvous, worker_env
+
+
+def test_multi_worker_env_supports_torch_env_init_and_torchrun() -> None:
+    spec = JobSpec.create(command=["python", "t.py"], gpus=4, workers=2, env={"MY": "1"})
+    env = worker_env(
+        job_id=9,
+        spec=spec,
+        placement=Placement(1, "node-2", (4, 5, 6, 7), cpus=(0, 1)),
+        rendezvous=Rendezvous("10.0.0.1", 29500),
+        restarts=2,
+        preempted=True,
+        checkpoint_dir="/ck",
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "0")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert (env["NNODES"], env["NODE_RANK"], env["GPUS_PER_NODE"]) == ("2", "1", "4")
+    assert env["GPUPOOL_JOB_ID"] == "9" and env["GPUPOOL_NODE"] == "node-2"
+    assert env["GPUPOOL_RESTARTS"] == "2" and env["GPUPOOL_PREEMPTED"] == "1"
+    assert env["GPUPOOL_CHECKPOINT_DIR"] == "/ck"
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert env["MY"] == "1"
+
+
+def test_cpu_only_worker_sees_no_gpu_and_no_preempt_flag() -> None:
+    spec = JobSpec.create(command=["x"], gpus=0)
+    env = worker_env(
+        job_id=1,
+        spec=spec,
+        placement=Placement(0, "n", ()),
+        rendezvous=Rendezvous("127.0.0.1", 1),
+        restarts=0,
+        preempted=False,
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "GPUPOOL_PREEMPTED" not in env and "OMP_NUM_THREADS" not in env
+
+
+def test_job_env_cannot_override_the_gpu_isolation() -> None:
+    spec = JobSpec.create(command=["x"], env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    env = worker_env(
+        job_id=1,
+        spec=spec,
+        placement=Placement(0, "n", (3,)),
+        rendezvous=Rendezvous("h", 1),
+        restarts=0,
+        preempted=False,
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
