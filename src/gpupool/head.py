@@ -58,7 +58,7 @@ def plan_nodes(settings: Settings, nvml: GpuProbe) -> Topology:
     probes: list[tuple[str, GpuProbe]] = [
         (f"node-{i + 1}", FakeProbe(f"node-{i + 1}", DEMO_GPUS)) for i in range(DEMO_NODES)
     ]
-    return Topology(probes, True, "no NVIDIA GPU found: running a demo cluster of simulated GPUs")
+    return Topology(probes, True, "no NVIDIA GPU found, so this is a demo cluster")
 
 
 def _host_memory_mib() -> int:
@@ -117,6 +117,8 @@ class Head:
         nodes = self.executor.nodes()
         gpus = sum(len(n.gpus) for n in nodes)
         kind = "simulated" if self.topology.simulated else "real"
+        if self.topology.note:
+            kind = f"simulated: {self.topology.note}"
         url = f"http://{self.settings.host}:{self.settings.port}"
         return (
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
@@ -142,8 +144,6 @@ class Head:
             )
 
     def _announce(self, out: IO[str]) -> None:
-        if self.topology.note:
-            print(self.topology.note, file=out)
         print(self.summary(), file=out, flush=True)
 
 

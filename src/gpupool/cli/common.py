@@ -14,8 +14,8 @@ from rich.console import Console
 from gpupool.client import GpupoolClient
 from gpupool.settings import DEFAULT_PORT, TOKEN_FILE, default_data_dir
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 

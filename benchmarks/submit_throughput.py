@@ -1,0 +1,182 @@
+"""Submission throughput: how many POST /api/v1/jobs the head accepts per second.
+
+For each concurrency level C (default 1 and 8) a fresh head is started on a small fake cluster
+(1 node, 1 GPU) and N jobs needing one GPU each are submitted by C threads, each with its own
+keep-alive httpx client. The first job takes the GPU and the rest wait, so the head keeps a
+growing queue of pending jobs, as it would under a burst of submissions.
+
+Before the submissions, on the same head, it measures a baseline: sequential GET /healthz
+requests per second over one keep-alive connection. The submission rate is also given as a
+ratio to that baseline, which makes the figure comparable across machines.
+
+    .venv/bin/python benchmarks/submit_throughput.py [--jobs 2000] [--concurrency 1 8] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+from _head import machine, machine_line, running_head, summary_ms
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2000, help="submissions per concurrency level (default 2000)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8], help="client threads, one run each (default 1 8)"
+    )
+    parser.add_argument("--healthz", type=int, default=300, help="sequential GET /healthz for the baseline (300)")
+    parser.add_argument("--interval", type=float, default=0.5, help="controller interval of the head, s (default 0.5)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=60.0, help="stop a level's submissions after this many s (default 60)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser.parse_args(argv)
+
+
+def healthz_baseline(url: str, count: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    with httpx.Client(base_url=url, timeout=30) as http:
+        http.get("/healthz").raise_for_status()  # open the connection first
+        t0 = time.perf_counter()
+        for _ in range(count):
+            t = time.perf_counter()
+            http.get("/healthz").raise_for_status()
+            latencies.append(time.perf_counter() - t)
+        wall = time.perf_counter() - t0
+    return {"requests": count, "per_s": round(count / wall, 1), "latency_ms": summary_ms(latencies)}
+
+
+def submit_burst(url: str, token: str, jobs: int, threads: int, max_s: float) -> dict[str, Any]:
+    body = {"command": ["sleep", "3600"], "gpus": 1, "name": "burst"}
+    headers = {"Authorization": f"Bearer {token}"}
+    shares = [jobs // threads + (1 if i < jobs % threads else 0) for i in range(threads)]
+    latencies: list[list[tuple[float, float]]] = [[] for _ in range(threads)]  # (end time, latency)
+    errors: list[str] = []
+    clients = [httpx.Client(base_url=url, headers=headers, timeout=60) for _ in range(threads)]
+    for http in clients:
+        http.get("/api/v1/whoami").raise_for_status()  # connect and authenticate before the clock starts
+    start = threading.Barrier(threads + 1)
+
+    def worker(i: int) -> None:
+        http, mine = clients[i], latencies[i]
+        start.wait()
+        deadline = time.perf_counter() + max_s
+        for _ in range(shares[i]):
+            t = time.perf_counter()
+            if t > deadline:
+                return
+            response = http.post("/api/v1/jobs", json=body)
+            end = time.perf_counter()
+            if response.status_code != 201:
+                errors.append(f"{response.status_code}: {response.text[:200]}")
+                return
+            mine.append((end, end - t))
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    wall = time.perf_counter() - t0
+    for http in clients:
+        http.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
+    done = sorted(x for per in latencies for x in per)
+    return {
+        "threads": threads,
+        "submissions": len(done),
+        "capped": len(done) < jobs,
+        "wall_s": round(wall, 2),
+        "per_s": round(len(done) / wall, 1),
+        "latency_ms": summary_ms([lat for _, lat in done]),
+        "per_s_by_quarter": _quarters(done, t0),
+    }
+
+
+def _quarters(done: list[tuple[float, float]], t0: float) -> list[float]:
+    """Submissions/s in each quarter of the run, in submission order: shows a slowdown as the queue grows."""
+    rates, previous_end, n = [], t0, len(done)
+    for q in range(4):
+        chunk = done[q * n // 4 : (q + 1) * n // 4]
+        if not chunk:
+            continue
+        end = chunk[-1][0]
+        rates.append(round(len(chunk) / max(end - previous_end, 1e-9), 1))
+        previous_end = end
+    return rates
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    levels = []
+    for threads in args.concurrency:
+        with running_head(nodes=1, gpus=1, interval=args.interval) as head:
+            baseline = healthz_baseline(head.url, args.healthz)
+            burst = submit_burst(head.url, head.token, args.jobs, threads, args.max_seconds)
+            with httpx.Client(base_url=head.url, headers={"Authorization": f"Bearer {head.token}"}) as http:
+                jobs = http.get("/api/v1/jobs", params={"all": "true"}, timeout=120).raise_for_status().json()
+        states: dict[str, int] = {}
+        for job in jobs:
+            states[job["state"]] = states.get(job["state"], 0) + 1
+        burst["listed_after"] = len(jobs)  # the API lists at most the newest 1000 jobs
+        burst["states_after"] = states
+        burst["healthz"] = baseline
+        burst["ratio_to_healthz"] = round(burst["per_s"] / baseline["per_s"], 3)
+        levels.append(burst)
+    return {
+        "benchmark": "submit_throughput",
+        "machine": machine(),
+        "params": {
+            "jobs": args.jobs,
+            "concurrency": args.concurrency,
+            "cluster": "1 node x 1 fake GPU",
+            "job": {"command": ["sleep", "3600"], "gpus": 1},
+            "interval_s": args.interval,
+            "max_seconds": args.max_seconds,
+        },
+        "levels": levels,
+    }
+
+
+def report(out: dict[str, Any]) -> str:
+    p = out["params"]
+    lines = [
+        f"submission throughput: {p['jobs']} jobs of 1 GPU each per level, on a fresh head with {p['cluster']} "
+        f"(one runs, the rest wait); controller interval {p['interval_s']:g} s",
+        machine_line(out["machine"]),
+    ]
+    for lv in out["levels"]:
+        h, lat = lv["healthz"], lv["latency_ms"]
+        cap = f", stopped at the {p['max_seconds']:g} s cap" if lv["capped"] else ""
+        lines += [
+            f"  {lv['threads']} client thread(s): {lv['per_s']:.1f} submissions/s "
+            f"({lv['submissions']} in {lv['wall_s']} s{cap})",
+            f"    per request: p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  max {lat['max']:.1f} ms",
+            f"    by quarter of the run: {' / '.join(f'{r:.1f}' for r in lv['per_s_by_quarter'])} submissions/s",
+            f"    baseline on the same head: {h['per_s']:.1f} GET /healthz/s sequential "
+            f"(p50 {h['latency_ms']['p50']:.1f} ms); ratio submissions/healthz = {lv['ratio_to_healthz']:.3f}",
+            f"    GET /api/v1/jobs?all=true afterwards listed {lv['listed_after']} jobs: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(lv["states_after"].items())),
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = run(args)
+    print(json.dumps(out) if args.json else report(out))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The CLI contract: commands, flags and JSON fields that other people's scripts depend on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import httpx
+import pytest
+
+from tests.e2e.headproc import HeadProcess, wait_state
+
+pytestmark = pytest.mark.e2e
+
+JOB_FIELDS = {"id", "name", "project", "state", "gpus", "workers", "placements", "reason", "exit_code", "restarts",
+              "submitted_at", "started_at", "finished_at"}
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_submit_prints_the_id_last_and_json_listings_have_the_contract_fields(head: HeadProcess) -> None:
+    out = ok(head.cli("submit", "--name", "hello", "--project", "vision", "--gpus", "2", "--", "sh", "-c",
+                      "echo hi; sleep 0.3"))
+    job_id = int(out.strip().splitlines()[-1])
+    with head.client() as c:
+        wait_state(c, job_id, ("succeeded",))
+    listing = json.loads(ok(head.cli("jobs", "--all", "-o", "json")))
+    assert isinstance(listing, list) and len(listing) == 1
+    job = listing[0]
+    assert JOB_FIELDS <= set(job)
+    assert (job["id"], job["name"], job["project"], job["state"], job["gpus"], job["workers"]) == (
+        job_id, "hello", "vision", "succeeded", 2, 1)
+    assert job["exit_code"] == 0 and job["restarts"] == 0 and job["reason"] is None
+    (placement,) = job["placements"]
+    assert set(placement) >= {"worker", "node", "gpus"} and len(placement["gpus"]) == 2
+    for key in ("submitted_at", "started_at", "finished_at"):
+        assert datetime.fromisoformat(job[key]).tzinfo is not None, key
+    detail = json.loads(ok(head.cli("show", str(job_id), "-o", "json")))
+    assert isinstance(detail, dict) and JOB_FIELDS <= set(detail)
+    assert [e["kind"] for e in detail["events"]][:3] == ["submitted", "starting", "running"]
+    assert json.loads(ok(head.cli("jobs", "-o", "json"))) == []  # finished jobs only with --all
+
+
+def test_nodes_json_lists_gpus_with_uuid_model_memory_and_simulated(head: HeadProcess) -> None:
+    nodes = json.loads(ok(head.cli("nodes", "-o", "json")))
+    assert [n["name"] for n in nodes] == ["node-1", "node-2"]
+    for n in nodes:
+        assert {"name", "state", "gpus", "gpus_free"} <= set(n)
+        assert n["state"] == "up" and n["gpus_free"] == 4
+        assert [g["index"] for g in n["gpus"]] == [0, 1, 2, 3]
+        for g in n["gpus"]:
+            assert {"index", "uuid", "model", "memory_mib", "simulated"} <= set(g)
+            assert g["simulated"] is True and g["uuid"].startswith("GPU-")
+    assert len({g["uuid"] for n in nodes for g in n["gpus"]}) == 8
+    table = ok(head.cli("nodes"))
+    assert "node-1" in table and "4/4" in table and "simulated" in table
+
+
+def test_wait_exits_0_on_success_1_on_failure_and_1_on_timeout(head: HeadProcess) -> None:
+    good = head.cli("submit", "--gpus", "0", "--", "true").stdout.split()[-1]
+    bad = head.cli("submit", "--gpus", "0", "--", "sh", "-c", "exit 3").stdout.split()[-1]
+    slow = head.cli("submit", "--gpus", "0", "--", "sleep", "30").stdout.split()[-1]
+    assert head.cli("wait", good, "--timeout", "20").returncode == 0
+    failed = head.cli("wait", bad, "--timeout", "20")
+    assert failed.returncode == 1 and "exit code 3" in failed.stdout
+    started = time.monotonic()
+    timed_out = head.cli("wait", slow, "--timeout", "1")
+    assert timed_out.returncode == 1 and "timed out" in timed_out.stderr
+    assert time.monotonic() - started < 10
+    head.cli("cancel", slow)
+
+
+def test_logs_follow_streams_until_the_job_ends_and_worker_selects_the_log(head: HeadProcess) -> None:
+    code = "import os,time\nfor i in range(5):\n    print('rank', os.environ['RANK'], 'line', i, flush=True); time.sleep(0.2)"
+    job = head.cli("submit", "--gpus", "1", "--workers", "2", "--", sys.executable, "-c", code).stdout.split()[-1]
+    followed = ok(head.cli("logs", job, "--follow", timeout=30))
+    assert [ln for ln in followed.splitlines() if ln.startswith("rank")] == [f"rank 0 line {i}" for i in range(5)]
+    second = ok(head.cli("logs", job, "--worker", "1"))
+    assert "rank 1 line 4" in second and "rank 0" not in second
+    bad = head.cli("logs", job, "--worker", "2")
+    assert bad.returncode == 2 and "no worker 2" in bad.stderr
+
+
+def test_why_explains_a_pending_job_in_words_and_json(head: HeadProcess) -> None:
+    blocker = head.cli("submit", "--gpus", "4", "--workers", "2", "--", "sleep", "30").stdout.split()[-1]
+    waiting = head.cli("submit", "--gpus", "3", "--", "true").stdout.split()[-1]
+    with head.client() as c:
+        wait_state(c, int(blocker), ("running",))
+        wait_state(c, int(waiting), ("pending",))
+        time.sleep(0.5)  # a cycle writes the reason
+    words = ok(head.cli("why", waiting))
+    assert f"job {waiting} is pending: [resources] needs 3 GPUs; 0 of 8 GPUs are free" in words
+    answer = json.loads(ok(head.cli("why", waiting, "-o", "json")))
+    assert answer == {"id": int(waiting), "state": "pending", "reason_code": "resources",
+                      "reason": "needs 3 GPUs; 0 of 8 GPUs are free"}
+    listing = ok(head.cli("jobs"))
+    assert "needs 3 GPUs" in listing
+    assert "not pending" in ok(head.cli("why", blocker))
+    head.cli("cancel", blocker)
+
+
+def test_openapi_docs_and_healthz(head: HeadProcess) -> None:
+    assert httpx.get(head.url + "/docs").status_code == 200
+    paths = httpx.get(head.url + "/openapi.json").json()["paths"]
+    assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel", "/api/v1/jobs/{job_id}/why",
+            "/api/v1/jobs/{job_id}/logs", "/api/v1/nodes", "/healthz"} <= set(paths)
+    health = httpx.get(head.url + "/healthz").json()
+    assert health["status"] == "ok" and health["nodes"] == 2 and health["gpus"] == 8 and health["simulated"] is True
+
+
+def test_fractional_jobs_share_one_gpu(head: HeadProcess) -> None:
+    ids = [head.cli("submit", "--gpus", "0.5", "--", "sleep", "3").stdout.split()[-1] for _ in range(2)]
+    with head.client() as c:
+        jobs = [wait_state(c, int(i), ("running",)) for i in ids]
+        assert jobs[0]["placements"][0]["node"] == jobs[1]["placements"][0]["node"]
+        assert jobs[0]["placements"][0]["gpus"] == jobs[1]["placements"][0]["gpus"]
+        assert jobs[0]["placements"][0]["gpu_share"] == 0.5
+        for i in ids:
+            c.cancel(int(i))

@@ -1,0 +1,148 @@
+"""Store fixtures: every test taking ``db`` runs twice, on SQLite and on a real PostgreSQL server.
+
+The PostgreSQL server is started once per test session by ``scripts/postgres.sh`` in a private
+data directory on a free port and stopped at the end; each test gets a database of its own,
+created empty, so the migrations run from nothing every time. Set ``GPUPOOL_TEST_PG_URL``
+(a SQLAlchemy URL of a database on a server where CREATE DATABASE is allowed) to use a server
+of your own instead. If no server can be started, the PostgreSQL half of the tests is skipped
+with the script's reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
+
+from gpupool.store.db import Database
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+# Installing the postgresql package can take minutes on a bare machine.
+START_TIMEOUT_S = 900
+_names = itertools.count(1)
+
+NOW = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
+
+
+@pytest.fixture
+def now() -> datetime:
+    """A fixed, timezone-aware UTC time; tests never read the clock."""
+    return NOW
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(text_: str, lines: int = 15) -> str:
+    return "\n".join(text_.strip().splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[URL]:
+    """URL of a database on a running PostgreSQL server, from which test databases are made."""
+    given = os.environ.get("GPUPOOL_TEST_PG_URL")
+    if given:
+        yield make_url(given)
+        return
+    # A private directory and port per session: concurrent sessions never stop each other's server.
+    data_dir = f"/tmp/gpupool-pg-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    returncode, stdout, stderr = _run_script(data_dir, str(_free_port()))
+    if returncode != 0 or not stdout.strip():
+        _stop(data_dir)
+        why = "timed out" if returncode is None else f"exited {returncode}"
+        pytest.skip(f"PostgreSQL not available ({SCRIPT.name} {why}):\n{_tail(stderr)}")
+    try:
+        yield make_url(stdout.strip().splitlines()[-1])
+    finally:
+        _stop(data_dir)
+
+
+def _run_script(*args: str) -> tuple[int | None, str, str]:
+    """Run the script in its own process group, so that a timeout also ends what it started (apt-get)."""
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=START_TIMEOUT_S)
+        return proc.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        return None, stdout, stderr
+
+
+def _stop(data_dir: str) -> None:
+    subprocess.run(["bash", str(SCRIPT), "stop", data_dir], capture_output=True, timeout=120, check=False)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    Path(f"{data_dir}.initdb.log").unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def pg_admin(pg_admin_url: URL) -> Iterator[Engine]:
+    engine = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT", pool_size=1)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        engine.dispose()
+        pytest.skip(f"PostgreSQL at {pg_admin_url.render_as_string(hide_password=True)} unreachable: {exc}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin: Engine, pg_admin_url: URL) -> Iterator[str]:
+    """A new, empty database for one test, dropped afterwards."""
+    name = f"gpupool_t_{os.getpid()}_{next(_names)}"
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield pg_admin_url.set(database=name).render_as_string(hide_password=False)
+    with pg_admin.connect() as conn:
+        force = " WITH (FORCE)" if (conn.dialect.server_version_info or (0,)) >= (13,) else ""
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"{force}'))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'gpupool.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A migrated, empty database on each engine."""
+    database = Database(db_url)
+    database.migrate()
+    yield database
+    database.close()
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The first PostgreSQL test may have to install and start the server: give it the time."""
+    here = Path(__file__).parent
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("db_url") == "postgres" and here in item.path.parents:
+            item.add_marker(pytest.mark.timeout(START_TIMEOUT_S + 120))
+            return
