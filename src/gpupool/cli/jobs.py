@@ -72,18 +72,21 @@ def submit(
 
 def jobs(
     all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    limit: Annotated[int, typer.Option(help="show at most this many, the newest")] = 1000,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """List jobs (pending and running; --all for finished ones too)."""
     with client(url) as c:
-        listing = c.jobs(include_finished=all)
+        listing, total = c.jobs_page(include_finished=all, limit=limit)
     if output is Output.JSON:
         print_json(listing)
     elif not listing:
         console.print("no jobs" + ("" if all else " pending or running (gpupool jobs --all shows finished ones)"))
     else:
         console.print(jobs_table(listing))
+    if total > len(listing):
+        err_console.print(f"showing the newest {len(listing)} of {total} jobs; pass --limit {total} to see all")
 
 
 def show(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:

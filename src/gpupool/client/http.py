@@ -50,8 +50,14 @@ class GpupoolClient:
         body = {k: v for k, v in fields.items() if v is not None}
         return dict(self._call("POST", "/api/v1/jobs", json=body))
 
-    def jobs(self, include_finished: bool = False) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/api/v1/jobs", params={"all": str(include_finished).lower()}))
+    def jobs(self, include_finished: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
+        return self.jobs_page(include_finished, limit)[0]
+
+    def jobs_page(self, include_finished: bool = False, limit: int = 1000) -> tuple[list[dict[str, Any]], int]:
+        """The newest ``limit`` jobs, and how many match in all."""
+        response = self._send("GET", "/api/v1/jobs", params={"all": str(include_finished).lower(), "limit": limit})
+        listing = list(response.json())
+        return listing, int(response.headers.get("X-Total-Count", len(listing)))
 
     def job(self, job_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/api/v1/jobs/{job_id}"))

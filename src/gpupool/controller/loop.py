@@ -14,14 +14,14 @@ from gpupool.clock import Clock
 from gpupool.controller.applier import Applier
 from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
-from gpupool.domain.decisions import CycleResult
+from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.executors.base import Executor
 from gpupool.scheduler import SchedulerConfig, schedule
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
-from gpupool.store.snapshot import load_snapshot
+from gpupool.store.snapshot import SpecCache, load_snapshot
 
 log = logging.getLogger("gpupool.controller")
 
@@ -30,6 +30,8 @@ log = logging.getLogger("gpupool.controller")
 class ControllerSettings:
     interval_s: float = 0.5
     kill_grace_s: float = 10.0
+    # A quiet cluster is still rescheduled this often, as a safety net under the event-driven cycles.
+    full_cycle_s: float = 5.0
 
 
 class Controller:
@@ -45,6 +47,10 @@ class Controller:
         self._applier = Applier(db, executor, clock, settings.kill_grace_s)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._specs = SpecCache()
+        self._written: dict[int, Reason] = {}
+        self._dirty = True
+        self._last_full = 0.0
         self._thread: threading.Thread | None = None
         self.last_cycle_s = 0.0
 
@@ -64,23 +70,40 @@ class Controller:
 
     def wake(self) -> None:
         """Run a cycle now (after a submit or cancel) instead of at the next tick."""
+        self._dirty = True
         self._wake.set()
 
-    def tick(self) -> CycleResult:
+    def tick(self) -> CycleResult | None:
+        """One cycle. Scheduling runs only when something changed (a submit, a cancel, an exit,
+        a start) or a full cycle is due; reaping exits runs every tick. None when skipped."""
         started = time.perf_counter()
         touched = self._monitor.reap()
         with self._db.tx() as s:
             touched |= set(s.scalars(select(JobRow.id).where(JobRow.cancel_requested.is_(True))))
         self._monitor.settle(touched)
+        due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
+        if not (self._dirty or touched or due):
+            return None
+        self._dirty = False
+        self._last_full = time.monotonic()
         with self._db.tx() as s:
-            snapshot = load_snapshot(s, self._clock.now())
+            snapshot = load_snapshot(s, self._clock.now(), self._specs)
         result = schedule(snapshot, self._config)
         for decision in result.starts:
             self._applier.start(decision)
-        with self._db.tx() as s:
-            job_repo.set_reasons(s, result.pending)
+        if result.starts:
+            self._dirty = True  # the next cycle sees the new placements
+        self._write_reasons(result.pending)
         self.last_cycle_s = time.perf_counter() - started
         return result
+
+    def _write_reasons(self, reasons: dict[int, Reason]) -> None:
+        """Write only reasons that differ from what this controller last wrote."""
+        changed = {i: r for i, r in reasons.items() if self._written.get(i) != r}
+        if changed:
+            with self._db.tx() as s:
+                job_repo.set_reasons(s, changed)
+        self._written = dict(reasons)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpupool.domain.decisions import CycleResult
+from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler.actions import allocate
 from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import explain
 from gpupool.scheduler.session import Session
 
@@ -23,5 +24,14 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Cycle
         if action is None:
             raise InvalidInput(f"unknown scheduler action {name!r}: use one of {', '.join(ACTIONS)}")
         action(session)
-    reasons = {job.id: explain(job, session.cluster) for job in session.queue}
+    # Jobs of the same shape get the same reason against the same free resources: explain each
+    # shape once, so a queue of thousands of similar jobs costs a handful of explanations.
+    by_shape: dict[tuple[WorkerDemand, int], Reason] = {}
+    reasons: dict[int, Reason] = {}
+    for job in session.queue:
+        shape = (WorkerDemand.of(job.spec), job.spec.workers)
+        reason = by_shape.get(shape)
+        if reason is None:
+            reason = by_shape[shape] = explain(job, session.cluster)
+        reasons[job.id] = reason
     return CycleResult(starts=tuple(session.starts), pending=reasons)

@@ -16,6 +16,8 @@ from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.tokens import Principal
 
+MAX_LIST = 100_000
+
 
 def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
     with ctx.db.tx() as s:
@@ -36,9 +38,13 @@ def events(ctx: HeadContext, job_id: int) -> list[Event]:
         return job_repo.job_events(s, job_id)
 
 
-def listing(ctx: HeadContext, include_finished: bool) -> list[JobRecord]:
+def listing(ctx: HeadContext, include_finished: bool, limit: int = 1000) -> tuple[list[JobRecord], int]:
+    """The newest ``limit`` jobs and how many there are in all."""
+    if not 1 <= limit <= MAX_LIST:
+        raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
     with ctx.db.tx() as s:
-        return job_repo.list_jobs(s, include_finished=include_finished)
+        total = job_repo.count_jobs(s, include_finished=include_finished)
+        return job_repo.list_jobs(s, include_finished=include_finished, limit=limit), total
 
 
 def cancel(ctx: HeadContext, job_id: int, who: Principal) -> JobRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.decisions import Reason
@@ -71,7 +71,15 @@ def get_job(session: Session, job_id: int) -> JobRecord:
     return job_record(row, _workers_of(session, [row.id]).get(row.id, []))
 
 
+def count_jobs(session: Session, *, include_finished: bool) -> int:
+    query = select(func.count(JobRow.id))
+    if not include_finished:
+        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+    return int(session.scalar(query) or 0)
+
+
 def list_jobs(session: Session, *, include_finished: bool, limit: int = 1000) -> list[JobRecord]:
+    """The newest ``limit`` jobs, oldest first."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
     if not include_finished:
         query = query.where(JobRow.state.in_(ACTIVE_STATES))
@@ -109,13 +117,23 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
 
 def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
     """Write only the reasons that changed: a steady queue costs no writes."""
-    if not reasons:
-        return
-    rows = session.scalars(select(JobRow).where(JobRow.id.in_(list(reasons)), JobRow.state == "pending"))
-    for row in rows:
-        reason = reasons[row.id]
-        if row.reason_code != reason.code.value or row.reason != reason.message:
-            row.reason_code, row.reason = reason.code.value, reason.message
+    ids = list(reasons)
+    for start in range(0, len(ids), 500):
+        current = list(
+            session.execute(
+                select(JobRow.id, JobRow.reason_code, JobRow.reason).where(
+                    JobRow.id.in_(ids[start : start + 500]), JobRow.state == "pending"
+                )
+            )
+        )
+        for job_id, code, message in current:
+            reason = reasons[job_id]
+            if code != reason.code.value or message != reason.message:
+                session.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id, JobRow.state == "pending")
+                    .values(reason_code=reason.code.value, reason=reason.message)
+                )
 
 
 def _holds_workers(session: Session, row: JobRow) -> bool:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.records import NodeRecord
 from gpupool.store.orm import GpuRow, NodeRow, WorkerRow
-from gpupool.store.transitions import add_event
+from gpupool.store.transitions import add_event, transition_node
 
 LIVE = ("launching", "running")
 
@@ -36,21 +36,13 @@ def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> No
             add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} joined")
         else:
             if row.state == NodeState.DOWN.value:
-                row.state = NodeState.UP.value
-                add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} is back")
+                transition_node(session, row, NodeState.UP, now, f"node {node.name} is back")
             row.address, row.cpus, row.memory_mib, row.updated_at = node.address, node.cpus, node.memory_mib, now
         _sync_gpus(session, node)
     session.flush()
     for row in session.scalars(select(NodeRow).where(NodeRow.name.not_in(seen) if seen else NodeRow.name.is_not(None))):
         if row.state != NodeState.DOWN.value:
-            row.state, row.updated_at = NodeState.DOWN.value, now
-            add_event(
-                session,
-                now,
-                kind="node_down",
-                node=row.name,
-                message=f"node {row.name} is not served by this head any more",
-            )
+            transition_node(session, row, NodeState.DOWN, now, f"node {row.name} is not served by this head any more")
 
 
 def _sync_gpus(session: Session, node: Node) -> None:
@@ -67,10 +59,12 @@ def _sync_gpus(session: Session, node: Node) -> None:
                     memory_mib=gpu.memory_mib,
                     simulated=gpu.simulated,
                     healthy=gpu.healthy,
+                    nvlink_group=gpu.nvlink_group,
                 )
             )
         else:
             row.uuid, row.model, row.memory_mib, row.simulated = gpu.uuid, gpu.model, gpu.memory_mib, gpu.simulated
+            row.healthy, row.nvlink_group = gpu.healthy, gpu.nvlink_group
     for stale in existing.values():
         session.delete(stale)
 
@@ -86,6 +80,7 @@ def load_nodes(session: Session) -> list[Node]:
                 memory_mib=g.memory_mib,
                 simulated=g.simulated,
                 healthy=g.healthy,
+                nvlink_group=g.nvlink_group,
             )
         )
     return [

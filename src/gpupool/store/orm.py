@@ -110,6 +110,7 @@ class GpuRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer)
     simulated: Mapped[bool] = mapped_column(Boolean)
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    nvlink_group: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class EventRow(Base):

@@ -1,12 +1,18 @@
-"""Build the scheduler's frozen snapshot in one short read transaction."""
+"""Build the scheduler's frozen snapshot in one short read transaction.
+
+Job specs never change after submit, so a controller passes a ``SpecCache``: a steady cycle then
+reads only ids, times and live worker rows, not every pending job's command and environment.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpupool.domain.jobs import JobSpec
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
@@ -15,25 +21,55 @@ from gpupool.store.orm import JobRow, WorkerRow
 LIVE = ("launching", "running")
 
 
-def load_snapshot(session: Session, now: datetime) -> Snapshot:
+class SpecCache:
+    def __init__(self) -> None:
+        self._specs: dict[int, JobSpec] = {}
+
+    def get(self, session: Session, ids: Iterable[int]) -> dict[int, JobSpec]:
+        wanted = list(ids)
+        missing = [i for i in wanted if i not in self._specs]
+        for start in range(0, len(missing), 500):
+            for row in session.scalars(select(JobRow).where(JobRow.id.in_(missing[start : start + 500]))):
+                self._specs[row.id] = spec_of(row)
+        return {i: self._specs[i] for i in wanted}
+
+    def keep_only(self, ids: set[int]) -> None:
+        for stale in set(self._specs) - ids:
+            del self._specs[stale]
+
+
+def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = None) -> Snapshot:
     """Resources are held by live worker rows, not by job states: a cancelled job whose process
     has not died yet still holds its GPUs, so nothing is handed out twice."""
+    cache = cache or SpecCache()
     nodes = tuple(load_nodes(session))
     by_job: dict[int, list[WorkerRow]] = {}
     for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE))):
         by_job.setdefault(w.job_id, []).append(w)
-    holding = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(list(by_job))))} if by_job else {}
+    started: dict[int, datetime | None] = {}
+    if by_job:
+        rows = session.execute(select(JobRow.id, JobRow.started_at).where(JobRow.id.in_(list(by_job))))
+        started = {job_id: at for job_id, at in rows}  # not dict(rows): a Result has .keys()
+    waiting = list(
+        session.execute(
+            select(JobRow.id, JobRow.submitted_at, JobRow.restarts)
+            .where(JobRow.state == "pending", JobRow.cancel_requested.is_(False))
+            .order_by(JobRow.id)
+        )
+    )
+    specs = cache.get(session, [*by_job, *(job_id for job_id, _, _ in waiting)])
+    cache.keep_only(set(specs))
     running = tuple(
         RunningJob(
             id=job_id,
-            spec=spec_of(holding[job_id]),
+            spec=specs[job_id],
             placements=tuple(placement_of(w) for w in sorted(ws, key=lambda w: w.worker)),
-            started_at=holding[job_id].started_at,
+            started_at=started.get(job_id),
         )
         for job_id, ws in sorted(by_job.items())
     )
     pending = tuple(
-        PendingJob(id=r.id, spec=spec_of(r), submitted_at=r.submitted_at, restarts=r.restarts)
-        for r in session.scalars(select(JobRow).where(JobRow.state == "pending").order_by(JobRow.id))
+        PendingJob(id=job_id, spec=specs[job_id], submitted_at=submitted, restarts=restarts)
+        for job_id, submitted, restarts in waiting
     )
     return Snapshot(now=now, nodes=nodes, running=running, pending=pending)

@@ -8,8 +8,9 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobState
-from gpupool.domain.lifecycle import check_job_transition
-from gpupool.store.orm import EventRow, JobRow
+from gpupool.domain.lifecycle import check_job_transition, check_node_transition
+from gpupool.domain.nodes import NodeState
+from gpupool.store.orm import EventRow, JobRow, NodeRow
 
 
 def transition_job(session: Session, row: JobRow, target: JobState, now: datetime, message: str) -> None:
@@ -29,6 +30,13 @@ def transition_job(session: Session, row: JobRow, target: JobState, now: datetim
     elif target is JobState.PENDING:
         row.reason_code, row.reason = "requeued", message
     add_event(session, now, kind=target.value, message=message, job_id=row.id)
+
+
+def transition_node(session: Session, row: NodeRow, target: NodeState, now: datetime, message: str) -> None:
+    """The one function that changes a node's state, checked against the node table."""
+    check_node_transition(row.name, NodeState(row.state), target)
+    row.state, row.updated_at = target.value, now
+    add_event(session, now, kind=f"node_{target.value}", message=message, node=row.name)
 
 
 def add_event(

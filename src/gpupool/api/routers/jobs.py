@@ -33,8 +33,16 @@ def submit(body: SubmitRequest, ctx: Ctx, who: Caller) -> JobOut:
 
 
 @router.get("", response_model=list[JobOut])
-def listing(ctx: Ctx, who: Caller, all: bool = Query(False, description="include finished jobs")) -> list[JobOut]:
-    return [JobOut.of(j) for j in job_service.listing(ctx, include_finished=all)]
+def listing(
+    ctx: Ctx,
+    who: Caller,
+    response: Response,
+    all: bool = Query(False, description="include finished jobs"),
+    limit: int = Query(1000, description="at most this many, the newest; X-Total-Count says how many exist"),
+) -> list[JobOut]:
+    jobs, total = job_service.listing(ctx, include_finished=all, limit=limit)
+    response.headers["X-Total-Count"] = str(total)
+    return [JobOut.of(j) for j in jobs]
 
 
 @router.get("/{job_id}", response_model=JobDetail)

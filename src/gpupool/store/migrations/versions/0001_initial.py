@@ -94,6 +94,7 @@ def upgrade() -> None:
         sa.Column("memory_mib", sa.Integer(), nullable=False),
         sa.Column("simulated", sa.Boolean(), nullable=False),
         sa.Column("healthy", sa.Boolean(), nullable=False),
+        sa.Column("nvlink_group", sa.Integer(), nullable=True),
         sa.ForeignKeyConstraint(["node"], ["nodes.name"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("node", "index"),
     )
