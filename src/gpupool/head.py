@@ -23,7 +23,7 @@ from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.errors import InvalidInput, Unavailable
 from gpupool.executors.local import LocalExecutor
-from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
+from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.runtime import NodeRuntime
@@ -46,6 +46,8 @@ class Topology:
 
 def plan_nodes(settings: Settings, nvml: GpuProbe) -> Topology:
     """Fake nodes when asked; else the real GPUs as one node; else a simulated demo cluster."""
+    if settings.fake_hardware is not None:
+        return Topology([(p.node, p) for p in load_hardware(settings.fake_hardware)], True, "")
     if settings.fake_nodes is not None or settings.fake_gpus is not None:
         count = settings.fake_nodes if settings.fake_nodes is not None else 1
         gpus = settings.fake_gpus if settings.fake_gpus is not None else DEMO_GPUS

@@ -35,6 +35,7 @@ class Settings:
     fake_nodes: int | None = None
     fake_gpus: int | None = None
     fake_gpu_model: str | None = None
+    fake_hardware: Path | None = None
     kill_grace_s: float = 10.0
     interval_s: float = 0.5
     base_env: Mapping[str, str] = field(default_factory=dict)

@@ -27,3 +27,11 @@ def head_factory(tmp_path: Path) -> Iterator[type[HeadProcess]]:
 def head(head_factory: type[HeadProcess]) -> HeadProcess:
     """A running 2 nodes x 4 simulated GPUs head."""
     return head_factory().start()
+
+
+@pytest.fixture(scope="module")
+def shared_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
+    """One head for a module whose tests change nothing (bad input is refused, not recorded)."""
+    head = HeadProcess(tmp_path_factory.mktemp("shared") / "data").start()
+    yield head
+    head.kill_everything()

@@ -10,6 +10,14 @@ from tests.e2e.headproc import HeadProcess
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def head(shared_head: HeadProcess) -> HeadProcess:
+    """Bad input changes nothing, so every test here shares one head; that is also what lets
+    test_rejected_submissions_leave_no_record see the whole module's refusals."""
+    return shared_head
+
+
 CLI_CASES = [
     (["submit", "--gpus", "-1", "--", "true"], "gpus must not be negative"),
     (["submit", "--gpus", "1.5", "--", "true"], "neither a whole number nor a fraction"),
@@ -43,7 +51,7 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(head: HeadProcess, args: list
 
 
 def test_rejected_submissions_leave_no_record(head: HeadProcess) -> None:
-    for args, _ in CLI_CASES[:10]:
+    for args, _ in CLI_CASES[:3]:
         head.cli(*args)
     with head.client() as c:
         assert c.jobs(include_finished=True) == []

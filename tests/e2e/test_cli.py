@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,8 +16,21 @@ from tests.e2e.headproc import HeadProcess, wait_state
 
 pytestmark = pytest.mark.e2e
 
-JOB_FIELDS = {"id", "name", "project", "state", "gpus", "workers", "placements", "reason", "exit_code", "restarts",
-              "submitted_at", "started_at", "finished_at"}
+JOB_FIELDS = {
+    "id",
+    "name",
+    "project",
+    "state",
+    "gpus",
+    "workers",
+    "placements",
+    "reason",
+    "exit_code",
+    "restarts",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+}
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -25,24 +39,33 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_submit_prints_the_id_last_and_json_listings_have_the_contract_fields(head: HeadProcess) -> None:
-    out = ok(head.cli("submit", "--name", "hello", "--project", "vision", "--gpus", "2", "--", "sh", "-c",
-                      "echo hi; sleep 0.3"))
+    out = ok(
+        head.cli(
+            "submit", "--name", "hello", "--project", "vision", "--gpus", "2", "--", "sh", "-c", "echo hi; sleep 0.3"
+        )
+    )
     job_id = int(out.strip().splitlines()[-1])
     with head.client() as c:
         wait_state(c, job_id, ("succeeded",))
     listing = json.loads(ok(head.cli("jobs", "--all", "-o", "json")))
     assert isinstance(listing, list) and len(listing) == 1
     job = listing[0]
-    assert JOB_FIELDS <= set(job)
+    assert set(job) >= JOB_FIELDS
     assert (job["id"], job["name"], job["project"], job["state"], job["gpus"], job["workers"]) == (
-        job_id, "hello", "vision", "succeeded", 2, 1)
+        job_id,
+        "hello",
+        "vision",
+        "succeeded",
+        2,
+        1,
+    )
     assert job["exit_code"] == 0 and job["restarts"] == 0 and job["reason"] is None
     (placement,) = job["placements"]
     assert set(placement) >= {"worker", "node", "gpus"} and len(placement["gpus"]) == 2
     for key in ("submitted_at", "started_at", "finished_at"):
         assert datetime.fromisoformat(job[key]).tzinfo is not None, key
     detail = json.loads(ok(head.cli("show", str(job_id), "-o", "json")))
-    assert isinstance(detail, dict) and JOB_FIELDS <= set(detail)
+    assert isinstance(detail, dict) and set(detail) >= JOB_FIELDS
     assert [e["kind"] for e in detail["events"]][:3] == ["submitted", "starting", "running"]
     assert json.loads(ok(head.cli("jobs", "-o", "json"))) == []  # finished jobs only with --all
 
@@ -97,8 +120,12 @@ def test_why_explains_a_pending_job_in_words_and_json(head: HeadProcess) -> None
     words = ok(head.cli("why", waiting))
     assert f"job {waiting} is pending: [resources] needs 3 GPUs; 0 of 8 GPUs are free" in words
     answer = json.loads(ok(head.cli("why", waiting, "-o", "json")))
-    assert answer == {"id": int(waiting), "state": "pending", "reason_code": "resources",
-                      "reason": "needs 3 GPUs; 0 of 8 GPUs are free"}
+    assert answer == {
+        "id": int(waiting),
+        "state": "pending",
+        "reason_code": "resources",
+        "reason": "needs 3 GPUs; 0 of 8 GPUs are free",
+    }
     listing = ok(head.cli("jobs"))
     assert "needs 3 GPUs" in listing
     assert "not pending" in ok(head.cli("why", blocker))
@@ -108,8 +135,15 @@ def test_why_explains_a_pending_job_in_words_and_json(head: HeadProcess) -> None
 def test_openapi_docs_and_healthz(head: HeadProcess) -> None:
     assert httpx.get(head.url + "/docs").status_code == 200
     paths = httpx.get(head.url + "/openapi.json").json()["paths"]
-    assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel", "/api/v1/jobs/{job_id}/why",
-            "/api/v1/jobs/{job_id}/logs", "/api/v1/nodes", "/healthz"} <= set(paths)
+    assert {
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/{job_id}/cancel",
+        "/api/v1/jobs/{job_id}/why",
+        "/api/v1/jobs/{job_id}/logs",
+        "/api/v1/nodes",
+        "/healthz",
+    } <= set(paths)
     health = httpx.get(head.url + "/healthz").json()
     assert health["status"] == "ok" and health["nodes"] == 2 and health["gpus"] == 8 and health["simulated"] is True
 
@@ -123,3 +157,41 @@ def test_fractional_jobs_share_one_gpu(head: HeadProcess) -> None:
         assert jobs[0]["placements"][0]["gpu_share"] == 0.5
         for i in ids:
             c.cancel(int(i))
+
+
+def test_max_runtime_stops_an_overrunning_job_and_marks_it_failed(head: HeadProcess) -> None:
+    job = head.cli("submit", "--gpus", "1", "--max-runtime", "1s", "--", "sleep", "60").stdout.split()[-1]
+    quick = head.cli("submit", "--gpus", "1", "--max-runtime", "1m", "--", "true").stdout.split()[-1]
+    with head.client() as c:
+        done = wait_state(c, int(job), ("failed", "cancelled", "succeeded"), timeout=20)
+        assert wait_state(c, int(quick), ("succeeded", "failed"))["state"] == "succeeded"
+        kinds = [e["kind"] for e in c.job(int(job))["events"]]
+    assert done["state"] == "failed" and done["exit_code"] == 143
+    assert "timeout" in kinds
+    started = datetime.fromisoformat(done["started_at"])
+    finished = datetime.fromisoformat(done["finished_at"])
+    assert 0.9 <= (finished - started).total_seconds() < 10
+
+
+def test_heterogeneous_cluster_from_a_hardware_file_honours_gpu_model(
+    head_factory: type[HeadProcess], tmp_path: Path
+) -> None:
+    spec = tmp_path / "hw.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"name": "a100-1", "gpus": [{"model": "A100"}] * 4},
+                    {"name": "t4-1", "gpus": [{"model": "T4", "memory_mib": 15360}] * 2},
+                ]
+            }
+        )
+    )
+    head = head_factory(extra=["--fake-hardware", str(spec)]).start()
+    assert "2 nodes, 6 GPUs (simulated)" in head.ready_line
+    job = ok(head.cli("submit", "--gpu-model", "T4|L4", "--", "true")).split()[-1]
+    with head.client() as c:
+        done = wait_state(c, int(job), ("succeeded",))
+    assert done["placements"][0]["node"] == "t4-1"
+    refused = head.cli("submit", "--gpu-model", "H100", "--", "true")
+    assert refused.returncode == 2 and "models here: A100, T4" in refused.stderr

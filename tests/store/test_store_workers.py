@@ -44,8 +44,9 @@ def move(db: Database, job_id: int, now: datetime, *states: JobState) -> None:
 def test_begin_start_writes_placements_before_launch(db: Database, now: datetime) -> None:
     job_id = submit(db, now, gpus=2, workers=2)
     with db.tx() as session:
-        attempt = workers.begin_start(session, job_id, GANG, now)
-    assert attempt == 1
+        ticket = workers.begin_start(session, job_id, GANG, now)
+    assert ticket.attempt == 1 and not ticket.preempted
+    assert [p for _, p in ticket.workers] == list(GANG)
     with db.tx() as session:
         job = jobs.get_job(session, job_id)
         rows = workers.attempt_workers(session, job_id, 1)
@@ -122,7 +123,7 @@ def test_a_retry_shows_only_the_current_attempt(db: Database, now: datetime) -> 
     move(db, job_id, now, JobState.PENDING)
     retry = (Placement(worker=0, node="n2", gpus=(2, 3)), Placement(worker=1, node="n2", gpus=(0, 1)))
     with db.tx() as session:
-        assert workers.begin_start(session, job_id, retry, now) == 2
+        assert workers.begin_start(session, job_id, retry, now).attempt == 2
     with db.tx() as session:
         job = jobs.get_job(session, job_id)
         first = workers.attempt_workers(session, job_id, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -11,6 +12,28 @@ from gpupool.domain.errors import Unauthorized
 from gpupool.services.context import HeadContext
 from gpupool.store.tokens import Principal, principal_for
 
+
+class _PrincipalCache:
+    """Valid tokens seen recently, so a request costs no token query. Short-lived on purpose:
+    a revoked token stops working within ``ttl_s``."""
+
+    def __init__(self, ttl_s: float = 30.0, size: int = 1024) -> None:
+        self._ttl, self._size = ttl_s, size
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, token: str) -> Principal | None:
+        entry = self._entries.get(token)
+        if entry is None or time.monotonic() - entry[0] > self._ttl:
+            return None
+        return entry[1]
+
+    def put(self, token: str, who: Principal) -> None:
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        self._entries[token] = (time.monotonic(), who)
+
+
+_cache = _PrincipalCache()
 _bearer = HTTPBearer(auto_error=False, description="a gpupool token (the admin token is in the data dir)")
 
 
@@ -26,8 +49,12 @@ def principal(
     if credentials is None:
         raise Unauthorized("missing token: set GPUPOOL_TOKEN, or GPUPOOL_DATA_DIR to the head's data dir")
     ctx = context(request)
-    with ctx.db.tx() as s:
-        who = principal_for(s, credentials.credentials)
+    who = _cache.get(credentials.credentials)
+    if who is None:
+        with ctx.db.tx() as s:
+            who = principal_for(s, credentials.credentials)
+        if who is not None:
+            _cache.put(credentials.credentials, who)
     if who is None:
         raise Unauthorized("invalid token: check GPUPOOL_TOKEN (or the admin-token file of the head's data dir)")
     return who

@@ -22,6 +22,9 @@ def up(
     fake_nodes: Annotated[int | None, typer.Option(help="simulate this many nodes")] = None,
     fake_gpus: Annotated[int | None, typer.Option(help="simulated GPUs per node")] = None,
     fake_gpu_model: Annotated[str | None, typer.Option(help="model name of the simulated GPUs")] = None,
+    fake_hardware: Annotated[
+        Path | None, typer.Option(help="simulate the nodes and GPUs a JSON file describes")
+    ] = None,
     kill_grace: Annotated[float, typer.Option(help="seconds between SIGTERM and SIGKILL")] = 10.0,
     interval: Annotated[float, typer.Option(help="seconds between controller cycles")] = 0.5,
 ) -> None:
@@ -37,6 +40,7 @@ def up(
         fake_nodes=fake_nodes,
         fake_gpus=fake_gpus,
         fake_gpu_model=fake_gpu_model,
+        fake_hardware=fake_hardware,
         kill_grace_s=kill_grace,
         interval_s=interval,
     )

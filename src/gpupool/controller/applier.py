@@ -11,7 +11,7 @@ from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain.decisions import StartJob
-from gpupool.domain.jobs import JobState
+from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.worker_env import worker_env
 from gpupool.executors.base import Executor
 from gpupool.node.runtime import LaunchRequest
@@ -30,50 +30,49 @@ class Applier:
         self._clock = clock
         self._grace = kill_grace_s
 
-    def start(self, decision: StartJob) -> None:
+    def start(self, decision: StartJob, spec: JobSpec) -> None:
+        """Start one job the scheduler placed; ``spec`` comes from the cycle's snapshot."""
         now = self._clock.now()
         with self._db.tx() as s:
-            attempt = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
-            job = job_repo.get_job(s, decision.job_id)
-            workers = worker_repo.attempt_workers(s, decision.job_id, attempt)
+            ticket = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
+        attempt, job_id = ticket.attempt, decision.job_id
         rendezvous = self._executor.rendezvous(decision.placements[0].node)
         launched: list[tuple[int, dict[str, Any]]] = []
         failed: list[tuple[int, str]] = []
-        for w in workers:
-            p = w.placement
+        for worker_id, p in ticket.workers:
             env = worker_env(
-                job_id=job.id,
-                spec=job.spec,
+                job_id=job_id,
+                spec=spec,
                 placement=p,
                 rendezvous=rendezvous,
                 restarts=attempt - 1,
-                preempted=job.preempted,
+                preempted=ticket.preempted,
             )
             gpus = ",".join(map(str, p.gpus)) or "none"
             request = LaunchRequest(
-                job_id=job.id,
+                job_id=job_id,
                 attempt=attempt,
                 worker=p.worker,
-                argv=job.spec.command,
+                argv=spec.command,
                 env=env,
-                workdir=job.spec.workdir,
+                workdir=spec.workdir,
                 cpus=p.cpus,
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
-                header=f"--- gpupool: job {job.id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
+                header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
             )
             try:
-                launched.append((w.id, self._executor.launch(p.node, request)))
+                launched.append((worker_id, self._executor.launch(p.node, request)))
             except Exception as exc:  # an executor failure must not take the controller down
-                log.exception("launch of job %s worker %s failed", job.id, p.worker)
-                failed.append((w.id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
+                log.exception("launch of job %s worker %s failed", job_id, p.worker)
+                failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
         now = self._clock.now()
         with self._db.tx() as s:
             for worker_id, handle in launched:
                 worker_repo.mark_launched(s, worker_id, handle, now)
             for worker_id, message in failed:
                 worker_repo.record_exit(s, worker_id, None, True, now)
-                job_repo.add_job_event(s, job.id, now, "launch_failed", message)
-            row = job_repo.job_row(s, job.id, lock=True)
+                job_repo.add_job_event(s, job_id, now, "launch_failed", message)
+            row = job_repo.job_row(s, job_id, lock=True)
             if row.state == JobState.STARTING.value:
                 transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")

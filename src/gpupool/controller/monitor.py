@@ -76,11 +76,15 @@ class Monitor:
                     if state is JobState.STARTING:
                         transition_job(s, row, JobState.RUNNING, self._clock.now(), "running")
                     target = _VERDICT_STATE[outcome.verdict]
+                    message = outcome.message
+                    if outcome.verdict is Verdict.CANCELLED and row.timed_out:
+                        target = JobState.FAILED
+                        message = f"stopped after its max runtime of {row.max_runtime_s}s"
                     if outcome.verdict is Verdict.REQUEUE:
                         row.restarts += 1
                     row.exit_code = outcome.exit_code if target is not JobState.PENDING else row.exit_code
                     row.cancel_requested = False
-                    transition_job(s, row, target, self._clock.now(), outcome.message)
+                    transition_job(s, row, target, self._clock.now(), message)
             self._stop(to_stop)
 
     def _stop(self, workers: list[WorkerRecord]) -> None:

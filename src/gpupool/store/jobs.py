@@ -42,6 +42,7 @@ def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> Jo
         restarts=0,
         preempted=False,
         cancel_requested=False,
+        timed_out=False,
         submitted_at=now,
     )
     session.add(row)
@@ -113,6 +114,29 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
             message=f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
         )
     return get_job(session, job_id)
+
+
+def stop_overdue(session: Session, now: datetime) -> list[int]:
+    """Mark running jobs past their max runtime for stopping; the cancel machinery does the rest."""
+    rows = session.scalars(
+        select(JobRow).where(
+            JobRow.state == "running", JobRow.max_runtime_s.is_not(None), JobRow.cancel_requested.is_(False)
+        )
+    )
+    overdue = []
+    for row in rows:
+        limit = row.max_runtime_s or 0
+        if row.started_at is not None and (now - row.started_at).total_seconds() >= limit:
+            row.cancel_requested = row.timed_out = True
+            add_event(
+                session,
+                now,
+                kind="timeout",
+                job_id=row.id,
+                message=f"ran longer than its max runtime of {row.max_runtime_s}s; stopping it",
+            )
+            overdue.append(row.id)
+    return overdue
 
 
 def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:

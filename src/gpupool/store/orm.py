@@ -60,6 +60,7 @@ class JobRow(Base):
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     preempted: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    timed_out: Mapped[bool] = mapped_column(Boolean, default=False)  # stopped for exceeding max_runtime_s
     submitted_at: Mapped[datetime] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)

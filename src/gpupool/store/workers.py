@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,13 +19,23 @@ from gpupool.store.transitions import add_event, transition_job
 LIVE = (WorkerStatus.LAUNCHING.value, WorkerStatus.RUNNING.value)
 
 
-def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> int:
+@dataclass(frozen=True, slots=True)
+class StartTicket:
+    """What the launch needs from the start transaction: the attempt and the worker rows."""
+
+    attempt: int
+    preempted: bool
+    workers: tuple[tuple[int, Placement], ...]
+
+
+def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
     """Pending -> starting with the decided placements written first, so a head that dies before
-    the launch finds the GPUs accounted for. Returns the attempt number."""
+    the launch finds the GPUs accounted for."""
     row = job_row(session, job_id, lock=True)
     transition_job(session, row, JobState.STARTING, now, _describe(placements))
+    rows = []
     for p in placements:
-        session.add(
+        rows.append(
             WorkerRow(
                 job_id=job_id,
                 attempt=row.starts,
@@ -39,7 +50,9 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
                 started_at=None,
             )
         )
-    return row.starts
+    session.add_all(rows)
+    session.flush()
+    return StartTicket(row.starts, row.preempted, tuple((w.id, p) for w, p in zip(rows, placements, strict=True)))
 
 
 def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:

@@ -26,8 +26,7 @@ class FakeProbe:
         return [
             GpuInfo(
                 index=i,
-                # Stable across restarts, distinct across nodes: derived from node name and index.
-                uuid="GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpupool-sim/{self.node}/{i}")),
+                uuid=_uuid(self.node, i),
                 model=self.model,
                 memory_mib=self.memory_mib,
                 simulated=True,
@@ -37,27 +36,47 @@ class FakeProbe:
 
 
 @dataclass(frozen=True, slots=True)
-class JsonProbe:
-    """GPUs described in a JSON file: ``[{"model": "A100", "memory_mib": 40960}, ...]``.
-
-    For tests and demos of heterogeneous hardware; still simulated."""
+class ListedProbe:
+    """GPUs as a hardware description lists them; still simulated."""
 
     node: str
-    path: Path
+    listed: tuple[GpuInfo, ...]
 
     def gpus(self) -> list[GpuInfo]:
-        try:
-            items = json.loads(self.path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InvalidInput(f"cannot read GPU description {self.path}: {exc}") from None
-        return [
-            GpuInfo(
-                index=i,
-                uuid=item.get("uuid") or "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpupool-sim/{self.node}/{i}")),
-                model=str(item.get("model", DEFAULT_MODEL)),
-                memory_mib=int(item.get("memory_mib", DEFAULT_MEMORY_MIB)),
-                simulated=True,
-                nvlink_group=item.get("nvlink_group"),
+        return list(self.listed)
+
+
+def load_hardware(path: Path) -> list[ListedProbe]:
+    """Read a simulated cluster from JSON, for heterogeneous demos and tests::
+
+    {"nodes": [{"name": "a100-1", "gpus": [{"model": "A100", "memory_mib": 40960,
+                                             "nvlink_group": 0}, ...]}, ...]}
+    """
+    try:
+        data = json.loads(path.read_text())
+        nodes = data["nodes"]
+        probes = []
+        for spec in nodes:
+            name = str(spec["name"])
+            gpus = tuple(
+                GpuInfo(
+                    index=i,
+                    uuid=str(g.get("uuid") or _uuid(name, i)),
+                    model=str(g.get("model", DEFAULT_MODEL)),
+                    memory_mib=int(g.get("memory_mib", DEFAULT_MEMORY_MIB)),
+                    simulated=True,
+                    nvlink_group=g.get("nvlink_group"),
+                )
+                for i, g in enumerate(spec.get("gpus", []))
             )
-            for i, item in enumerate(items)
-        ]
+            probes.append(ListedProbe(name, gpus))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(f"cannot read the hardware description {path}: {exc!r}") from None
+    if not probes or len({p.node for p in probes}) != len(probes):
+        raise InvalidInput(f"the hardware description {path} needs at least one node and distinct node names")
+    return probes
+
+
+def _uuid(node: str, index: int) -> str:
+    # Stable across restarts, distinct across nodes: derived from node name and index.
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpupool-sim/{node}/{index}"))

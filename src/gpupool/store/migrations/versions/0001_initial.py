@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("restarts", sa.Integer(), nullable=False),
         sa.Column("preempted", sa.Boolean(), nullable=False),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),
+        sa.Column("timed_out", sa.Boolean(), nullable=False),
         sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
