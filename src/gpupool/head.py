@@ -183,7 +183,7 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise Unavailable(
-            f"cannot listen on {host}:{port}: {exc.strerror}; pass another --port", code="port_in_use"
+            f"cannot listen on {host}:{port}: {exc.strerror}; pass another --host or --port", code="port_in_use"
         ) from None
     sock.listen(2048)
     sock.set_inheritable(True)

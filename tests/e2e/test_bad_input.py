@@ -127,3 +127,24 @@ def test_cli_without_a_head_says_how_to_start_one(head_factory: type[HeadProcess
     assert result.returncode == 1
     assert "cannot reach the gpupool head" in result.stderr and "gpupool up" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+UP_CASES = [
+    (["--db", "bogus"], "malformed database URL"),
+    (["--db", "bogus://x"], "unknown database driver"),
+    (["--db", "postgresql://nobody@127.0.0.1:1/x"], "cannot open the database"),
+    (["--port", "99999"], "Invalid value for '--port'"),
+    (["--fake-nodes", "0"], "--fake-nodes must be >= 1"),
+    (["--fake-hardware", "/nonexistent/hw.json"], "cannot read the hardware description"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), UP_CASES, ids=[" ".join(a) for a, _ in UP_CASES])
+def test_up_with_bad_options_says_so_in_one_line(
+    head_factory: type[HeadProcess], tmp_path: object, args: list[str], message: str
+) -> None:
+    probe = head_factory()
+    result = probe.cli("up", "--data-dir", str(probe.data_dir), "--port", str(probe.port), *args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr

@@ -18,19 +18,13 @@ from gpupool.store import jobs, workers
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
 from gpupool.store.transitions import transition_job
+from tests.store.helpers import move
 
 
 def submit(db: Database, now: datetime, **spec: Any) -> int:
     spec.setdefault("command", ["python", "train.py"])
     with db.tx() as session:
         return jobs.insert_job(session, JobSpec.create(**spec), "alice", now).id
-
-
-def move(db: Database, job_id: int, now: datetime, *states: JobState) -> None:
-    with db.tx() as session:
-        row = jobs.job_row(session, job_id)
-        for state in states:
-            transition_job(session, row, state, now, f"test: to {state.value}")
 
 
 def state_of(db: Database, job_id: int) -> JobState:

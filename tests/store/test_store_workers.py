@@ -14,7 +14,7 @@ from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.store import jobs, nodes, workers
 from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
-from gpupool.store.transitions import transition_job
+from tests.store.helpers import move
 
 GANG = (
     Placement(worker=1, node="n2", gpus=(0, 1), cpus=(0, 1, 2, 3), memory_mib=4096),
@@ -32,13 +32,6 @@ def submit(db: Database, now: datetime, **spec: object) -> int:
     with db.tx() as session:
         nodes.register_nodes(session, [node("n1"), node("n2")], now)
         return jobs.insert_job(session, JobSpec.create(command=["train"], **spec), "alice", now).id  # type: ignore[arg-type]
-
-
-def move(db: Database, job_id: int, now: datetime, *states: JobState) -> None:
-    with db.tx() as session:
-        row = jobs.job_row(session, job_id)
-        for state in states:
-            transition_job(session, row, state, now, f"to {state.value}")
 
 
 def test_begin_start_writes_placements_before_launch(db: Database, now: datetime) -> None:

@@ -49,13 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         return _exit(130)
     except ClientError as exc:
-        err_console.print(f"error: {exc.message}")
+        err_console.print(f"error: {' '.join(exc.message.split())}")
         return _exit(2 if exc.status < 500 else 1)
     except HeadUnreachable as exc:
         err_console.print(f"error: {exc}")
         return _exit(1)
     except GpupoolError as exc:
-        err_console.print(f"error: {exc.message}")
+        err_console.print(f"error: {' '.join(exc.message.split())}")
         return _exit(2)
     return _exit(result if isinstance(result, int) else 0)
 

@@ -12,7 +12,7 @@ from gpupool.settings import DEFAULT_PORT, Settings
 
 
 def up(
-    port: Annotated[int, typer.Option(help="API port")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(help="API port (0: any free port)", min=0, max=65535)] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     data_dir: Annotated[
         Path | None,
@@ -25,8 +25,8 @@ def up(
     fake_hardware: Annotated[
         Path | None, typer.Option(help="simulate the nodes and GPUs a JSON file describes")
     ] = None,
-    kill_grace: Annotated[float, typer.Option(help="seconds between SIGTERM and SIGKILL")] = 10.0,
-    interval: Annotated[float, typer.Option(help="seconds between controller cycles")] = 0.5,
+    kill_grace: Annotated[float, typer.Option(help="seconds between SIGTERM and SIGKILL", min=0)] = 10.0,
+    interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
 ) -> None:
     """Start the head: API, controller and local executor in one process."""
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick

@@ -11,7 +11,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -26,6 +26,12 @@ def make_engine(url: str) -> Engine:
     except ArgumentError:
         raise InvalidInput(
             f"malformed database URL {url!r}: use e.g. sqlite:///path/db.sqlite or postgresql+psycopg://user@host/db"
+        ) from None
+    try:
+        parsed.get_dialect()
+    except NoSuchModuleError:
+        raise InvalidInput(
+            f"unknown database driver in {url!r}: use sqlite:///PATH or postgresql+psycopg://..."
         ) from None
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
@@ -61,9 +67,9 @@ def migrate(engine: Engine) -> None:
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, "head")
     except OperationalError as exc:
-        raise Unavailable(
-            f"cannot open the database {engine.url.render_as_string(hide_password=True)}: {exc.orig}"
-        ) from None
+        reason = " ".join(str(exc.orig).split())
+        where = engine.url.render_as_string(hide_password=True)
+        raise Unavailable(f"cannot open the database {where}: {reason}") from None
 
 
 class Database:

@@ -70,8 +70,10 @@ def load_hardware(path: Path) -> list[ListedProbe]:
                 for i, g in enumerate(spec.get("gpus", []))
             )
             probes.append(ListedProbe(name, gpus))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(f"cannot read the hardware description {path}: {exc!r}") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the hardware description {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(f"the hardware description {path} is malformed: {type(exc).__name__} {exc}") from None
     if not probes or len({p.node for p in probes}) != len(probes):
         raise InvalidInput(f"the hardware description {path} needs at least one node and distinct node names")
     return probes
