@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,16 +42,33 @@ def pending(
     priority: str = "train",
     at: float | None = None,
     gpu_model: str | None = None,
+    project: str = "default",
 ) -> PendingJob:
     spec = JobSpec.create(
-        command=["true"], gpus=gpus, workers=workers, cpus=cpus, memory=memory, priority=priority, gpu_model=gpu_model
+        command=["true"],
+        gpus=gpus,
+        workers=workers,
+        cpus=cpus,
+        memory=memory,
+        priority=priority,
+        gpu_model=gpu_model,
+        project=project,
     )
     return PendingJob(job_id, spec, T0 + timedelta(seconds=job_id if at is None else at))
 
 
-def running(job_id: int, *placements: tuple[str, tuple[int, ...]], share: float = 0.0, cpus: int = 0) -> RunningJob:
+def running(
+    job_id: int,
+    *placements: tuple[str, tuple[int, ...]],
+    share: float = 0.0,
+    cpus: int = 0,
+    project: str = "default",
+    priority: str = "train",
+) -> RunningJob:
     gpus = share if share else float(len(placements[0][1]))
-    spec = JobSpec.create(command=["true"], gpus=gpus, workers=len(placements), cpus=cpus)
+    spec = JobSpec.create(
+        command=["true"], gpus=gpus, workers=len(placements), cpus=cpus, project=project, priority=priority
+    )
     return RunningJob(
         job_id,
         spec,
@@ -60,6 +78,9 @@ def running(job_id: int, *placements: tuple[str, tuple[int, ...]], share: float 
 
 
 def snapshot(
-    nodes: list[Node], pending_jobs: list[PendingJob], running_jobs: list[RunningJob] | None = None
+    nodes: list[Node],
+    pending_jobs: list[PendingJob],
+    running_jobs: list[RunningJob] | None = None,
+    projects: list[Project] | None = None,
 ) -> Snapshot:
-    return Snapshot(T0, tuple(nodes), tuple(running_jobs or ()), tuple(pending_jobs))
+    return Snapshot(T0, tuple(nodes), tuple(running_jobs or ()), tuple(pending_jobs), tuple(projects or ()))

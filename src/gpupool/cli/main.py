@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import jobs, nodes, up
+from gpupool.cli import jobs, nodes, projects, up
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
@@ -34,6 +34,8 @@ app.command()(jobs.cancel)
 app.command()(jobs.wait)
 app.command()(jobs.why)
 app.command("nodes")(nodes.nodes)
+app.command("projects")(projects.projects)
+app.add_typer(projects.project_app, name="project")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,16 @@ class GpupoolClient:
     def why(self, job_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/api/v1/jobs/{job_id}/why"))
 
+    def projects(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/projects"))
+
+    def set_project(self, name: str, quota: float, limit: float | None, weight: float) -> dict[str, Any]:
+        body = {"quota": quota, "limit": limit, "weight": weight}
+        return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
+
+    def delete_project(self, name: str) -> None:
+        self._send("DELETE", f"/api/v1/projects/{name}")
+
     def nodes(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/nodes"))
 

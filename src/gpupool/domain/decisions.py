@@ -20,6 +20,8 @@ class ReasonCode(enum.StrEnum):
     MEMORY = "memory"
     GPU_MODEL = "gpu_model"
     PRIORITY = "priority"
+    QUOTA = "quota"
+    LIMIT = "limit"
 
 
 @dataclass(frozen=True, slots=True)

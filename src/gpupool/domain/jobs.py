@@ -87,6 +87,11 @@ class JobSpec:
     def total_gpus(self) -> float:
         return self.gpus * self.workers
 
+    @property
+    def quota_bound(self) -> bool:
+        """interactive and inference run only inside their project's quota (DESIGN §3)."""
+        return self.priority is not Priority.TRAIN
+
     @classmethod
     def create(
         cls,

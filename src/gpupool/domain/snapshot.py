@@ -11,6 +11,7 @@ from datetime import datetime
 
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
+from gpupool.domain.projects import Project
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +38,4 @@ class Snapshot:
     nodes: tuple[Node, ...]
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
+    projects: tuple[Project, ...] = ()

@@ -29,6 +29,9 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Cycle
     by_shape: dict[tuple[WorkerDemand, int], Reason] = {}
     reasons: dict[int, Reason] = {}
     for job in session.queue:
+        if job.id in session.reasons:  # a policy reason (quota, limit) given by an action
+            reasons[job.id] = session.reasons[job.id]
+            continue
         shape = (WorkerDemand.of(job.spec), job.spec.workers)
         reason = by_shape.get(shape)
         if reason is None:

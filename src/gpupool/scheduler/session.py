@@ -1,16 +1,19 @@
-"""One cycle's working state: the cluster's free resources, the queue, and what was decided."""
+"""One cycle's working state: free resources, per-project usage, the queue, what was decided."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from gpupool.domain.decisions import Reason, StartJob
 from gpupool.domain.jobs import Placement
+from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, Snapshot
 from gpupool.scheduler import registry
 from gpupool.scheduler.cluster import ClusterState, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.plugins.fit import fit_worker
 
 
@@ -20,13 +23,35 @@ class Session:
     config: SchedulerConfig
     cluster: ClusterState
     queue: list[PendingJob]
+    projects: dict[str, Project]
+    shares: dict[str, float]
+    allocated: dict[str, float]
     starts: list[StartJob] = field(default_factory=list)
     reasons: dict[int, Reason] = field(default_factory=dict)
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig) -> Session:
         order = registry.job_order(config.job_order)
-        return cls(snapshot, config, ClusterState(snapshot), sorted(snapshot.pending, key=order))
+        cluster = ClusterState(snapshot)
+        capacity = sum(1 for n in cluster.nodes.values() for g in n.node.gpus if g.healthy)
+        projects = {p.name: p for p in effective_projects(list(snapshot.projects), capacity)}
+        for name in {j.spec.project for j in snapshot.pending} | {j.spec.project for j in snapshot.running}:
+            projects.setdefault(name, Project(name))
+        allocated: dict[str, float] = defaultdict(float)
+        for running in snapshot.running:
+            allocated[running.spec.project] += running.spec.total_gpus
+        return cls(
+            snapshot,
+            config,
+            cluster,
+            sorted(snapshot.pending, key=order),
+            projects,
+            fair_shares(projects.values(), capacity),
+            allocated,
+        )
+
+    def project(self, name: str) -> Project:
+        return self.projects.get(name) or Project(name)
 
     def try_place_gang(self, job: PendingJob) -> tuple[Placement, ...] | None:
         """Place every worker or none: a partial gang is rolled back through the statement."""
@@ -47,3 +72,7 @@ class Session:
                 return None
             statement.place(best[1])
         return statement.commit()
+
+    def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
+        self.starts.append(StartJob(job.id, placements))
+        self.allocated[job.spec.project] += job.spec.total_gpus

@@ -14,6 +14,7 @@ from gpupool.scheduler.demand import WorkerDemand
 from gpupool.services.context import HeadContext
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
+from gpupool.store import projects as project_repo
 from gpupool.store.tokens import Principal
 
 MAX_LIST = 100_000
@@ -22,6 +23,7 @@ MAX_LIST = 100_000
 def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
     with ctx.db.tx() as s:
         _check_satisfiable(spec, node_repo.load_nodes(s))
+        project_repo.ensure_project(s, spec.project, ctx.clock.now())
         job = job_repo.insert_job(s, spec, who.user, ctx.clock.now())
     ctx.wake_controller()
     return job

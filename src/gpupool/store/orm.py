@@ -135,3 +135,13 @@ class TokenRow(Base):
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column()
+
+
+class ProjectRow(Base):
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    quota: Mapped[float] = mapped_column(Float)
+    limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    weight: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column()

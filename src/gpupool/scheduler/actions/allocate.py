@@ -1,17 +1,64 @@
-"""Allocate: walk the queue in order and start every job whose whole gang fits now."""
+"""Allocate: projects furthest below their fair share go first; within a project, the job order
+(priority class, then submit time). A job starts when its whole gang fits now and its project's
+limit (and, for interactive and inference, its quota) allows it."""
 
 from __future__ import annotations
 
-from gpupool.domain.decisions import StartJob
+import heapq
+from collections import defaultdict, deque
+
+from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.session import Session
 
 
 def run(session: Session) -> None:
-    still_waiting = []
+    queues: dict[str, deque[PendingJob]] = defaultdict(deque)
     for job in session.queue:
-        placements = session.try_place_gang(job)
-        if placements is None:
-            still_waiting.append(job)
-            continue
-        session.starts.append(StartJob(job.id, placements))
-    session.queue = still_waiting
+        queues[job.spec.project].append(job)
+    heap = [(_rank(session, name), name) for name in queues]
+    heapq.heapify(heap)
+    waiting: list[PendingJob] = []
+    while heap:
+        _, name = heapq.heappop(heap)
+        job = queues[name].popleft()
+        refusal = _policy_refusal(session, job)
+        if refusal is not None:
+            session.reasons[job.id] = refusal
+            waiting.append(job)
+        else:
+            placements = session.try_place_gang(job)
+            if placements is None:
+                waiting.append(job)
+            else:
+                session.record_start(job, placements)
+        if queues[name]:
+            heapq.heappush(heap, (_rank(session, name), name))
+    session.queue = waiting
+
+
+def _rank(session: Session, name: str) -> tuple[float, str]:
+    """Smaller first: the project furthest below its share (as a fraction of it), then by name."""
+    share = session.shares.get(name, 0.0)
+    used = session.allocated.get(name, 0.0)
+    below = (share - used) / share if share > 0 else -1.0 - used
+    return (-below, name)
+
+
+def _policy_refusal(session: Session, job: PendingJob) -> Reason | None:
+    project = session.project(job.spec.project)
+    held = session.allocated.get(project.name, 0.0)
+    need = job.spec.total_gpus
+    if project.limit is not None and held + need > project.limit + 1e-9:
+        return Reason(
+            ReasonCode.LIMIT,
+            f"limit: project {project.name} holds {held:g} of its limit "
+            f"{project.limit:g} GPUs; this job needs {need:g} more",
+        )
+    if job.spec.quota_bound and held + need > project.quota + 1e-9:
+        return Reason(
+            ReasonCode.QUOTA,
+            f"quota: {job.spec.priority.value} jobs run only inside the quota; project "
+            f"{project.name} holds {held:g} of its quota {project.quota:g} GPUs",
+        )
+    return None

@@ -1,0 +1,38 @@
+"""/api/v1/projects: list, set (admin), delete (admin)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from gpupool.api.deps import Caller, Ctx
+from gpupool.api.schemas.projects import ProjectOut, ProjectSet
+from gpupool.domain.errors import NotFound
+from gpupool.domain.projects import Project
+from gpupool.services import projects as project_service
+
+router = APIRouter(prefix="/api/v1/projects", tags=["projects"])
+
+
+@router.get("", response_model=list[ProjectOut])
+def listing(ctx: Ctx, who: Caller) -> list[ProjectOut]:
+    return [ProjectOut.of(v) for v in project_service.listing(ctx)]
+
+
+@router.get("/{name}", response_model=ProjectOut)
+def show(name: str, ctx: Ctx, who: Caller) -> ProjectOut:
+    for v in project_service.listing(ctx):
+        if v.project.name == name:
+            return ProjectOut.of(v)
+    raise NotFound(f"no project {name}: list projects with gpupool projects", code="project_not_found")
+
+
+@router.put("/{name}", response_model=ProjectOut)
+def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOut:
+    project = Project.create(name, quota=body.quota, limit=body.limit, weight=body.weight)
+    return ProjectOut.of(project_service.set_project(ctx, project, who))
+
+
+@router.delete("/{name}", status_code=204, response_class=Response)
+def delete_project(name: str, ctx: Ctx, who: Caller) -> Response:
+    project_service.delete_project(ctx, name, who)
+    return Response(status_code=204)

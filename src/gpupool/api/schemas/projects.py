@@ -1,0 +1,42 @@
+"""Project request/response models."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpupool.services.projects import ProjectView
+
+
+class ProjectSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    quota: float = Field(0.0, description="GPUs guaranteed to the project")
+    limit: float | None = Field(None, description="most GPUs it may hold, borrowing included; null for no limit")
+    weight: float = Field(1.0, description="its part of the GPUs beyond all quotas")
+
+
+class ProjectOut(BaseModel):
+    name: str
+    quota: float
+    limit: float | None
+    weight: float
+    allocated: float
+    pending: float
+    pending_jobs: int
+    fair_share: float
+    borrowed: float
+
+    @classmethod
+    def of(cls, v: ProjectView) -> ProjectOut:
+        p = v.project
+        return cls(
+            name=p.name,
+            quota=p.quota,
+            limit=p.limit,
+            weight=p.weight,
+            allocated=v.allocated,
+            pending=v.pending,
+            pending_jobs=v.pending_jobs,
+            fair_share=round(v.fair_share, 3),
+            borrowed=v.borrowed,
+        )

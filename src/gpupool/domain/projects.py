@@ -1,0 +1,52 @@
+"""Projects (queues): a guaranteed quota, a limit on what they may hold, a weight for the rest.
+
+Quantities are GPUs; a fractional worker counts by its share.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from gpupool.domain.errors import InvalidInput
+
+DEFAULT_PROJECT = "default"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    name: str
+    quota: float = 0.0
+    limit: float | None = None  # None: no limit beyond the cluster
+    weight: float = 1.0
+
+    @classmethod
+    def create(cls, name: str, quota: float = 0.0, limit: float | None = None, weight: float = 1.0) -> Project:
+        if not _NAME_RE.match(name):
+            raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
+        for label, value in (("quota", quota), ("weight", weight)):
+            if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) or value < 0:
+                raise InvalidInput(f"{label} must be a number >= 0, got {value!r}")
+        if weight == 0:
+            raise InvalidInput("weight must be above 0 (it is the project's part of the GPUs beyond all quotas)")
+        if limit is not None:
+            if math.isnan(limit) or limit < 0:
+                raise InvalidInput(f"limit must be a number >= 0, got {limit!r}")
+            if limit < quota:
+                raise InvalidInput(f"limit {limit:g} is below quota {quota:g}: a project may always use its quota")
+        return cls(name, float(quota), None if limit is None else float(limit), float(weight))
+
+    def describe_limit(self) -> str:
+        return "none" if self.limit is None else f"{self.limit:g}"
+
+
+def effective_projects(configured: list[Project], capacity: float) -> list[Project]:
+    """The projects the scheduler and the API reason about. Until an admin sets it, ``default``
+    is guaranteed what no other project is (the whole cluster on a fresh install), so interactive
+    jobs, which must fit inside a quota, run without any set-up."""
+    by_name = {p.name: p for p in configured}
+    unclaimed = max(0.0, float(capacity) - sum(p.quota for p in configured))
+    by_name.setdefault(DEFAULT_PROJECT, Project(DEFAULT_PROJECT, quota=unclaimed))
+    return sorted(by_name.values(), key=lambda p: p.name)

@@ -1,0 +1,66 @@
+"""Project use cases: list with usage and fair share, set, delete."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.errors import Forbidden
+from gpupool.domain.projects import Project, effective_projects
+from gpupool.scheduler.fair_share import fair_shares
+from gpupool.services.context import HeadContext
+from gpupool.store import nodes as node_repo
+from gpupool.store import projects as project_repo
+from gpupool.store.tokens import Principal
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectView:
+    project: Project
+    allocated: float
+    pending: float
+    pending_jobs: int
+    fair_share: float
+
+    @property
+    def borrowed(self) -> float:
+        """GPUs held beyond the quota: the part another project may reclaim."""
+        return max(0.0, self.allocated - self.project.quota)
+
+
+def listing(ctx: HeadContext) -> list[ProjectView]:
+    with ctx.db.tx() as s:
+        configured = project_repo.list_projects(s)
+        allocated, pending, pending_jobs = project_repo.usage(s)
+        capacity = sum(1 for n in node_repo.load_nodes(s) if n.schedulable for g in n.gpus if g.healthy)
+    projects = effective_projects(configured, capacity)
+    shares = fair_shares(projects, capacity)
+    return [
+        ProjectView(
+            p,
+            allocated.get(p.name, 0.0),
+            pending.get(p.name, 0.0),
+            pending_jobs.get(p.name, 0),
+            shares.get(p.name, 0.0),
+        )
+        for p in projects
+    ]
+
+
+def set_project(ctx: HeadContext, project: Project, who: Principal) -> ProjectView:
+    _admin(who, "set projects")
+    with ctx.db.tx() as s:
+        project_repo.set_project(s, project, ctx.clock.now())
+    ctx.wake_controller()
+    return next(v for v in listing(ctx) if v.project.name == project.name)
+
+
+def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:
+    _admin(who, "delete projects")
+    with ctx.db.tx() as s:
+        project_repo.delete_project(s, name, ctx.clock.now())
+    ctx.wake_controller()
+
+
+def _admin(who: Principal, what: str) -> None:
+    if not who.is_admin:
+        raise Forbidden(f"only an admin may {what}; {who.user} is a {who.role}")

@@ -1,0 +1,30 @@
+"""projects
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-22 22:24:14.585501
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "projects",
+        sa.Column("name", sa.String(length=64), nullable=False),
+        sa.Column("quota", sa.Float(), nullable=False),
+        sa.Column("limit", sa.Float(), nullable=True),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("projects")

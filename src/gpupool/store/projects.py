@@ -1,0 +1,88 @@
+"""Project rows and the per-project usage the API shows (allocated, pending)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.errors import Conflict, NotFound
+from gpupool.domain.projects import DEFAULT_PROJECT, Project
+from gpupool.store.orm import JobRow, ProjectRow, WorkerRow
+from gpupool.store.transitions import add_event
+
+LIVE = ("launching", "running")
+ACTIVE = ("pending", "starting", "running", "preempted", "lost")
+
+
+def _project(row: ProjectRow) -> Project:
+    return Project(row.name, row.quota, row.limit, row.weight)
+
+
+def list_projects(session: Session) -> list[Project]:
+    """The projects an admin set up, or that jobs created (see ``effective_projects`` for the rest)."""
+    return [_project(r) for r in session.scalars(select(ProjectRow).order_by(ProjectRow.name))]
+
+
+def ensure_project(session: Session, name: str, now: datetime) -> None:
+    """A job may name a project nobody set up yet: it gets quota 0, no limit, weight 1."""
+    if name != DEFAULT_PROJECT and session.get(ProjectRow, name) is None:
+        session.add(ProjectRow(name=name, quota=0.0, limit=None, weight=1.0, created_at=now))
+        add_event(
+            session,
+            now,
+            kind="project_created",
+            message=f"project {name} created by its first job "
+            "with quota 0 (borrowing only); set one with gpupool project set",
+        )
+
+
+def set_project(session: Session, project: Project, now: datetime) -> Project:
+    row = session.get(ProjectRow, project.name)
+    if row is None:
+        row = ProjectRow(name=project.name, created_at=now)
+        session.add(row)
+    row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
+    add_event(
+        session,
+        now,
+        kind="project_set",
+        message=f"project {project.name}: quota {project.quota:g}, "
+        f"limit {project.describe_limit()}, weight {project.weight:g}",
+    )
+    return project
+
+
+def delete_project(session: Session, name: str, now: datetime) -> None:
+    row = session.get(ProjectRow, name)
+    if row is None:
+        raise NotFound(f"no project {name}: list projects with gpupool projects", code="project_not_found")
+    active = session.scalar(select(func.count(JobRow.id)).where(JobRow.project == name, JobRow.state.in_(ACTIVE)))
+    if active:
+        raise Conflict(
+            f"project {name} still has {active} pending or running job(s); cancel them or let them finish first",
+            code="project_in_use",
+        )
+    session.delete(row)
+    add_event(session, now, kind="project_deleted", message=f"project {name} deleted")
+
+
+def usage(session: Session) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """GPUs held by live workers, GPUs asked for by pending jobs, and pending job counts, by project."""
+    allocated: dict[str, float] = defaultdict(float)
+    held = session.execute(
+        select(JobRow.project, WorkerRow.gpus, WorkerRow.gpu_share)
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .where(WorkerRow.status.in_(LIVE))
+    )
+    for project, gpus, share in held:
+        allocated[project] += share if share else len(gpus)
+    pending: dict[str, float] = defaultdict(float)
+    pending_jobs: dict[str, int] = defaultdict(int)
+    waiting = session.execute(select(JobRow.project, JobRow.gpus, JobRow.workers).where(JobRow.state == "pending"))
+    for project, per_worker, workers in waiting:
+        pending[project] += per_worker * workers
+        pending_jobs[project] += 1
+    return dict(allocated), dict(pending), dict(pending_jobs)
