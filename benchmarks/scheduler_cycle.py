@@ -15,7 +15,11 @@ column (a job over 8 GPUs becomes a gang of 8-GPU workers); some 1-GPU jobs are 
 much larger than the free capacity, so most pending jobs do not fit: each is tried against the
 nodes and explained, which is the hard case.
 
-Where the scheduler has projects, the 10 projects get quotas (60 % of the GPUs, Zipf-like).
+Where the scheduler has projects, the 10 projects get quotas (60 % of the GPUs, Zipf-like; the
+``default`` project gets none) and the running jobs are spread over them in proportion to their
+fair share (quota + an equal part of the rest): the steady state, where reclaim finds little to
+do and only the random spread leaves a few projects a little below their quota. Some running
+1-2 GPU jobs are interactive or inference.
 
 For each case it prints the sizes, the jobs the cycle starts, the cycle time (median and min
 over --repeats runs of ``schedule()`` alone; building the snapshot is not timed) and a split of
@@ -84,8 +88,11 @@ RUNNING_MIX: list[tuple[tuple[float, int], float]] = [
     ((8.0, 2), 0.005),
 ]
 FRACTIONAL_SHARE = 0.10  # of pending 1-GPU jobs, turned into 0.25 or 0.5 of a GPU
-PRIORITIES = (("train", 85), ("interactive", 10), ("inference", 5))
+PRIORITIES = (("train", 94), ("interactive", 4), ("inference", 2))  # for 1-2 GPU single-worker jobs
 PROJECTS = ("vision", "nlp", "speech", "rl", "recsys", "llm-pretrain", "llm-finetune", "infra", "research", "eval")
+PROJECT_WEIGHTS = [1 / (k + 1) for k in range(len(PROJECTS))]  # Zipf-like: a few big projects
+QUOTA_PART = 0.6  # of all GPUs, split over the projects as quotas in PROJECT_WEIGHTS proportions
+RUNNING_PRIORITIES = (("train", 92), ("interactive", 5), ("inference", 3))  # for 1-2 GPU jobs
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -180,8 +187,23 @@ def _find_node(fills: list[_Fill], gpus: float, cpus: int, memory: int, rng: ran
     return None
 
 
+def quotas(capacity: int) -> list[float]:
+    scale = QUOTA_PART * capacity / sum(PROJECT_WEIGHTS)
+    return [float(round(w * scale)) for w in PROJECT_WEIGHTS]
+
+
+def fair_share_weights(capacity: int) -> list[float]:
+    """Quota plus an equal part of the GPUs no quota covers (``default`` has a part too)."""
+    rest = capacity - sum(quotas(capacity))
+    return [q + rest / (len(PROJECTS) + 1) for q in quotas(capacity)]
+
+
 def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple[list[RunningJob], int]:
-    """``count`` running jobs placed at random over the nodes, largest first; (jobs, not placed)."""
+    """``count`` running jobs placed at random over the nodes, largest first; (jobs, not placed).
+
+    Projects are drawn in proportion to their fair share (the steady state of a full cluster).
+    """
+    share_weights = fair_share_weights(sum(len(n.gpus) for n in nodes))
     fills = [_Fill(n.name, list(range(len(n.gpus))), list(range(n.cpus)), n.memory_mib) for n in nodes]
     shapes = rng.choices([s for s, _ in RUNNING_MIX], weights=[w for _, w in RUNNING_MIX], k=count)
     shapes.sort(key=lambda s: s[0] * s[1], reverse=True)
@@ -198,13 +220,17 @@ def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple
         if len(placements) < workers:  # cannot happen below ~100 % fill; undo is not needed for a benchmark
             dropped += 1
             continue
+        priority = "train"
+        if workers == 1 and gpus <= 2:
+            priority = rng.choices([p for p, _ in RUNNING_PRIORITIES], weights=[w for _, w in RUNNING_PRIORITIES])[0]
         spec = JobSpec.create(
             command=["python", "train.py"],
-            project=rng.choice(PROJECTS),
+            project=rng.choices(PROJECTS, weights=share_weights)[0],
             gpus=gpus,
             workers=workers,
             cpus=cpus,
             memory=memory,
+            priority=priority,
         )
         started = T0 - timedelta(seconds=rng.uniform(60, 3 * 86400))
         jobs.append(RunningJob(job_id, spec, tuple(placements), started))
@@ -214,7 +240,6 @@ def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple
 def make_pending(
     count: int, first_id: int, sizes: list[int], weights: list[int], rng: random.Random
 ) -> list[PendingJob]:
-    project_weights = [1 / (k + 1) for k in range(len(PROJECTS))]  # Zipf-like: a few busy projects
     drawn = rng.choices(sizes, weights=weights, k=count)
     jobs = []
     for offset, total in enumerate(drawn):
@@ -230,7 +255,7 @@ def make_pending(
         cpus, memory = worker_resources(gpus, rng)
         spec = JobSpec.create(
             command=["python", "train.py", "--config", f"exp{offset % 97}.yaml"],
-            project=rng.choices(PROJECTS, weights=project_weights)[0],
+            project=rng.choices(PROJECTS, weights=PROJECT_WEIGHTS)[0],
             gpus=gpus,
             workers=workers,
             cpus=cpus,
@@ -262,10 +287,10 @@ def build_snapshot(nodes: int, running: int, pending: int, seed: int, sizes: lis
 
 
 def make_projects(capacity: int) -> tuple[Any, ...]:
-    """Quotas for the 10 projects (60 % of the GPUs, Zipf-like), where the scheduler has projects.
+    """Quotas for the 10 projects and none for ``default``, where the scheduler has projects.
 
-    Without quotas interactive and inference jobs would all be refused before any fit check.
-    Returns () on a scheduler without projects.
+    Without quotas interactive and inference jobs would all be refused before any fit check, and
+    an unconfigured ``default`` is guaranteed the whole cluster. () on a scheduler without projects.
     """
     if "projects" not in {f.name for f in dataclasses.fields(Snapshot)}:
         return ()
@@ -273,9 +298,8 @@ def make_projects(capacity: int) -> tuple[Any, ...]:
         from gpupool.domain.projects import Project
     except ImportError:
         return ()
-    weights = [1 / (k + 1) for k in range(len(PROJECTS))]
-    scale = 0.6 * capacity / sum(weights)
-    return tuple(Project(name, quota=float(round(w * scale))) for name, w in zip(PROJECTS, weights, strict=True))
+    configured = [Project(name, quota=q) for name, q in zip(PROJECTS, quotas(capacity), strict=True)]
+    return (Project("default", quota=0.0), *configured)
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +505,7 @@ def print_case(case: dict[str, Any]) -> None:
         total = split["total_s"]
         match = "" if split["matches_schedule"] else "  [WARNING: result differs from the timed runs]"
         print(f"split of one more run with timers on its steps ({_ms(total)} in all){match}:")
-        order = ["Session.open", *sorted(k for k in split["phases"] if k.startswith("action "))]
+        order = ["Session.open", *(k for k in split["phases"] if k.startswith("action "))]  # in call order
         order += ["try_place_gang, placed", "try_place_gang, failed", "explain(job, cluster)", "rest of schedule()"]
         for key in order:
             item = split["phases"].get(key)

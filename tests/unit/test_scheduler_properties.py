@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.projects import Project
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import schedule
-from tests.unit.builders import node, pending, snapshot
+from tests.unit.builders import T0, node, pending, snapshot
 
 GPU_CHOICES = [0, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
 
@@ -112,3 +115,55 @@ def test_work_conserving_a_job_that_fits_alone_on_an_empty_cluster_is_not_left_w
         for job in jobs:
             alone = schedule(snapshot(nodes, [job]))
             assert not alone.starts, f"job {job.id} fits alone but nothing started"
+
+
+@st.composite
+def contested(draw: st.DrawFn) -> tuple[list, list[PendingJob], list[RunningJob], list[Project]]:  # type: ignore[type-arg]
+    """A cluster with projects, some of them borrowing, and a queue that wants GPUs back."""
+    nodes, jobs = draw(clusters())
+    names = ["a", "b", "c"]
+    projects = [Project(n, quota=float(draw(st.integers(0, 8))), weight=float(draw(st.integers(1, 3)))) for n in names]
+    jobs = [replace(j, spec=replace(j.spec, project=draw(st.sampled_from(names)))) for j in jobs]
+    half = len(jobs) // 2
+    first = schedule(snapshot(nodes, jobs[:half], projects=projects))
+    by_id = {j.id: j for j in jobs}
+    held = [
+        RunningJob(
+            s.job_id,
+            by_id[s.job_id].spec,
+            s.placements,
+            T0 + timedelta(seconds=s.job_id),
+            stopping=draw(st.booleans()) and draw(st.booleans()),
+        )
+        for s in first.starts
+    ]
+    return nodes, jobs[half:], held, projects
+
+
+@settings(max_examples=600, deadline=None)
+@given(contested())
+def test_preemption_only_stops_train_jobs_and_never_takes_a_lender_below_quota(
+    case: tuple[list, list[PendingJob], list[RunningJob], list[Project]],  # type: ignore[type-arg]
+) -> None:
+    nodes, queue, held, projects = case
+    result = schedule(snapshot(nodes, queue, held, projects))
+    running = {r.id: r for r in held}
+    waiting = {j.id: j for j in queue}
+    quotas = {p.name: p.quota for p in projects}
+    allocated: dict[str, float] = defaultdict(float)
+    for r in held:
+        allocated[r.spec.project] += r.spec.total_gpus
+    taken: dict[str, float] = defaultdict(float)
+    assert len({p.job_id for p in result.preemptions}) == len(result.preemptions), "a job preempted twice"
+    for p in result.preemptions:
+        victim, beneficiary = running[p.job_id], waiting[p.for_job]
+        assert not victim.spec.quota_bound, "an interactive or inference job was preempted"
+        assert not victim.stopping, "a job already stopping was chosen again"
+        assert p.for_job not in {s.job_id for s in result.starts}
+        if victim.spec.project != beneficiary.spec.project:
+            taken[victim.spec.project] += victim.spec.total_gpus
+        else:
+            assert victim.spec.priority.rank < beneficiary.spec.priority.rank
+    for project, gpus in taken.items():
+        assert allocated[project] - gpus >= quotas[project] - 1e-9, f"reclaim took {project} below its quota"
+    _check_no_overallocation(nodes, list(result.starts), held)

@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from gpupool.clock import Clock
 from gpupool.controller.applier import Applier
@@ -80,7 +80,8 @@ class Controller:
         touched = self._monitor.reap()
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
-            touched |= set(s.scalars(select(JobRow.id).where(JobRow.cancel_requested.is_(True))))
+            stopping = or_(JobRow.cancel_requested.is_(True), JobRow.preempt_requested.is_(True))
+            touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
         if not (self._dirty or touched or due):
@@ -93,8 +94,12 @@ class Controller:
         specs = {job.id: job.spec for job in snapshot.pending}
         for decision in result.starts:
             self._applier.start(decision, specs[decision.job_id])
-        if result.starts:
-            self._dirty = True  # the next cycle sees the new placements
+        if result.preemptions:
+            with self._db.tx() as s:
+                for victim in result.preemptions:
+                    job_repo.request_preempt(s, victim.job_id, self._clock.now(), victim.message)
+        if result.starts or result.preemptions:
+            self._dirty = True  # the next cycle sees the new placements and the stopping jobs
         self._write_reasons(result.pending)
         self.last_cycle_s = time.perf_counter() - started
         return result

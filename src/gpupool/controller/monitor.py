@@ -21,6 +21,7 @@ _VERDICT_STATE = {
     Verdict.FAILED: JobState.FAILED,
     Verdict.CANCELLED: JobState.CANCELLED,
     Verdict.REQUEUE: JobState.PENDING,
+    Verdict.PREEMPTED: JobState.PREEMPTED,
 }
 
 
@@ -65,7 +66,11 @@ class Monitor:
                     continue
                 workers = worker_repo.attempt_workers(s, job_id, row.starts)
                 outcome = judge(
-                    workers, cancel_requested=row.cancel_requested, restarts=row.restarts, max_restarts=row.max_restarts
+                    workers,
+                    cancel_requested=row.cancel_requested,
+                    restarts=row.restarts,
+                    max_restarts=row.max_restarts,
+                    preempt_requested=row.preempt_requested,
                 )
                 if outcome.verdict is Verdict.WAIT:
                     continue
@@ -83,8 +88,13 @@ class Monitor:
                     if outcome.verdict is Verdict.REQUEUE:
                         row.restarts += 1
                     row.exit_code = outcome.exit_code if target is not JobState.PENDING else row.exit_code
-                    row.cancel_requested = False
+                    row.cancel_requested = row.preempt_requested = False
                     transition_job(s, row, target, self._clock.now(), message)
+                    if target is JobState.PREEMPTED:
+                        row.preempted = True
+                        transition_job(
+                            s, row, JobState.PENDING, self._clock.now(), "back in the queue after preemption"
+                        )
             self._stop(to_stop)
 
     def _stop(self, workers: list[WorkerRecord]) -> None:

@@ -22,6 +22,8 @@ class ReasonCode(enum.StrEnum):
     PRIORITY = "priority"
     QUOTA = "quota"
     LIMIT = "limit"
+    RECLAIM = "reclaim"  # GPUs are being taken back for this job; it starts when they are free
+    PREEMPTING = "preempting"  # lower-priority jobs of its project are being stopped for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,16 @@ class StartJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop a running job (SIGTERM, grace, SIGKILL) and requeue it, restarts kept."""
+
+    job_id: int
+    message: str
+    for_job: int  # the waiting job the GPUs go to
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     starts: tuple[StartJob, ...] = ()
     pending: dict[int, Reason] = field(default_factory=dict)
+    preemptions: tuple[Preempt, ...] = ()

@@ -20,6 +20,7 @@ class Verdict(enum.StrEnum):
     FAILED = "failed"
     REQUEUE = "requeue"
     CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,14 @@ class Outcome:
     message: str
 
 
-def judge(workers: Sequence[WorkerRecord], *, cancel_requested: bool, restarts: int, max_restarts: int) -> Outcome:
+def judge(
+    workers: Sequence[WorkerRecord],
+    *,
+    cancel_requested: bool,
+    restarts: int,
+    max_restarts: int,
+    preempt_requested: bool = False,
+) -> Outcome:
     live = [w for w in workers if w.status.holds_resources]
     ended = sorted(
         (w for w in workers if not w.status.holds_resources),
@@ -42,6 +50,10 @@ def judge(workers: Sequence[WorkerRecord], *, cancel_requested: bool, restarts: 
         if live:
             return Outcome(Verdict.STOP_REST, code, "stopping workers for cancel")
         return Outcome(Verdict.CANCELLED, code, "cancelled; all workers stopped")
+    if preempt_requested:
+        if live:
+            return Outcome(Verdict.STOP_REST, code, "stopping workers for preemption")
+        return Outcome(Verdict.PREEMPTED, code, "preempted; requeued with its restart count kept")
     if first_bad is not None:
         what = (
             f"worker {first_bad.placement.worker} was lost"

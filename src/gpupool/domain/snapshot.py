@@ -30,6 +30,11 @@ class RunningJob:
     spec: JobSpec
     placements: tuple[Placement, ...]
     started_at: datetime | None
+    stopping: bool = False  # being cancelled or preempted: its resources are on their way back
+
+    @property
+    def preemptible(self) -> bool:
+        return not self.stopping and not self.spec.quota_bound
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,17 @@ from collections.abc import Callable
 from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
-from gpupool.scheduler.actions import allocate
+from gpupool.scheduler.actions import allocate, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import explain
 from gpupool.scheduler.session import Session
 
-ACTIONS: dict[str, Callable[[Session], None]] = {"allocate": allocate.run}
+ACTIONS: dict[str, Callable[[Session], None]] = {
+    "allocate": allocate.run,
+    "reclaim": reclaim.run,
+    "preempt": preempt.run,
+}
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> CycleResult:
@@ -37,4 +41,4 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Cycle
         if reason is None:
             reason = by_shape[shape] = explain(job, session.cluster)
         reasons[job.id] = reason
-    return CycleResult(starts=tuple(session.starts), pending=reasons)
+    return CycleResult(starts=tuple(session.starts), pending=reasons, preemptions=tuple(session.preemptions))

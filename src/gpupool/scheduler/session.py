@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gpupool.domain.decisions import Reason, StartJob
+from gpupool.domain.decisions import Preempt, Reason, StartJob
 from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, Snapshot
@@ -28,6 +28,9 @@ class Session:
     allocated: dict[str, float]
     starts: list[StartJob] = field(default_factory=list)
     reasons: dict[int, Reason] = field(default_factory=dict)
+    preemptions: list[Preempt] = field(default_factory=list)
+    claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
+    bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig) -> Session:
@@ -38,8 +41,11 @@ class Session:
         for name in {j.spec.project for j in snapshot.pending} | {j.spec.project for j in snapshot.running}:
             projects.setdefault(name, Project(name))
         allocated: dict[str, float] = defaultdict(float)
+        bound: dict[str, float] = defaultdict(float)
         for running in snapshot.running:
             allocated[running.spec.project] += running.spec.total_gpus
+            if running.spec.quota_bound:
+                bound[running.spec.project] += running.spec.total_gpus
         return cls(
             snapshot,
             config,
@@ -48,12 +54,17 @@ class Session:
             projects,
             fair_shares(projects.values(), capacity),
             allocated,
+            bound=bound,
         )
 
     def project(self, name: str) -> Project:
         return self.projects.get(name) or Project(name)
 
-    def try_place_gang(self, job: PendingJob) -> tuple[Placement, ...] | None:
+    def fits(self, job: PendingJob) -> bool:
+        """Would the whole gang fit now? Leaves the cluster state as it found it."""
+        return self.try_place_gang(job, commit=False) is not None
+
+    def try_place_gang(self, job: PendingJob, *, commit: bool = True) -> tuple[Placement, ...] | None:
         """Place every worker or none: a partial gang is rolled back through the statement."""
         demand = WorkerDemand.of(job.spec)
         score = registry.placement(self.config.placement)
@@ -71,8 +82,15 @@ class Session:
                 statement.discard()
                 return None
             statement.place(best[1])
+        if not commit:
+            placed = statement.commit()
+            for p in reversed(placed):
+                self.cluster.give_back(p)
+            return placed
         return statement.commit()
 
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))
         self.allocated[job.spec.project] += job.spec.total_gpus
+        if job.spec.quota_bound:
+            self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus

@@ -43,6 +43,7 @@ def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> Jo
         preempted=False,
         cancel_requested=False,
         timed_out=False,
+        preempt_requested=False,
         submitted_at=now,
     )
     session.add(row)
@@ -114,6 +115,17 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
             message=f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
         )
     return get_job(session, job_id)
+
+
+def request_preempt(session: Session, job_id: int, now: datetime, message: str) -> bool:
+    """Mark a running job for preemption; the monitor stops it and requeues it. False if it is
+    no longer running or already being stopped."""
+    row = job_row(session, job_id, lock=True)
+    if row.state != "running" or row.cancel_requested or row.preempt_requested:
+        return False
+    row.preempt_requested = True
+    add_event(session, now, kind="preempt_requested", job_id=row.id, message=message)
+    return True
 
 
 def stop_overdue(session: Session, now: datetime) -> list[int]:

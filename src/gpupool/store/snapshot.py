@@ -48,9 +48,17 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
     for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE))):
         by_job.setdefault(w.job_id, []).append(w)
     started: dict[int, datetime | None] = {}
+    stopping: set[int] = set()
     if by_job:
-        rows = session.execute(select(JobRow.id, JobRow.started_at).where(JobRow.id.in_(list(by_job))))
-        started = {job_id: at for job_id, at in rows}  # not dict(rows): a Result has .keys()
+        rows = session.execute(
+            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.cancel_requested, JobRow.preempt_requested).where(
+                JobRow.id.in_(list(by_job))
+            )
+        )
+        for job_id, at, state, cancelling, preempting in rows:
+            started[job_id] = at
+            if cancelling or preempting or state not in ("starting", "running"):
+                stopping.add(job_id)
     waiting = list(
         session.execute(
             select(JobRow.id, JobRow.submitted_at, JobRow.restarts)
@@ -66,6 +74,7 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
             spec=specs[job_id],
             placements=tuple(placement_of(w) for w in sorted(ws, key=lambda w: w.worker)),
             started_at=started.get(job_id),
+            stopping=job_id in stopping,
         )
         for job_id, ws in sorted(by_job.items())
     )

@@ -52,7 +52,8 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         )
     session.add_all(rows)
     session.flush()
-    return StartTicket(row.starts, row.preempted, tuple((w.id, p) for w, p in zip(rows, placements, strict=True)))
+    preempted, row.preempted = row.preempted, False  # GPUPOOL_PREEMPTED=1 on the next start only
+    return StartTicket(row.starts, preempted, tuple((w.id, p) for w, p in zip(rows, placements, strict=True)))
 
 
 def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:

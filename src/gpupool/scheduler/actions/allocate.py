@@ -55,10 +55,13 @@ def _policy_refusal(session: Session, job: PendingJob) -> Reason | None:
             f"limit: project {project.name} holds {held:g} of its limit "
             f"{project.limit:g} GPUs; this job needs {need:g} more",
         )
-    if job.spec.quota_bound and held + need > project.quota + 1e-9:
+    # Interactive and inference must fit inside the quota beside the project's other such jobs;
+    # its own train jobs do not count: the preempt action displaces them.
+    bound = session.bound.get(project.name, 0.0)
+    if job.spec.quota_bound and bound + need > project.quota + 1e-9:
         return Reason(
             ReasonCode.QUOTA,
-            f"quota: {job.spec.priority.value} jobs run only inside the quota; project "
-            f"{project.name} holds {held:g} of its quota {project.quota:g} GPUs",
+            f"quota: {job.spec.priority.value} jobs run only inside the quota; project {project.name} holds "
+            f"{bound:g} of its quota {project.quota:g} GPUs in interactive and inference jobs",
         )
     return None

@@ -15,6 +15,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch_op:
+        batch_op.add_column(sa.Column("preempt_requested", sa.Boolean(), nullable=False, server_default=sa.false()))
     op.create_table(
         "projects",
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -27,4 +29,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch_op:
+        batch_op.drop_column("preempt_requested")
     op.drop_table("projects")

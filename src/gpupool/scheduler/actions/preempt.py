@@ -1,0 +1,46 @@
+"""Preempt: inside a project, an interactive or inference job that fits its quota but not the
+free GPUs displaces the project's own train jobs, most recently started first. Interactive and
+inference jobs are never displaced."""
+
+from __future__ import annotations
+
+from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from gpupool.scheduler.session import Session
+from gpupool.scheduler.victims import choose_victims
+
+
+def run(session: Session) -> None:
+    for job in session.queue:
+        if job.id in session.reasons or not job.spec.quota_bound:
+            continue
+        candidates = sorted(
+            (
+                r
+                for r in session.snapshot.running
+                if r.preemptible
+                and r.spec.project == job.spec.project
+                and r.spec.priority.rank < job.spec.priority.rank
+            ),
+            key=lambda r: (r.started_at is None, r.started_at),
+            reverse=True,
+        )
+        victims = choose_victims(session, job, candidates)
+        if victims is None:
+            continue
+        for victim in victims:
+            session.allocated[victim.spec.project] -= victim.spec.total_gpus
+            session.preemptions.append(
+                Preempt(
+                    victim.id,
+                    f"preempted: {job.spec.priority.value} job {job.id} of project {job.spec.project} needs its GPUs",
+                    for_job=job.id,
+                )
+            )
+        session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+        session.bound[job.spec.project] = session.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
+        session.reasons[job.id] = Reason(
+            ReasonCode.PREEMPTING,
+            f"preempting {len(victims)} train job(s) of project {job.spec.project}; starts when their GPUs are free"
+            if victims
+            else "waiting for jobs being stopped to free their GPUs",
+        )

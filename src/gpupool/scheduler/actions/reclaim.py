@@ -1,0 +1,60 @@
+"""Reclaim: a project below its quota with work waiting takes GPUs back from projects that
+borrowed beyond theirs, preempting the fewest, most recently started over-quota train jobs,
+and never taking a lender below its own quota."""
+
+from __future__ import annotations
+
+from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from gpupool.domain.snapshot import RunningJob
+from gpupool.scheduler.session import Session
+from gpupool.scheduler.victims import choose_victims
+
+
+def run(session: Session) -> None:
+    for job in session.queue:
+        if job.id in session.reasons:  # refused by policy (limit, quota): reclaim cannot help
+            continue
+        project = session.project(job.spec.project)
+        if session.allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
+            continue  # only GPUs within the quota are taken back
+        candidates = sorted(
+            (
+                r
+                for r in session.snapshot.running
+                if r.preemptible and r.spec.project != project.name and _borrowing(session, r.spec.project)
+            ),
+            key=lambda r: (r.started_at is None, r.started_at),
+            reverse=True,
+        )
+
+        def keeps_quota(chosen: list[RunningJob], victim: RunningJob, _session: Session = session) -> bool:
+            lender = victim.spec.project
+            taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
+            return _session.allocated.get(lender, 0.0) - taken >= _session.project(lender).quota - 1e-9
+
+        victims = choose_victims(session, job, candidates, keeps_quota)
+        if victims is None:
+            continue
+        lenders = sorted({v.spec.project for v in victims})
+        for victim in victims:
+            session.allocated[victim.spec.project] -= victim.spec.total_gpus
+            session.preemptions.append(
+                Preempt(
+                    victim.id,
+                    f"preempted: project {victim.spec.project} borrowed beyond its quota and project "
+                    f"{project.name} reclaims GPUs for job {job.id}",
+                    for_job=job.id,
+                )
+            )
+        session.allocated[project.name] = session.allocated.get(project.name, 0.0) + job.spec.total_gpus
+        message = (
+            f"reclaim: stopping {len(victims)} job(s) of {', '.join(lenders)} that borrowed beyond "
+            f"quota; starts when their GPUs are free"
+            if victims
+            else "reclaim: waiting for jobs being stopped to free their GPUs"
+        )
+        session.reasons[job.id] = Reason(ReasonCode.RECLAIM, message)
+
+
+def _borrowing(session: Session, name: str) -> bool:
+    return session.allocated.get(name, 0.0) > session.project(name).quota + 1e-9

@@ -1,0 +1,81 @@
+"""Choose the fewest, most recently started running jobs whose GPUs let a waiting job fit.
+
+Shared by reclaim and preempt. Works on the cycle's cluster state by releasing candidates'
+placements tentatively and always restores it: victims keep their GPUs until their processes
+exit, and the waiting job starts in a later cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler.session import Session
+
+
+def choose_victims(
+    session: Session,
+    job: PendingJob,
+    candidates: Sequence[RunningJob],
+    allowed: Callable[[list[RunningJob], RunningJob], bool] = lambda chosen, victim: True,
+) -> list[RunningJob] | None:
+    """None when no set of candidates makes room; else the new victims, possibly none when jobs
+    already stopping will do. Every job whose GPUs are promised to ``job`` (new victims and
+    stopping ones) is added to ``session.claimed``, so the next waiting job cannot count on them.
+
+    ``candidates`` come in order of preference (youngest first); ``allowed(chosen, v)`` says
+    whether ``v`` may join the new victims already chosen (e.g. without taking its project below quota).
+    """
+    stopping = [r for r in session.snapshot.running if r.stopping and r.id not in session.claimed]
+    released: list[RunningJob] = []
+    try:
+        for r in stopping:
+            if session.fits(job):
+                break
+            _give_back(session, r)
+            released.append(r)
+        new: list[RunningJob] = []
+        if not session.fits(job):
+            for victim in candidates:
+                if victim.id in session.claimed or not allowed(new, victim):
+                    continue
+                _give_back(session, victim)
+                released.append(victim)
+                new.append(victim)
+                if session.fits(job):
+                    break
+            else:
+                return None
+        needed = _fewest(session, job, released)
+        session.claimed.update(r.id for r in needed)
+        return [r for r in needed if not r.stopping]
+    finally:
+        for r in reversed(released):
+            _take(session, r)
+
+
+def _fewest(session: Session, job: PendingJob, chosen: list[RunningJob]) -> list[RunningJob]:
+    """Spare every released job the waiting one does not need after all: new victims before
+    stopping ones, the oldest-started first, so the victims left are the fewest and the most
+    recently started."""
+    kept = list(chosen)
+    for victim in reversed(chosen):
+        _take(session, victim)
+        if session.fits(job):
+            kept.remove(victim)  # spared: it keeps its GPUs for the next checks
+        else:
+            _give_back(session, victim)
+    for victim in chosen:
+        if victim not in kept:
+            _give_back(session, victim)  # back to "every chosen released", as the caller's restore expects
+    return kept
+
+
+def _take(session: Session, job: RunningJob) -> None:
+    for p in job.placements:
+        session.cluster.take(p)
+
+
+def _give_back(session: Session, job: RunningJob) -> None:
+    for p in job.placements:
+        session.cluster.give_back(p)
