@@ -9,11 +9,13 @@ function the controller calls once per cycle. Cases (nodes x 8 GPUs, 64 CPUs, 51
 
 Running jobs are placed consistently (no GPU or CPU core used twice, shares of one GPU add up
 to at most 1): mostly 1-GPU jobs, some 2/4/8-GPU, a few 2-worker gangs of 8, some 0.5-GPU
-shares, about 92 % of the GPUs busy. Pending sizes are drawn from the Philly trace's num_gpus
-column (a job over 8 GPUs becomes a gang of 8-GPU workers); some 1-GPU jobs are turned into
-0.25/0.5 shares; priorities are mostly train; projects are spread over 10 names. The queue is
-much larger than the free capacity, so most pending jobs do not fit: each is tried against the
-nodes and explained, which is the hard case.
+shares, about 92 % of the GPUs busy. Pending jobs are drawn from the Philly trace's rows
+(num_gpus; a job over 8 GPUs becomes a gang of 8-GPU workers); some 1-GPU jobs are turned into
+0.25/0.5 shares; priorities are mostly train (4 % interactive, 2 % inference); projects are
+spread over 10 names (Zipf-like). 40 % of all jobs give a --max-runtime of 1.5x a trace
+duration, in whole hours (what backfill and reservations read). The queue is much larger than
+the free capacity, so most pending jobs do not fit: each is tried against the nodes and
+explained, which is the hard case.
 
 Where the scheduler has projects, the 10 projects get quotas (60 % of the GPUs, Zipf-like; the
 ``default`` project gets none) and the running jobs are spread over them in proportion to their
@@ -93,6 +95,7 @@ PROJECTS = ("vision", "nlp", "speech", "rl", "recsys", "llm-pretrain", "llm-fine
 PROJECT_WEIGHTS = [1 / (k + 1) for k in range(len(PROJECTS))]  # Zipf-like: a few big projects
 QUOTA_PART = 0.6  # of all GPUs, split over the projects as quotas in PROJECT_WEIGHTS proportions
 RUNNING_PRIORITIES = (("train", 92), ("interactive", 5), ("inference", 3))  # for 1-2 GPU jobs
+MAX_RUNTIME_SHARE = 0.4  # of jobs that give --max-runtime (what backfill and reservations use)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -100,22 +103,37 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # Building the snapshot
 
 
-def trace_sizes(path: Path) -> tuple[list[int], list[int], str]:
-    """(sizes, weights, source) of the GPU counts per job in the trace."""
-    counts: Counter[int] = Counter()
+@dataclass
+class Trace:
+    """Jobs of the trace as (GPUs, duration in s or None); sampled with replacement."""
+
+    jobs: list[tuple[int, float | None]]
+    source: str
+
+    def durations(self) -> list[float]:
+        return [d for _, d in self.jobs if d is not None and d > 0]
+
+
+def load_trace(path: Path) -> Trace:
+    jobs: list[tuple[int, float | None]] = []
     try:
         with path.open(newline="") as handle:
             for row in csv.DictReader(handle):
                 gpus = int(float(row["num_gpus"]))
+                duration = float(row["duration"]) if row.get("duration") else None
                 if gpus > 0:
-                    counts[gpus] += 1
+                    jobs.append((gpus, duration))
     except (OSError, KeyError, ValueError):
-        counts = Counter(TRACE_FALLBACK)
-        source = f"built-in histogram of {path.name} (file not readable)"
-    else:
-        source = f"{path} ({sum(counts.values())} jobs)"
-    sizes = sorted(counts)
-    return sizes, [counts[s] for s in sizes], source
+        jobs = [(gpus, None) for gpus, n in TRACE_FALLBACK.items() for _ in range(n)]
+        return Trace(jobs, f"built-in num_gpus histogram of {path.name} (file not readable; no durations)")
+    return Trace(jobs, f"{path} ({len(jobs)} jobs)")
+
+
+def max_runtime(duration: float | None, rng: random.Random) -> int | None:
+    """Some users give --max-runtime: the job's trace duration with head room, in whole hours."""
+    if duration is None or duration <= 0 or rng.random() >= MAX_RUNTIME_SHARE:
+        return None
+    return 3600 * max(1, math.ceil(duration * 1.5 / 3600))
 
 
 def worker_resources(gpus: float, rng: random.Random) -> tuple[int, int]:
@@ -198,10 +216,13 @@ def fair_share_weights(capacity: int) -> list[float]:
     return [q + rest / (len(PROJECTS) + 1) for q in quotas(capacity)]
 
 
-def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple[list[RunningJob], int]:
+def make_running(
+    nodes: Sequence[Node], count: int, durations: list[float], rng: random.Random
+) -> tuple[list[RunningJob], int]:
     """``count`` running jobs placed at random over the nodes, largest first; (jobs, not placed).
 
     Projects are drawn in proportion to their fair share (the steady state of a full cluster).
+    A job with a --max-runtime (from a trace duration) started less than that long ago.
     """
     share_weights = fair_share_weights(sum(len(n.gpus) for n in nodes))
     fills = [_Fill(n.name, list(range(len(n.gpus))), list(range(n.cpus)), n.memory_mib) for n in nodes]
@@ -223,6 +244,7 @@ def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple
         priority = "train"
         if workers == 1 and gpus <= 2:
             priority = rng.choices([p for p, _ in RUNNING_PRIORITIES], weights=[w for _, w in RUNNING_PRIORITIES])[0]
+        limit = max_runtime(rng.choice(durations), rng) if durations else None
         spec = JobSpec.create(
             command=["python", "train.py"],
             project=rng.choices(PROJECTS, weights=share_weights)[0],
@@ -231,18 +253,17 @@ def make_running(nodes: Sequence[Node], count: int, rng: random.Random) -> tuple
             cpus=cpus,
             memory=memory,
             priority=priority,
+            max_runtime_s=limit,
         )
-        started = T0 - timedelta(seconds=rng.uniform(60, 3 * 86400))
+        started = T0 - timedelta(seconds=rng.uniform(60, min(3 * 86400, limit or 3 * 86400)))
         jobs.append(RunningJob(job_id, spec, tuple(placements), started))
     return jobs, dropped
 
 
-def make_pending(
-    count: int, first_id: int, sizes: list[int], weights: list[int], rng: random.Random
-) -> list[PendingJob]:
-    drawn = rng.choices(sizes, weights=weights, k=count)
+def make_pending(count: int, first_id: int, trace: Trace, rng: random.Random) -> list[PendingJob]:
     jobs = []
-    for offset, total in enumerate(drawn):
+    for offset in range(count):
+        total, duration = rng.choice(trace.jobs)
         if total > GPUS_PER_NODE:
             gpus, workers = float(GPUS_PER_NODE), math.ceil(total / GPUS_PER_NODE)
         else:
@@ -261,6 +282,7 @@ def make_pending(
             cpus=cpus,
             memory=memory,
             priority=priority,
+            max_runtime_s=max_runtime(duration, rng),
         )
         submitted = T0 - timedelta(seconds=rng.uniform(0, 2 * 86400))
         jobs.append(PendingJob(first_id + offset, spec, submitted))
@@ -274,16 +296,40 @@ class Built:
     build_s: float
 
 
-def build_snapshot(nodes: int, running: int, pending: int, seed: int, sizes: list[int], weights: list[int]) -> Built:
+def build_snapshot(nodes: int, running: int, pending: int, seed: int, trace: Trace) -> Built:
     rng = random.Random(f"{seed}:{nodes}:{running}:{pending}")
     t0 = time.perf_counter()
     node_list = make_nodes(nodes)
-    running_jobs, dropped = make_running(node_list, running, rng)
-    pending_jobs = make_pending(pending, running + 1, sizes, weights, rng)
+    running_jobs, dropped = make_running(node_list, running, trace.durations(), rng)
+    pending_jobs = make_pending(pending, running + 1, trace, rng)
     projects = make_projects(len(node_list) * GPUS_PER_NODE)
     extra = {"projects": projects} if projects else {}
     snapshot = Snapshot(T0, tuple(node_list), tuple(running_jobs), tuple(pending_jobs), **extra)
+    check_consistent(snapshot)
     return Built(snapshot, dropped, time.perf_counter() - t0)
+
+
+def check_consistent(snapshot: Snapshot) -> None:
+    """Fail loudly if the built running set uses a GPU or core twice or over-shares a GPU."""
+    whole: set[tuple[str, int]] = set()
+    shares: Counter[tuple[str, int]] = Counter()
+    cores: set[tuple[str, int]] = set()
+    for job in snapshot.running:
+        for p in job.placements:
+            for g in p.gpus:
+                if p.gpu_share:
+                    shares[(p.node, g)] += fraction_steps(p.gpu_share)
+                elif (p.node, g) in whole:
+                    raise AssertionError(f"GPU {g} of {p.node} placed twice")
+                else:
+                    whole.add((p.node, g))
+            for c in p.cpus:
+                if (p.node, c) in cores:
+                    raise AssertionError(f"core {c} of {p.node} placed twice")
+                cores.add((p.node, c))
+    for key, steps in shares.items():
+        if key in whole or steps > GPU_FRACTION_STEPS:
+            raise AssertionError(f"GPU {key} over-shared")
 
 
 def make_projects(capacity: int) -> tuple[Any, ...]:
@@ -438,9 +484,9 @@ def _short_path(filename: str) -> str:
 # Running the cases
 
 
-def run_case(name: str, args: argparse.Namespace, sizes: list[int], weights: list[int]) -> dict[str, Any]:
+def run_case(name: str, args: argparse.Namespace, trace: Trace) -> dict[str, Any]:
     nodes, running, pending = CASES[name]
-    built = build_snapshot(nodes, running, pending, args.seed, sizes, weights)
+    built = build_snapshot(nodes, running, pending, args.seed, trace)
     snap = built.snapshot
     config = SchedulerConfig()
     repeats = args.big_repeats if name == "big" else args.repeats
@@ -560,13 +606,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     info = machine()
-    sizes, weights, source = trace_sizes(args.trace)
+    trace = load_trace(args.trace)
+    source = trace.source
     say: Callable[[str], None] = (lambda _line: None) if args.json else print
     say(machine_line(info))
     say(f"python {info['python']}; seed {args.seed}; pending job sizes from {source}")
     cases = []
     for name in args.case_names:
-        case = run_case(name, args, sizes, weights)
+        case = run_case(name, args, trace)
         cases.append(case)
         if not args.json:
             print_case(case)

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -119,12 +119,14 @@ def test_why_explains_a_pending_job_in_words_and_json(head: HeadProcess) -> None
         time.sleep(0.5)  # a cycle writes the reason
     words = ok(head.cli("why", waiting))
     assert f"job {waiting} is pending: [resources] needs 3 GPUs; 0 of 8 GPUs are free" in words
+    assert "no start estimate: the jobs in its way have no --max-runtime" in words
     answer = json.loads(ok(head.cli("why", waiting, "-o", "json")))
     assert answer == {
         "id": int(waiting),
         "state": "pending",
         "reason_code": "resources",
         "reason": "needs 3 GPUs; 0 of 8 GPUs are free",
+        "estimated_start": None,  # the blocker has no --max-runtime
     }
     listing = ok(head.cli("jobs"))
     assert "needs 3 GPUs" in listing
@@ -195,3 +197,17 @@ def test_heterogeneous_cluster_from_a_hardware_file_honours_gpu_model(
     assert done["placements"][0]["node"] == "t4-1"
     refused = head.cli("submit", "--gpu-model", "H100", "--", "true")
     assert refused.returncode == 2 and "models here: A100, T4" in refused.stderr
+
+
+def test_why_estimates_the_start_from_the_max_runtime_of_the_jobs_in_the_way(head: HeadProcess) -> None:
+    blocker = head.cli("submit", "--gpus", "4", "--workers", "2", "--max-runtime", "1h", "--", "sleep", "60")
+    blocker_id = int(blocker.stdout.split()[-1])
+    waiting = head.cli("submit", "--gpus", "4", "--", "true").stdout.split()[-1]
+    with head.client() as c:
+        running = wait_state(c, blocker_id, ("running",))
+        wait_state(c, int(waiting), ("pending",))
+    answer = json.loads(ok(head.cli("why", waiting, "-o", "json")))
+    expected = datetime.fromisoformat(running["started_at"]) + timedelta(hours=1)
+    assert abs((datetime.fromisoformat(answer["estimated_start"]) - expected).total_seconds()) < 1
+    assert "expected to start by" in ok(head.cli("why", waiting))
+    head.cli("cancel", str(blocker_id))

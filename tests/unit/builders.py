@@ -43,8 +43,10 @@ def pending(
     at: float | None = None,
     gpu_model: str | None = None,
     project: str = "default",
+    max_runtime_s: int | None = None,
 ) -> PendingJob:
     spec = JobSpec.create(
+        max_runtime_s=max_runtime_s,
         command=["true"],
         gpus=gpus,
         workers=workers,
@@ -64,10 +66,17 @@ def running(
     cpus: int = 0,
     project: str = "default",
     priority: str = "train",
+    max_runtime_s: int | None = None,
 ) -> RunningJob:
     gpus = share if share else float(len(placements[0][1]))
     spec = JobSpec.create(
-        command=["true"], gpus=gpus, workers=len(placements), cpus=cpus, project=project, priority=priority
+        command=["true"],
+        gpus=gpus,
+        workers=len(placements),
+        cpus=cpus,
+        project=project,
+        priority=priority,
+        max_runtime_s=max_runtime_s,
     )
     return RunningJob(
         job_id,

@@ -153,6 +153,8 @@ def test_preemption_only_stops_train_jobs_and_never_takes_a_lender_below_quota(
     allocated: dict[str, float] = defaultdict(float)
     for r in held:
         allocated[r.spec.project] += r.spec.total_gpus
+    for start in result.starts:  # what the cycle starts counts too: the lender holds it afterwards
+        allocated[waiting[start.job_id].spec.project] += waiting[start.job_id].spec.total_gpus
     taken: dict[str, float] = defaultdict(float)
     assert len({p.job_id for p in result.preemptions}) == len(result.preemptions), "a job preempted twice"
     for p in result.preemptions:

@@ -82,12 +82,39 @@ CASES = [
         reasons={1: (ReasonCode.RESOURCES, "")},
     ),
     Case(
-        "fifo within a class; a small job passes a big one that does not fit",
+        "greedy (no backfill): a small job passes a big one that does not fit",
         [node("n1", 4)],
         [pending(1, gpus=4), pending(2, gpus=2), pending(3, gpus=1)],
         running=[running(9, ("n1", (0, 1)))],
         starts={2: [("n1", (2, 3))]},
         reasons={1: (ReasonCode.RESOURCES, ""), 3: (ReasonCode.RESOURCES, "")},
+        config=SchedulerConfig(actions=("allocate",)),
+    ),
+    Case(
+        "backfill: the free GPUs are held for the big job first in line",
+        [node("n1", 4)],
+        [pending(1, gpus=4), pending(2, gpus=2)],
+        running=[running(9, ("n1", (0, 1)))],
+        reasons={
+            1: (ReasonCode.RESOURCES, "needs 4 GPUs; 2 of 4 GPUs are free"),
+            2: (ReasonCode.BACKFILL, "held for job 1, first in line"),
+        },
+    ),
+    Case(
+        "backfill: a job that ends before the reservation starts uses the held GPUs",
+        [node("n1", 4)],
+        [pending(1, gpus=4), pending(2, gpus=2, max_runtime_s=600), pending(3, gpus=2, max_runtime_s=7200)],
+        running=[running(9, ("n1", (0, 1)), max_runtime_s=3600)],  # ends at T0+1h: job 1 starts then
+        starts={2: [("n1", (2, 3))]},
+        reasons={1: (ReasonCode.RESOURCES, ""), 3: (ReasonCode.RESOURCES, "")},
+    ),
+    Case(
+        "backfill: GPUs the reservation does not need are free for anyone",
+        [node("n1", 4), node("n2", 4)],
+        [pending(1, gpus=4), pending(2, gpus=1)],
+        running=[running(8, ("n1", (0, 1))), running(9, ("n2", (0,)))],
+        starts={2: [("n2", (1,))]},
+        reasons={1: (ReasonCode.FRAGMENTED, "")},
     ),
     Case(
         "fractions share one GPU up to 100%",

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, err_console, print_json
-from gpupool.cli.render import events_table, job_detail, jobs_table, state_text
+from gpupool.cli.render import events_table, job_detail, jobs_table, state_text, until
 from gpupool.client import ClientError
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
@@ -175,5 +175,13 @@ def why(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = 
         console.print(
             f"job {job_id} is ", state_text("pending"), f": [{answer['reason_code']}] {answer['reason']}", sep=""
         )
+        if answer.get("estimated_start"):
+            at = answer["estimated_start"]
+            console.print(
+                f"expected to start by {at.replace('T', ' ')[:19]} UTC (in {until(at)}), "
+                "if the jobs in its way use their whole --max-runtime"
+            )
+        else:
+            console.print("no start estimate: the jobs in its way have no --max-runtime")
     else:
         console.print(f"job {job_id} is not pending: {answer['reason']}")

@@ -21,10 +21,22 @@ STATE_STYLE = {
 
 
 def ago(iso: str | None, now: datetime | None = None) -> str:
+    """How long ago an ISO time was, for people: 42s, 5m, 2h05m, 3d."""
     if not iso:
         return "-"
-    then = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    return span(int(((now or datetime.now(UTC)) - parse_time(iso)).total_seconds()))
+
+
+def until(iso: str, now: datetime | None = None) -> str:
+    """How long until an ISO time, for people."""
+    return span(int((parse_time(iso) - (now or datetime.now(UTC))).total_seconds()))
+
+
+def parse_time(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def span(seconds: int) -> str:
     if seconds < 60:
         return f"{max(seconds, 0)}s"
     if seconds < 3600:

@@ -24,6 +24,7 @@ class ReasonCode(enum.StrEnum):
     LIMIT = "limit"
     RECLAIM = "reclaim"  # GPUs are being taken back for this job; it starts when they are free
     PREEMPTING = "preempting"  # lower-priority jobs of its project are being stopped for it
+    BACKFILL = "backfill"  # it would fit, but in GPUs held for the job first in line
 
 
 @dataclass(frozen=True, slots=True)

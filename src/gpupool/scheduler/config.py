@@ -7,6 +7,6 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    actions: tuple[str, ...] = ("allocate", "reclaim", "preempt")
+    actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt")
     placement: str = "binpack"
     job_order: str = "priority_fifo"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
-from gpupool.scheduler.actions import allocate, preempt, reclaim
+from gpupool.scheduler.actions import allocate, backfill, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import explain
@@ -15,6 +15,7 @@ from gpupool.scheduler.session import Session
 
 ACTIONS: dict[str, Callable[[Session], None]] = {
     "allocate": allocate.run,
+    "backfill": backfill.run,
     "reclaim": reclaim.run,
     "preempt": preempt.run,
 }
@@ -28,6 +29,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Cycle
         if action is None:
             raise InvalidInput(f"unknown scheduler action {name!r}: use one of {', '.join(ACTIONS)}")
         action(session)
+    session.unhold()  # explain against what is really free
     # Jobs of the same shape get the same reason against the same free resources: explain each
     # shape once, so a queue of thousands of similar jobs costs a handful of explanations.
     by_shape: dict[tuple[WorkerDemand, int], Reason] = {}

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gpupool.domain.decisions import Preempt, Reason, StartJob
+from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, Snapshot
+
+if TYPE_CHECKING:
+    from gpupool.scheduler.reservation import Reservation
 from gpupool.scheduler import registry
 from gpupool.scheduler.cluster import ClusterState, Statement
 from gpupool.scheduler.config import SchedulerConfig
@@ -31,6 +35,8 @@ class Session:
     preemptions: list[Preempt] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
+    reservation: Reservation | None = None  # set by allocate, honoured by backfill
+    held: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig) -> Session:
@@ -88,6 +94,30 @@ class Session:
                 self.cluster.give_back(p)
             return placed
         return statement.commit()
+
+    def hold(self, reservation: Reservation) -> None:
+        """Keep the reserved GPUs that are free now from other jobs. GPUs the reservation needs
+        that running jobs still hold are theirs until they end; only GPUs are reserved."""
+        held: list[tuple[str, int]] = []
+        for p in reservation.placements:
+            free = self.cluster.nodes.get(p.node)
+            if free is None:
+                continue
+            for index in p.gpus:
+                if index in free.free_gpus:
+                    free.free_gpus.discard(index)
+                    held.append((p.node, index))
+        self.held = held
+
+    def unhold(self) -> None:
+        for node, index in self.held:
+            self.cluster.nodes[node].free_gpus.add(index)
+        self.held = []
+
+    def policy_refused(self, job_id: int) -> bool:
+        """Refused by limit or quota: no amount of freed GPUs would let it start."""
+        reason = self.reasons.get(job_id)
+        return reason is not None and reason.code in (ReasonCode.LIMIT, ReasonCode.QUOTA)
 
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))

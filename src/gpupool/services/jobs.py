@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.errors import InvalidInput, Unsatisfiable
@@ -11,10 +12,12 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
 from gpupool.node.runtime import read_log
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.estimate import estimate_start
 from gpupool.services.context import HeadContext
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
+from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
 
 MAX_LIST = 100_000
@@ -61,12 +64,20 @@ class Why:
     job: JobRecord
     code: str
     message: str
+    estimated_start: datetime | None = None
 
 
 def why(ctx: HeadContext, job_id: int) -> Why:
     job = get(ctx, job_id)
     if job.state is JobState.PENDING:
-        return Why(job, job.reason_code or "new", job.reason or "waiting for the next scheduling cycle")
+        with ctx.db.tx() as s:
+            snapshot = load_snapshot(s, ctx.clock.now())
+        return Why(
+            job,
+            job.reason_code or "new",
+            job.reason or "waiting for the next scheduling cycle",
+            estimate_start(snapshot, job_id),
+        )
     if job.state in (JobState.STARTING, JobState.RUNNING):
         where = "; ".join(
             f"worker {p.worker} on {p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in job.placements

@@ -60,7 +60,13 @@ def cancel(job_id: int, ctx: Ctx, who: Caller) -> JobOut:
 @router.get("/{job_id}/why", response_model=WhyOut)
 def why(job_id: int, ctx: Ctx, who: Caller) -> WhyOut:
     answer = job_service.why(ctx, job_id)
-    return WhyOut(id=job_id, state=answer.job.state.value, reason_code=answer.code, reason=answer.message)
+    return WhyOut(
+        id=job_id,
+        state=answer.job.state.value,
+        reason_code=answer.code,
+        reason=answer.message,
+        estimated_start=answer.estimated_start,
+    )
 
 
 @router.get(

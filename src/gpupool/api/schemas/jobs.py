@@ -119,3 +119,6 @@ class WhyOut(BaseModel):
     state: str
     reason_code: str
     reason: str
+    estimated_start: datetime | None = Field(
+        None, description="from replaying running jobs' expected ends (their --max-runtime); null if unknown"
+    )

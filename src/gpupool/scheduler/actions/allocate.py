@@ -1,6 +1,10 @@
 """Allocate: projects furthest below their fair share go first; within a project, the job order
 (priority class, then submit time). A job starts when its whole gang fits now and its project's
-limit (and, for interactive and inference, its quota) allows it."""
+limit (and, for interactive and inference, its quota) allows it.
+
+With backfill configured, allocation is strict: the first job that does not fit gets a
+reservation and everything behind it is left to backfill, which may start only what does not
+delay it. Without backfill (the greedy policy), every job that fits starts."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections import defaultdict, deque
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.reservation import reserve
 from gpupool.scheduler.session import Session
 
 
@@ -19,6 +24,7 @@ def run(session: Session) -> None:
     heap = [(_rank(session, name), name) for name in queues]
     heapq.heapify(heap)
     waiting: list[PendingJob] = []
+    strict = "backfill" in session.config.actions
     while heap:
         _, name = heapq.heappop(heap)
         job = queues[name].popleft()
@@ -26,12 +32,18 @@ def run(session: Session) -> None:
         if refusal is not None:
             session.reasons[job.id] = refusal
             waiting.append(job)
+        elif strict and session.reservation is not None:
+            waiting.append(job)  # behind the reserved job: backfill decides
         else:
             placements = session.try_place_gang(job)
-            if placements is None:
-                waiting.append(job)
-            else:
+            if placements is not None:
                 session.record_start(job, placements)
+            else:
+                waiting.append(job)
+                if strict:
+                    session.reservation = reserve(session, job)
+                    if session.reservation is not None:
+                        session.hold(session.reservation)
         if queues[name]:
             heapq.heappush(heap, (_rank(session, name), name))
     session.queue = waiting

@@ -11,7 +11,7 @@ from gpupool.scheduler.victims import choose_victims
 
 def run(session: Session) -> None:
     for job in session.queue:
-        if job.id in session.reasons or not job.spec.quota_bound:
+        if session.policy_refused(job.id) or not job.spec.quota_bound:
             continue
         candidates = sorted(
             (

@@ -12,7 +12,7 @@ from gpupool.scheduler.victims import choose_victims
 
 def run(session: Session) -> None:
     for job in session.queue:
-        if job.id in session.reasons:  # refused by policy (limit, quota): reclaim cannot help
+        if session.policy_refused(job.id):  # limit or quota: reclaim cannot help
             continue
         project = session.project(job.spec.project)
         if session.allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:

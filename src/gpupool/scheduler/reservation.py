@@ -1,0 +1,57 @@
+"""The reservation backfill protects: where and when the first job that does not fit will start.
+
+Its start is estimated by giving back running jobs' GPUs in the order they are expected to end
+(``started_at + max_runtime_s``; jobs without a max runtime last, at an unknown time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpupool.domain.jobs import Placement
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    job_id: int
+    placements: tuple[Placement, ...]
+    until: datetime | None  # when the reserved job is expected to start; None if unknown
+
+
+def expected_end(job: RunningJob) -> datetime | None:
+    if job.started_at is None or job.spec.max_runtime_s is None:
+        return None
+    return job.started_at + timedelta(seconds=job.spec.max_runtime_s)
+
+
+def reserve(session: Session, job: PendingJob) -> Reservation | None:
+    """None when the job could not fit even on an empty cluster (or is fractional: shares are
+    small and never reserved). Leaves the cluster state as it found it."""
+    if job.spec.gpus < 1:
+        return None
+    ending = sorted(
+        session.snapshot.running, key=lambda r: (expected_end(r) is None, expected_end(r) or session.snapshot.now)
+    )
+    released: list[RunningJob] = []
+    until: datetime | None = session.snapshot.now
+    placed: tuple[Placement, ...] | None = None
+    try:
+        for running in ending:
+            for p in running.placements:
+                session.cluster.give_back(p)
+            released.append(running)
+            end = expected_end(running)
+            until = None if end is None or until is None else max(until, end)
+            placed = session.try_place_gang(job, commit=False)
+            if placed is not None:
+                break
+    finally:
+        for running in reversed(released):
+            for p in running.placements:
+                session.cluster.take(p)
+    if placed is None:
+        return None
+    return Reservation(job.id, placed, until)
