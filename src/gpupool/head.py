@@ -97,7 +97,9 @@ class Head:
             self.executor,
             clock,
             SchedulerConfig(),
-            ControllerSettings(settings.interval_s, settings.kill_grace_s),
+            ControllerSettings(
+                settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
+            ),
         )
         self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake)
         self.app = create_app(self.ctx)

@@ -38,6 +38,7 @@ class Settings:
     fake_hardware: Path | None = None
     kill_grace_s: float = 10.0
     interval_s: float = 0.5
+    fair_share_half_life_s: float = 86400.0
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -43,7 +43,7 @@ def test_projects_set_list_usage_and_delete(head: HeadProcess) -> None:
     refused = head.cli("project", "delete", "vision")
     assert refused.returncode == 2 and "still has 7 pending or running" in refused.stderr
     table = head.cli("projects").stdout
-    assert "vision" in table and "FAIR SHARE" in table
+    assert "vision" in table and "SHARE" in table and "BORROWED" in table
     for job_id in ids:
         head.cli("cancel", job_id)
     with head.client() as c:

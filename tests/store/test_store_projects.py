@@ -62,3 +62,18 @@ def test_usage_counts_live_workers_by_share_and_pending_requests(db: Database, n
         allocated, pending, pending_jobs = projects.usage(s)
     assert allocated == {"a": 4.5}
     assert pending == {"b": 8.0} and pending_jobs == {"b": 1}
+
+
+def test_recent_usage_decays_with_the_half_life(db: Database, now: datetime) -> None:
+    from datetime import timedelta
+
+    with db.tx() as s:
+        projects.accrue_usage(s, {"a": 8.0}, now, half_life_s=3600)
+    with db.tx() as s:
+        projects.accrue_usage(s, {}, now + timedelta(hours=1), half_life_s=3600)
+    with db.tx() as s:
+        assert projects.recent_usage(s) == pytest.approx({"a": 4.0})
+        projects.accrue_usage(s, {"b": 2.0}, now + timedelta(hours=2), half_life_s=3600)
+    with db.tx() as s:
+        assert projects.recent_usage(s) == pytest.approx({"a": 2.0, "b": 2.0})
+        assert load_snapshot(s, now).recent_usage == pytest.approx({"a": 2.0, "b": 2.0})

@@ -54,11 +54,12 @@ def delete_project(name: str, url: UrlOpt = "http://127.0.0.1:7070") -> None:
 
 def projects_table(listing: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("PROJECT", "QUOTA", "LIMIT", "WEIGHT", "FAIR SHARE", "ALLOCATED", "BORROWED", "PENDING"):
+    # SHARE: fair share; HELD: GPUs held now; RECENT: held on average lately; PENDING: GPUs (jobs) waiting
+    for column in ("PROJECT", "QUOTA", "LIMIT", "WEIGHT", "SHARE", "HELD", "BORROWED", "RECENT", "PENDING"):
         table.add_column(column, justify="left" if column == "PROJECT" else "right")
     for p in listing:
         limit = "-" if p["limit"] is None else f"{p['limit']:g}"
-        pending = f"{p['pending']:g} GPUs ({p['pending_jobs']} jobs)" if p["pending_jobs"] else "-"
+        pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
         table.add_row(
             p["name"],
             f"{p['quota']:g}",
@@ -67,6 +68,7 @@ def projects_table(listing: list[dict[str, Any]]) -> Table:
             f"{p['fair_share']:.1f}",
             f"{p['allocated']:g}",
             f"{p['borrowed']:g}" if p["borrowed"] else "-",
+            f"{p['recent_usage']:.1f}",
             pending,
         )
     return table

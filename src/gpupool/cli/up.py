@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from gpupool.domain.durations import parse_duration
 from gpupool.settings import DEFAULT_PORT, Settings
 
 
@@ -26,6 +27,9 @@ def up(
         Path | None, typer.Option(help="simulate the nodes and GPUs a JSON file describes")
     ] = None,
     kill_grace: Annotated[float, typer.Option(help="seconds between SIGTERM and SIGKILL", min=0)] = 10.0,
+    fair_share_half_life: Annotated[
+        str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
+    ] = "1d",
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
 ) -> None:
     """Start the head: API, controller and local executor in one process."""
@@ -43,5 +47,6 @@ def up(
         fake_hardware=fake_hardware,
         kill_grace_s=kill_grace,
         interval_s=interval,
+        fair_share_half_life_s=parse_duration(fair_share_half_life),
     )
     Head(settings).serve()

@@ -19,6 +19,7 @@ from gpupool.executors.base import Executor
 from gpupool.scheduler import SchedulerConfig, schedule
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
+from gpupool.store import projects as project_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
 from gpupool.store.snapshot import SpecCache, load_snapshot
@@ -32,6 +33,9 @@ class ControllerSettings:
     kill_grace_s: float = 10.0
     # A quiet cluster is still rescheduled this often, as a safety net under the event-driven cycles.
     full_cycle_s: float = 5.0
+    # Fair share remembers usage with this half-life (0: only what is held now counts).
+    fair_share_half_life_s: float = 86400.0
+    usage_every_s: float = 10.0
 
 
 class Controller:
@@ -51,6 +55,7 @@ class Controller:
         self._written: dict[int, Reason] = {}
         self._dirty = True
         self._last_full = 0.0
+        self._last_usage = 0.0
         self._thread: threading.Thread | None = None
         self.last_cycle_s = 0.0
 
@@ -83,6 +88,7 @@ class Controller:
             stopping = or_(JobRow.cancel_requested.is_(True), JobRow.preempt_requested.is_(True))
             touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
+        self._accrue_usage()
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
         if not (self._dirty or touched or due):
             return None
@@ -103,6 +109,14 @@ class Controller:
         self._write_reasons(result.pending)
         self.last_cycle_s = time.perf_counter() - started
         return result
+
+    def _accrue_usage(self) -> None:
+        if time.monotonic() - self._last_usage < self._settings.usage_every_s:
+            return
+        self._last_usage = time.monotonic()
+        with self._db.tx() as s:
+            holding, _, _ = project_repo.usage(s)
+            project_repo.accrue_usage(s, holding, self._clock.now(), self._settings.fair_share_half_life_s)
 
     def _write_reasons(self, reasons: dict[int, Reason]) -> None:
         """Write only reasons that differ from what this controller last wrote."""

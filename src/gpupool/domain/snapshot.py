@@ -6,7 +6,8 @@ cannot tell the two apart, which is the point.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpupool.domain.jobs import JobSpec, Placement
@@ -44,3 +45,4 @@ class Snapshot:
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
     projects: tuple[Project, ...] = ()
+    recent_usage: Mapping[str, float] = field(default_factory=dict)  # GPUs held on average lately, by project

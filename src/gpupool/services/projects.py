@@ -20,6 +20,7 @@ class ProjectView:
     pending: float
     pending_jobs: int
     fair_share: float
+    recent_usage: float
 
     @property
     def borrowed(self) -> float:
@@ -31,6 +32,7 @@ def listing(ctx: HeadContext) -> list[ProjectView]:
     with ctx.db.tx() as s:
         configured = project_repo.list_projects(s)
         allocated, pending, pending_jobs = project_repo.usage(s)
+        recent = project_repo.recent_usage(s)
         capacity = sum(1 for n in node_repo.load_nodes(s) if n.schedulable for g in n.gpus if g.healthy)
     projects = effective_projects(configured, capacity)
     shares = fair_shares(projects, capacity)
@@ -41,6 +43,7 @@ def listing(ctx: HeadContext) -> list[ProjectView]:
             pending.get(p.name, 0.0),
             pending_jobs.get(p.name, 0),
             shares.get(p.name, 0.0),
+            recent.get(p.name, 0.0),
         )
         for p in projects
     ]

@@ -139,6 +139,17 @@ class TokenRow(Base):
     created_at: Mapped[datetime] = mapped_column()
 
 
+class ProjectUsageRow(Base):
+    """Each project's recent GPU use: an exponential moving average (in GPUs) whose weight halves
+    every half-life, so that over days each project converges to its fair share."""
+
+    __tablename__ = "project_usage"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    recent_gpus: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column()
+
+
 class ProjectRow(Base):
     __tablename__ = "projects"
 

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
-from gpupool.store.orm import JobRow, ProjectRow, WorkerRow
+from gpupool.domain.usage import decayed_average
+from gpupool.store.orm import JobRow, ProjectRow, ProjectUsageRow, WorkerRow
 from gpupool.store.transitions import add_event
 
 LIVE = ("launching", "running")
@@ -86,3 +87,20 @@ def usage(session: Session) -> tuple[dict[str, float], dict[str, float], dict[st
         pending[project] += per_worker * workers
         pending_jobs[project] += 1
     return dict(allocated), dict(pending), dict(pending_jobs)
+
+
+def recent_usage(session: Session) -> dict[str, float]:
+    return {r.name: r.recent_gpus for r in session.scalars(select(ProjectUsageRow))}
+
+
+def accrue_usage(session: Session, holding: dict[str, float], now: datetime, half_life_s: float) -> None:
+    """Fold what each project holds now into its recent average (called by the controller)."""
+    rows = {r.name: r for r in session.scalars(select(ProjectUsageRow))}
+    for name in set(rows) | set(holding):
+        row = rows.get(name)
+        if row is None:
+            session.add(ProjectUsageRow(name=name, recent_gpus=holding.get(name, 0.0), updated_at=now))
+            continue
+        elapsed = (now - row.updated_at).total_seconds()
+        row.recent_gpus = decayed_average(row.recent_gpus, holding.get(name, 0.0), elapsed, half_life_s)
+        row.updated_at = now

@@ -17,7 +17,7 @@ from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
-from gpupool.store.projects import list_projects
+from gpupool.store.projects import list_projects, recent_usage
 
 LIVE = ("launching", "running")
 
@@ -82,4 +82,11 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
         PendingJob(id=job_id, spec=specs[job_id], submitted_at=submitted, restarts=restarts)
         for job_id, submitted, restarts in waiting
     )
-    return Snapshot(now=now, nodes=nodes, running=running, pending=pending, projects=tuple(list_projects(session)))
+    return Snapshot(
+        now=now,
+        nodes=nodes,
+        running=running,
+        pending=pending,
+        projects=tuple(list_projects(session)),
+        recent_usage=recent_usage(session),
+    )

@@ -25,6 +25,7 @@ class ProjectOut(BaseModel):
     pending_jobs: int
     fair_share: float
     borrowed: float
+    recent_usage: float = Field(description="GPUs held on average lately (decayed over the fair-share half-life)")
 
     @classmethod
     def of(cls, v: ProjectView) -> ProjectOut:
@@ -39,4 +40,5 @@ class ProjectOut(BaseModel):
             pending_jobs=v.pending_jobs,
             fair_share=round(v.fair_share, 3),
             borrowed=v.borrowed,
+            recent_usage=round(v.recent_usage, 3),
         )

@@ -50,10 +50,12 @@ def run(session: Session) -> None:
 
 
 def _rank(session: Session, name: str) -> tuple[float, str]:
-    """Smaller first: the project furthest below its share (as a fraction of it), then by name."""
+    """Smaller first: the project furthest below its fair share, as a fraction of it, then by name.
+    Its load is the mean of what it holds now and what it held on average lately (the decayed
+    usage), so a project that used much recently yields to one that did not."""
     share = session.shares.get(name, 0.0)
-    used = session.allocated.get(name, 0.0)
-    below = (share - used) / share if share > 0 else -1.0 - used
+    load = 0.5 * session.allocated.get(name, 0.0) + 0.5 * session.snapshot.recent_usage.get(name, 0.0)
+    below = (share - load) / share if share > 0 else -1.0 - load
     return (-below, name)
 
 

@@ -18,6 +18,13 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.add_column(sa.Column("preempt_requested", sa.Boolean(), nullable=False, server_default=sa.false()))
     op.create_table(
+        "project_usage",
+        sa.Column("name", sa.String(length=64), nullable=False),
+        sa.Column("recent_gpus", sa.Float(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name"),
+    )
+    op.create_table(
         "projects",
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("quota", sa.Float(), nullable=False),
@@ -32,3 +39,4 @@ def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.drop_column("preempt_requested")
     op.drop_table("projects")
+    op.drop_table("project_usage")
