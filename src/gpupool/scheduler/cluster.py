@@ -2,6 +2,12 @@
 
 Every tentative change goes through a ``Statement`` that records its undo, so a gang that
 cannot be placed whole rolls back cleanly (the KAI-Scheduler pattern).
+
+Two structures keep a cycle over thousands of nodes and jobs cheap:
+- ``by_free[k]``: the nodes with exactly k free whole GPUs, so a placement looks only at nodes
+  that could hold it, in the order the placement plugin prefers;
+- ``generation``: bumped whenever resources come back (a job's GPUs given back), so a job shape
+  that failed stays failed, without another scan, until something was freed.
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ class ClusterState:
     def __init__(self, snapshot: Snapshot) -> None:
         self.nodes: dict[str, NodeFree] = {}
         self.all_nodes = snapshot.nodes
+        self.generation = 0
+        self.max_gpus = 0
         for node in snapshot.nodes:
             if not node.schedulable:
                 continue
+            self.max_gpus = max(self.max_gpus, len(node.gpus))
             self.nodes[node.name] = NodeFree(
                 node=node,
                 free_gpus={g.index for g in node.gpus if g.healthy},
@@ -46,16 +55,26 @@ class ClusterState:
                 free_memory=node.memory_mib,
                 models={g.index: g.model for g in node.gpus},
             )
-        self.held_by_running = 0
+        up = [f.node for f in self.nodes.values()]
+        # What never changes within a cycle, for explanations.
+        self.max_cpus = max((n.cpus for n in up), default=0)
+        self.max_memory = max((n.memory_mib for n in up), default=0)
+        self.models = frozenset(g.model for n in up for g in n.gpus)
+        self.capacity = sum(1 for n in up for g in n.gpus if g.healthy)
+        self.by_free: list[dict[str, NodeFree]] = [{} for _ in range(self.max_gpus + 1)]
+        self.with_shares: dict[str, NodeFree] = {}
+        for free in self.nodes.values():
+            self.by_free[len(free.free_gpus)][free.name] = free
         for job in snapshot.running:
             for placement in job.placements:
                 self.take(placement)
-                self.held_by_running += 1
+        self.generation = 0
 
     def take(self, p: Placement) -> None:
         free = self.nodes.get(p.node)
         if free is None:  # node drained/down: its resources are not offered anyway
             return
+        before = len(free.free_gpus)
         if p.gpu_share:
             index = p.gpus[0]
             free.free_gpus.discard(index)
@@ -64,11 +83,13 @@ class ClusterState:
             free.free_gpus.difference_update(p.gpus)
         free.free_cpus.difference_update(p.cpus)
         free.free_memory -= p.memory_mib
+        self._reindex(free, before)
 
     def give_back(self, p: Placement) -> None:
         free = self.nodes.get(p.node)
         if free is None:
             return
+        before = len(free.free_gpus)
         if p.gpu_share:
             index = p.gpus[0]
             left = free.shared.get(index, 0) - fraction_steps(p.gpu_share)
@@ -81,17 +102,53 @@ class ClusterState:
             free.free_gpus.update(p.gpus)
         free.free_cpus.update(p.cpus)
         free.free_memory += p.memory_mib
+        self._reindex(free, before)
+        self.generation += 1
+
+    def hold_gpu(self, node: str, index: int) -> bool:
+        """Take one free whole GPU out of circulation (a reservation). False if it was not free."""
+        free = self.nodes.get(node)
+        if free is None or index not in free.free_gpus:
+            return False
+        before = len(free.free_gpus)
+        free.free_gpus.discard(index)
+        self._reindex(free, before)
+        return True
+
+    def release_gpu(self, node: str, index: int) -> None:
+        """Undo ``hold_gpu``. Leaves the generation alone: callers pair it with a hold."""
+        free = self.nodes[node]
+        before = len(free.free_gpus)
+        free.free_gpus.add(index)
+        self._reindex(free, before)
+
+    def levels(self, min_free: int, ascending: bool) -> list[dict[str, NodeFree]]:
+        """The ``by_free`` buckets with at least ``min_free`` free GPUs, in the order asked for."""
+        buckets = self.by_free[min_free:] if min_free <= self.max_gpus else []
+        return buckets if ascending else list(reversed(buckets))
 
     def total_free_gpus(self) -> int:
-        return sum(len(n.free_gpus) for n in self.nodes.values())
+        return sum(k * len(level) for k, level in enumerate(self.by_free))
+
+    def _reindex(self, free: NodeFree, before: int) -> None:
+        after = len(free.free_gpus)
+        if after != before:
+            del self.by_free[before][free.name]
+            self.by_free[after][free.name] = free
+        if free.shared:
+            self.with_shares[free.name] = free
+        else:
+            self.with_shares.pop(free.name, None)
 
 
 class Statement:
-    """A tentative set of placements; ``discard`` undoes them in reverse order."""
+    """A tentative set of placements; ``discard`` undoes them in reverse order and, since the
+    cluster is then exactly as before, restores its generation too."""
 
     def __init__(self, cluster: ClusterState) -> None:
         self._cluster = cluster
         self._done: list[Placement] = []
+        self._generation = cluster.generation
 
     def place(self, p: Placement) -> None:
         self._cluster.take(p)
@@ -101,6 +158,7 @@ class Statement:
         for p in reversed(self._done):
             self._cluster.give_back(p)
         self._done.clear()
+        self._cluster.generation = self._generation
 
     def commit(self) -> tuple[Placement, ...]:
         placed = tuple(self._done)

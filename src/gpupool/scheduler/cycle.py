@@ -38,9 +38,10 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Cycle
         if job.id in session.reasons:  # a policy reason (quota, limit) given by an action
             reasons[job.id] = session.reasons[job.id]
             continue
-        shape = (WorkerDemand.of(job.spec), job.spec.workers)
+        demand = session.demand(job)
+        shape = (demand, job.spec.workers)
         reason = by_shape.get(shape)
         if reason is None:
-            reason = by_shape[shape] = explain(job, session.cluster)
+            reason = by_shape[shape] = explain(job, session.cluster, demand)
         reasons[job.id] = reason
     return CycleResult(starts=tuple(session.starts), pending=reasons, preemptions=tuple(session.preemptions))

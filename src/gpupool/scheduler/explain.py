@@ -13,16 +13,15 @@ from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.plugins.fit import model_ok, slots_on
 
 
-def explain(job: PendingJob, cluster: ClusterState) -> Reason:
-    demand = WorkerDemand.of(job.spec)
+def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None) -> Reason:
+    demand = demand or WorkerDemand.of(job.spec)
     workers = job.spec.workers
     if not cluster.nodes:
         return Reason(ReasonCode.NO_NODES, "no node is up: start or undrain a node (gpupool nodes)")
     never = _never_fits(demand, cluster)
     if never is not None:
         return never
-    slots = {name: slots_on(free, demand) for name, free in cluster.nodes.items()}
-    total_slots = sum(slots.values())
+    total_slots = sum(slots_on(free, demand) for free in _could_host(demand, cluster))
     if total_slots >= workers:
         return Reason(ReasonCode.PRIORITY, "resources were given to jobs ahead in the queue this cycle")
     if total_slots > 0 and workers > 1:
@@ -34,21 +33,29 @@ def explain(job: PendingJob, cluster: ClusterState) -> Reason:
     return _why_no_slot(demand, workers, cluster)
 
 
+def _could_host(demand: WorkerDemand, cluster: ClusterState) -> list[NodeFree]:
+    """The nodes with enough free GPUs for one worker, from the cluster's index."""
+    if demand.share:
+        nodes = {**cluster.with_shares}
+        for level in cluster.levels(1, True):
+            nodes.update(level)
+        return list(nodes.values())
+    return [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+
+
 def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
-    nodes = [f.node for f in cluster.nodes.values()]
-    if demand.models is not None and not any(g.model in demand.models for n in nodes for g in n.gpus):
+    if demand.models is not None and not demand.models & cluster.models:
         return Reason(ReasonCode.GPU_MODEL, f"no node that is up has a GPU of model {'|'.join(sorted(demand.models))}")
-    most_gpus = max(len(n.gpus) for n in nodes)
-    if demand.whole_gpus > most_gpus:
+    if demand.whole_gpus > cluster.max_gpus:
         return Reason(
             ReasonCode.UNSATISFIABLE,
-            f"needs {demand.whole_gpus} GPUs on one node; the largest node that is up has {most_gpus}",
+            f"needs {demand.whole_gpus} GPUs on one node; the largest node that is up has {cluster.max_gpus}",
         )
-    if demand.cpus > max(n.cpus for n in nodes):
+    if demand.cpus > cluster.max_cpus:
         return Reason(
             ReasonCode.UNSATISFIABLE, f"needs {demand.cpus} CPU cores on one node; no node that is up has as many"
         )
-    if demand.memory_mib > max(n.memory_mib for n in nodes):
+    if demand.memory_mib > cluster.max_memory:
         return Reason(
             ReasonCode.UNSATISFIABLE,
             f"needs {demand.memory_mib} MiB memory on one node; no node that is up has as much",
@@ -57,29 +64,28 @@ def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
 
 
 def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState) -> Reason:
-    frees = list(cluster.nodes.values())
-    gpu_ok = [f for f in frees if _gpu_fits(f, demand)]
+    gpu_ok = [f for f in _could_host(demand, cluster) if _gpu_fits(f, demand)]
     if demand.needs_gpu and not gpu_ok:
         total_free = cluster.total_free_gpus()
         need = demand.whole_gpus * workers
         if demand.share or total_free < need:
-            capacity = sum(len([g for g in f.node.gpus if g.healthy]) for f in frees)
             return Reason(
                 ReasonCode.RESOURCES,
                 f"needs {demand.describe_gpus()}"
                 + (f" × {workers} workers" if workers > 1 else "")
-                + f"; {total_free} of {capacity} GPUs are free",
+                + f"; {total_free} of {cluster.capacity} GPUs are free",
             )
-        best = max(frees, key=lambda f: (len(f.free_gpus), f.name))
+        most = next(level for level in cluster.levels(0, False) if level)
+        best = min(most.values(), key=lambda f: f.name)
         return Reason(
             ReasonCode.FRAGMENTED,
             f"fragmented: needs {demand.whole_gpus} GPUs on one node, the most free on any node is "
             f"{len(best.free_gpus)} ({best.name}); {total_free} are free in all",
         )
-    candidates = gpu_ok or frees
+    candidates = gpu_ok or list(cluster.nodes.values())
     if demand.cpus and all(len(f.free_cpus) < demand.cpus for f in candidates):
-        most = max(len(f.free_cpus) for f in candidates)
-        return Reason(ReasonCode.CPUS, f"needs {demand.cpus} free CPU cores on one node; the most free is {most}")
+        most_cpus = max(len(f.free_cpus) for f in candidates)
+        return Reason(ReasonCode.CPUS, f"needs {demand.cpus} free CPU cores on one node; the most free is {most_cpus}")
     most_mem = max(f.free_memory for f in candidates)
     return Reason(
         ReasonCode.MEMORY, f"needs {demand.memory_mib} MiB memory on one node; the most free is {most_mem} MiB"

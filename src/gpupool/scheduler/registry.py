@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob
@@ -13,11 +14,25 @@ from gpupool.scheduler.plugins import binpack, order, spread
 NodeScore = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
 JobOrder = Callable[[PendingJob], tuple[int, float, int]]
 
-PLACEMENTS: dict[str, NodeScore] = {"binpack": binpack.score, "spread": spread.score}
+
+@dataclass(frozen=True, slots=True)
+class PlacementPlugin:
+    """A node score (lower is better) whose first element orders nodes by free GPUs:
+    ascending (fewest free first) or not. The cluster index then scans nodes level by level and
+    stops at the first level with a fit, instead of scoring every node."""
+
+    score: NodeScore
+    fewest_free_first: bool
+
+
+PLACEMENTS: dict[str, PlacementPlugin] = {
+    "binpack": PlacementPlugin(binpack.score, fewest_free_first=True),
+    "spread": PlacementPlugin(spread.score, fewest_free_first=False),
+}
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo}
 
 
-def placement(name: str) -> NodeScore:
+def placement(name: str) -> PlacementPlugin:
     try:
         return PLACEMENTS[name]
     except KeyError:

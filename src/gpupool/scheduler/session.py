@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
-from gpupool.domain.snapshot import PendingJob, Snapshot
+from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 
 if TYPE_CHECKING:
     from gpupool.scheduler.reservation import Reservation
 from gpupool.scheduler import registry
-from gpupool.scheduler.cluster import ClusterState, Statement
+from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fair_share import fair_shares
-from gpupool.scheduler.plugins.fit import fit_worker
+from gpupool.scheduler.plugins.fit import build, can_fit
 
 
 @dataclass(slots=True)
@@ -37,6 +37,11 @@ class Session:
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     held: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
+    _demands: dict[int, WorkerDemand] = field(default_factory=dict)
+    no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
+    _preemptible: list[RunningJob] | None = None
+    _by_project: dict[str, list[RunningJob]] | None = None
+    _failed: dict[tuple[WorkerDemand, int, bool], int] = field(default_factory=dict)  # shape -> generation
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig) -> Session:
@@ -66,52 +71,90 @@ class Session:
     def project(self, name: str) -> Project:
         return self.projects.get(name) or Project(name)
 
+    def demand(self, job: PendingJob) -> WorkerDemand:
+        demand = self._demands.get(job.id)
+        if demand is None:
+            demand = self._demands[job.id] = WorkerDemand.of(job.spec)
+        return demand
+
+    def preemptible(self) -> list[RunningJob]:
+        """Running train jobs not already stopping, most recently started first (built once)."""
+        if self._preemptible is None:
+            self._preemptible = sorted(
+                (r for r in self.snapshot.running if r.preemptible),
+                key=lambda r: (r.started_at is None, r.started_at or self.snapshot.now),  # starting ones are youngest
+                reverse=True,
+            )
+        return self._preemptible
+
+    def preemptible_in(self, project: str) -> list[RunningJob]:
+        """``preemptible()`` of one project, in the same order (grouped once per cycle)."""
+        if self._by_project is None:
+            self._by_project = {}
+            for r in self.preemptible():
+                self._by_project.setdefault(r.spec.project, []).append(r)
+        return self._by_project.get(project, [])
+
     def fits(self, job: PendingJob) -> bool:
         """Would the whole gang fit now? Leaves the cluster state as it found it."""
         return self.try_place_gang(job, commit=False) is not None
 
     def try_place_gang(self, job: PendingJob, *, commit: bool = True) -> tuple[Placement, ...] | None:
-        """Place every worker or none: a partial gang is rolled back through the statement."""
-        demand = WorkerDemand.of(job.spec)
-        score = registry.placement(self.config.placement)
+        """Place every worker or none: a partial gang is rolled back through the statement.
+
+        A shape (demand and gang size) that failed is not tried again until resources come back
+        (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
+        demand = self.demand(job)
+        shape = (demand, job.spec.workers, self._held_key())
+        if self._failed.get(shape) == self.cluster.generation:
+            return None
+        plugin = registry.placement(self.config.placement)
         statement = Statement(self.cluster)
         for worker in range(job.spec.workers):
-            best: tuple[tuple[tuple[int, ...], str], Placement] | None = None
-            for free in self.cluster.nodes.values():
-                placement = fit_worker(free, demand, worker)
-                if placement is None:
-                    continue
-                key = (score(free, demand), free.name)
-                if best is None or key < best[0]:
-                    best = (key, placement)
-            if best is None:
+            chosen = self._best_node(demand, plugin)
+            if chosen is None:
                 statement.discard()
+                self._failed[shape] = self.cluster.generation
                 return None
-            statement.place(best[1])
-        if not commit:
-            placed = statement.commit()
+            statement.place(build(chosen, demand, worker))
+        placed = statement.commit()
+        if not commit:  # give it all back: the cluster is as before, generation included
+            generation = self.cluster.generation
             for p in reversed(placed):
                 self.cluster.give_back(p)
-            return placed
-        return statement.commit()
+            self.cluster.generation = generation
+        return placed
+
+    def _best_node(self, demand: WorkerDemand, plugin: registry.PlacementPlugin) -> NodeFree | None:
+        if demand.share:  # few and small: score every node that could take a share
+            buckets = [self.cluster.with_shares, *self.cluster.levels(1, plugin.fewest_free_first)]
+            stop_at_first_bucket = False
+        else:
+            buckets = self.cluster.levels(demand.whole_gpus, plugin.fewest_free_first)
+            stop_at_first_bucket = True
+        best: tuple[tuple[tuple[int, ...], str], NodeFree] | None = None
+        for bucket in buckets:
+            for free in bucket.values():
+                if not can_fit(free, demand):
+                    continue
+                key = (plugin.score(free, demand), free.name)
+                if best is None or key < best[0]:
+                    best = (key, free)
+            if best is not None and stop_at_first_bucket:
+                break
+        return best[1] if best is not None else None
+
+    def _held_key(self) -> bool:
+        return bool(self.held)
 
     def hold(self, reservation: Reservation) -> None:
         """Keep the reserved GPUs that are free now from other jobs. GPUs the reservation needs
         that running jobs still hold are theirs until they end; only GPUs are reserved."""
-        held: list[tuple[str, int]] = []
-        for p in reservation.placements:
-            free = self.cluster.nodes.get(p.node)
-            if free is None:
-                continue
-            for index in p.gpus:
-                if index in free.free_gpus:
-                    free.free_gpus.discard(index)
-                    held.append((p.node, index))
-        self.held = held
+        self.held = [(p.node, i) for p in reservation.placements for i in p.gpus if self.cluster.hold_gpu(p.node, i)]
 
     def unhold(self) -> None:
         for node, index in self.held:
-            self.cluster.nodes[node].free_gpus.add(index)
+            self.cluster.release_gpu(node, index)
         self.held = []
 
     def policy_refused(self, job_id: int) -> bool:

@@ -28,6 +28,10 @@ def choose_victims(
     """
     stopping = [r for r in session.snapshot.running if r.stopping and r.id not in session.claimed]
     released: list[RunningJob] = []
+    shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
+    if shape in session.no_victims:
+        return None
+    need = job.spec.total_gpus if job.spec.gpus >= 1 else 0.0
     try:
         for r in stopping:
             if session.fits(job):
@@ -42,14 +46,16 @@ def choose_victims(
                 _give_back(session, victim)
                 released.append(victim)
                 new.append(victim)
-                if session.fits(job):
+                if session.cluster.total_free_gpus() >= need and session.fits(job):
                     break
             else:
+                # Candidates only shrink within a cycle: the same shape from the same project fails too.
+                session.no_victims.add(shape)
                 return None
         needed = _fewest(session, job, released)
         session.claimed.update(r.id for r in needed)
         return [r for r in needed if not r.stopping]
-    finally:
+    finally:  # everything released is taken back (the generation moved on: memos of the excursion expire)
         for r in reversed(released):
             _take(session, r)
 

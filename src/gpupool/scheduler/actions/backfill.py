@@ -17,6 +17,8 @@ def run(session: Session) -> None:
     if reservation is None:
         return
     waiting: list[PendingJob] = []
+    # Whether a shape would fit without the reservation, valid while nothing is given back.
+    held_back_by_shape: dict[tuple[object, int], tuple[int, bool]] = {}
     for job in session.queue:
         if session.policy_refused(job.id) or job.id == reservation.job_id:
             waiting.append(job)
@@ -30,9 +32,15 @@ def run(session: Session) -> None:
             session.record_start(job, placements)
             continue
         waiting.append(job)
-        session.unhold()
-        held_back = session.fits(job)
-        session.hold(reservation)
+        shape = (session.demand(job), job.spec.workers)
+        known = held_back_by_shape.get(shape)
+        if known is not None and known[0] == session.cluster.generation:
+            held_back = known[1]
+        else:
+            session.unhold()
+            held_back = session.fits(job)
+            session.hold(reservation)
+            held_back_by_shape[shape] = (session.cluster.generation, held_back)
         if held_back:
             session.reasons[job.id] = Reason(ReasonCode.BACKFILL, _message(reservation))
     session.queue = waiting

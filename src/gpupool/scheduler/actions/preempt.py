@@ -13,17 +13,9 @@ def run(session: Session) -> None:
     for job in session.queue:
         if session.policy_refused(job.id) or not job.spec.quota_bound:
             continue
-        candidates = sorted(
-            (
-                r
-                for r in session.snapshot.running
-                if r.preemptible
-                and r.spec.project == job.spec.project
-                and r.spec.priority.rank < job.spec.priority.rank
-            ),
-            key=lambda r: (r.started_at is None, r.started_at),
-            reverse=True,
-        )
+        candidates = [
+            r for r in session.preemptible_in(job.spec.project) if r.spec.priority.rank < job.spec.priority.rank
+        ]
         victims = choose_victims(session, job, candidates)
         if victims is None:
             continue

@@ -17,15 +17,9 @@ def run(session: Session) -> None:
         project = session.project(job.spec.project)
         if session.allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
             continue  # only GPUs within the quota are taken back
-        candidates = sorted(
-            (
-                r
-                for r in session.snapshot.running
-                if r.preemptible and r.spec.project != project.name and _borrowing(session, r.spec.project)
-            ),
-            key=lambda r: (r.started_at is None, r.started_at),
-            reverse=True,
-        )
+        candidates = [
+            r for r in session.preemptible() if r.spec.project != project.name and _borrowing(session, r.spec.project)
+        ]
 
         def keeps_quota(chosen: list[RunningJob], victim: RunningJob, _session: Session = session) -> bool:
             lender = victim.spec.project

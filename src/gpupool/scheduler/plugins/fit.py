@@ -12,26 +12,38 @@ def model_ok(free: NodeFree, index: int, demand: WorkerDemand) -> bool:
     return demand.models is None or free.models.get(index) in demand.models
 
 
-def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement | None:
-    """Return where ``worker`` would go on this node now, or None if it does not fit."""
+def can_fit(free: NodeFree, demand: WorkerDemand) -> bool:
+    """Cheap test from counts: would one worker of this demand fit on the node now?"""
     if demand.cpus > len(free.free_cpus) or demand.memory_mib > free.free_memory:
-        return None
-    gpus: tuple[int, ...]
+        return False
+    if demand.share:
+        return _pick_shared_gpu(free, demand) is not None
+    if demand.whole_gpus:
+        if len(free.free_gpus) < demand.whole_gpus:
+            return False
+        if demand.models is not None:
+            return sum(1 for i in free.free_gpus if model_ok(free, i, demand)) >= demand.whole_gpus
+    return True
+
+
+def build(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement:
+    """Where the worker goes on a node ``can_fit`` accepted: the lowest free GPU indices and cores."""
+    gpus: tuple[int, ...] = ()
     share = 0.0
     if demand.share:
         index = _pick_shared_gpu(free, demand)
-        if index is None:
-            return None
+        assert index is not None
         gpus, share = (index,), demand.share / GPU_FRACTION_STEPS
     elif demand.whole_gpus:
         candidates = sorted(i for i in free.free_gpus if model_ok(free, i, demand))
-        if len(candidates) < demand.whole_gpus:
-            return None
         gpus = tuple(candidates[: demand.whole_gpus])
-    else:
-        gpus = ()
     cpus = tuple(sorted(free.free_cpus)[: demand.cpus]) if demand.cpus else ()
     return Placement(worker=worker, node=free.name, gpus=gpus, gpu_share=share, cpus=cpus, memory_mib=demand.memory_mib)
+
+
+def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement | None:
+    """Return where ``worker`` would go on this node now, or None if it does not fit."""
+    return build(free, demand, worker) if can_fit(free, demand) else None
 
 
 def _pick_shared_gpu(free: NodeFree, demand: WorkerDemand) -> int | None:
