@@ -27,7 +27,7 @@ from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.runtime import NodeRuntime
-from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.services.context import HeadContext
 from gpupool.settings import Settings
 from gpupool.store import tokens
@@ -91,12 +91,13 @@ class Head:
             for name, probe in self.topology.probes
         ]
         self.executor = LocalExecutor(runtimes)
+        registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
         self.controller = Controller(
             self.db,
             self.executor,
             clock,
-            SchedulerConfig(),
+            SchedulerConfig(placement=settings.placement),
             ControllerSettings(
                 settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
             ),

@@ -39,6 +39,7 @@ class Settings:
     kill_grace_s: float = 10.0
     interval_s: float = 0.5
     fair_share_half_life_s: float = 86400.0
+    placement: str = "binpack"
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -135,6 +135,8 @@ UP_CASES = [
     (["--db", "postgresql://nobody@127.0.0.1:1/x"], "cannot open the database"),
     (["--port", "99999"], "Invalid value for '--port'"),
     (["--fake-nodes", "0"], "--fake-nodes must be >= 1"),
+    (["--placement", "magic"], "unknown placement 'magic'"),
+    (["--fair-share-half-life", "soon"], "malformed duration"),
     (["--fake-hardware", "/nonexistent/hw.json"], "cannot read the hardware description"),
 ]
 

@@ -210,3 +210,30 @@ def test_unknown_placement_or_action_is_a_clear_error() -> None:
         schedule(snapshot([node("n1")], [pending(1)]), SchedulerConfig(placement="magic"))
     with pytest.raises(InvalidInput, match="unknown scheduler action"):
         schedule(snapshot([node("n1")], [pending(1)]), SchedulerConfig(actions=("allocate", "teleport")))
+
+
+def grouped_node(name: str, used: tuple[int, ...] = ()) -> Node:
+    """8 GPUs in two NVLink groups: 0-3 and 4-7."""
+    from dataclasses import replace
+
+    base = node(name, 8)
+    return replace(base, gpus=tuple(replace(g, nvlink_group=g.index // 4) for g in base.gpus))
+
+
+def test_topology_keeps_a_worker_inside_one_nvlink_group() -> None:
+    held = [running(9, ("n1", (0, 1, 5)))]  # group 0 has 2,3 free; group 1 has 4,6,7 free
+    binpack = schedule(snapshot([grouped_node("n1")], [pending(1, gpus=3)], held))
+    assert binpack.starts[0].placements[0].gpus == (2, 3, 4)  # lowest indices, across groups
+    topo = schedule(snapshot([grouped_node("n1")], [pending(1, gpus=3)], held), SchedulerConfig(placement="topology"))
+    assert topo.starts[0].placements[0].gpus == (4, 6, 7)
+    small = schedule(snapshot([grouped_node("n1")], [pending(1, gpus=2)], held), SchedulerConfig(placement="topology"))
+    assert small.starts[0].placements[0].gpus == (2, 3)  # the fullest group that still fits
+
+
+def test_topology_prefers_a_node_where_the_worker_fits_in_one_group() -> None:
+    held = [running(8, ("a", (0, 1, 4, 5))), running(9, ("b", (0, 1, 2, 4)))]  # a: 2+2 free, b: 1+3 free
+    result = schedule(
+        snapshot([grouped_node("a"), grouped_node("b")], [pending(1, gpus=3)], held),
+        SchedulerConfig(placement="topology"),
+    )
+    assert [(p.node, p.gpus) for p in result.starts[0].placements] == [("b", (5, 6, 7))]

@@ -30,6 +30,7 @@ def up(
     fair_share_half_life: Annotated[
         str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
     ] = "1d",
+    placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread or topology")] = "binpack",
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
 ) -> None:
     """Start the head: API, controller and local executor in one process."""
@@ -47,6 +48,7 @@ def up(
         fake_hardware=fake_hardware,
         kill_grace_s=kill_grace,
         interval_s=interval,
+        placement=placement,
         fair_share_half_life_s=parse_duration(fair_share_half_life),
     )
     Head(settings).serve()

@@ -9,10 +9,11 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.cluster import NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins import binpack, order, spread
+from gpupool.scheduler.plugins import binpack, order, spread, topology
 
 NodeScore = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
 JobOrder = Callable[[PendingJob], tuple[int, float, int]]
+GpuPicker = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +24,16 @@ class PlacementPlugin:
 
     score: NodeScore
     fewest_free_first: bool
+    # True when the score's first key is the free-GPU count, so the first bucket with a fit wins.
+    first_bucket_wins: bool = True
+    # Which free GPUs of the chosen node a worker gets; None: the lowest indices.
+    pick_gpus: GpuPicker | None = None
 
 
 PLACEMENTS: dict[str, PlacementPlugin] = {
     "binpack": PlacementPlugin(binpack.score, fewest_free_first=True),
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
+    "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
 }
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo}
 

@@ -116,7 +116,7 @@ class Session:
                 statement.discard()
                 self._failed[shape] = self.cluster.generation
                 return None
-            statement.place(build(chosen, demand, worker))
+            statement.place(build(chosen, demand, worker, plugin.pick_gpus))
         placed = statement.commit()
         if not commit:  # give it all back: the cluster is as before, generation included
             generation = self.cluster.generation
@@ -131,7 +131,7 @@ class Session:
             stop_at_first_bucket = False
         else:
             buckets = self.cluster.levels(demand.whole_gpus, plugin.fewest_free_first)
-            stop_at_first_bucket = True
+            stop_at_first_bucket = plugin.first_bucket_wins
         best: tuple[tuple[tuple[int, ...], str], NodeFree] | None = None
         for bucket in buckets:
             for free in bucket.values():

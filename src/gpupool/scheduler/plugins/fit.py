@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpupool.domain.jobs import Placement
 from gpupool.domain.resources import GPU_FRACTION_STEPS
 from gpupool.scheduler.cluster import NodeFree, share_fits
@@ -26,14 +28,22 @@ def can_fit(free: NodeFree, demand: WorkerDemand) -> bool:
     return True
 
 
-def build(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement:
-    """Where the worker goes on a node ``can_fit`` accepted: the lowest free GPU indices and cores."""
+def build(
+    free: NodeFree,
+    demand: WorkerDemand,
+    worker: int,
+    pick_gpus: Callable[[NodeFree, WorkerDemand], tuple[int, ...]] | None = None,
+) -> Placement:
+    """Where the worker goes on a node ``can_fit`` accepted: the GPUs ``pick_gpus`` chooses (by
+    default the lowest free indices) and the lowest free cores."""
     gpus: tuple[int, ...] = ()
     share = 0.0
     if demand.share:
         index = _pick_shared_gpu(free, demand)
         assert index is not None
         gpus, share = (index,), demand.share / GPU_FRACTION_STEPS
+    elif demand.whole_gpus and pick_gpus is not None:
+        gpus = pick_gpus(free, demand)
     elif demand.whole_gpus:
         candidates = sorted(i for i in free.free_gpus if model_ok(free, i, demand))
         gpus = tuple(candidates[: demand.whole_gpus])
