@@ -63,6 +63,7 @@ FULL_SPEC: dict[str, Any] = {
     "workdir": "/home/alice/project",
     "gpu_model": "NVIDIA H100 80GB HBM3",
     "max_runtime_s": 86_400,
+    "gpu_memory": "20G",
 }
 
 

@@ -21,12 +21,15 @@ def node(
     model: str = "Sim",
     state: NodeState = NodeState.UP,
     unhealthy: tuple[int, ...] = (),
+    gpu_memory_mib: int = 81920,
 ) -> Node:
     return Node(
         name=name,
         state=state,
         address="127.0.0.1",
-        gpus=tuple(GpuInfo(i, f"GPU-{name}-{i}", model, 81920, True, healthy=i not in unhealthy) for i in range(gpus)),
+        gpus=tuple(
+            GpuInfo(i, f"GPU-{name}-{i}", model, gpu_memory_mib, True, healthy=i not in unhealthy) for i in range(gpus)
+        ),
         cpus=cpus,
         memory_mib=memory_mib,
     )
@@ -44,9 +47,11 @@ def pending(
     gpu_model: str | None = None,
     project: str = "default",
     max_runtime_s: int | None = None,
+    gpu_memory: str | None = None,
 ) -> PendingJob:
     spec = JobSpec.create(
         max_runtime_s=max_runtime_s,
+        gpu_memory=gpu_memory,
         command=["true"],
         gpus=gpus,
         workers=workers,

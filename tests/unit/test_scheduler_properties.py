@@ -36,6 +36,7 @@ def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[
         jobs.append(
             pending(
                 i + 1,
+                gpu_memory=draw(st.sampled_from([None, None, "30G", "50G"])) if 0 < gpus < 1 else None,
                 gpus=gpus,
                 workers=workers,
                 cpus=draw(st.integers(0, 4)),
@@ -49,6 +50,7 @@ def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[
 def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob]) -> None:  # type: ignore[type-arg]
     whole: dict[tuple[str, int], int] = defaultdict(int)
     shares: dict[tuple[str, int], int] = defaultdict(int)
+    share_memory: dict[tuple[str, int], int] = defaultdict(int)
     cpus: dict[tuple[str, int], int] = defaultdict(int)
     memory: dict[str, int] = defaultdict(int)
     placements = [p for s in starts for p in s.placements] + [p for r in running for p in r.placements]
@@ -56,6 +58,7 @@ def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob
         for g in p.gpus:
             if p.gpu_share:
                 shares[(p.node, g)] += fraction_steps(p.gpu_share)
+                share_memory[(p.node, g)] += p.gpu_memory_mib
             else:
                 whole[(p.node, g)] += 1
         for c in p.cpus:
@@ -67,6 +70,8 @@ def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob
         assert g < len(by_name[name].gpus)
     for key, total in shares.items():
         assert total <= GPU_FRACTION_STEPS, f"GPU {key} shared beyond 100%"
+        node_name, index = key
+        assert share_memory[key] <= by_name[node_name].gpus[index].memory_mib, f"GPU {key} memory over-allocated"
     assert all(count == 1 for count in cpus.values()), "a CPU core given twice"
     for name, used in memory.items():
         assert used <= by_name[name].memory_mib

@@ -237,3 +237,20 @@ def test_topology_prefers_a_node_where_the_worker_fits_in_one_group() -> None:
         SchedulerConfig(placement="topology"),
     )
     assert [(p.node, p.gpus) for p in result.starts[0].placements] == [("b", (5, 6, 7))]
+
+
+def test_shares_never_exceed_the_memory_of_their_gpu() -> None:
+    queue = [pending(1, gpus=0.25, gpu_memory="50G"), pending(2, gpus=0.25, gpu_memory="50G"), pending(3, gpus=0.25)]
+    result = schedule(snapshot([node("n1", 2)], queue))  # 80 GiB GPUs
+    placed = {s.job_id: s.placements[0] for s in result.starts}
+    assert (placed[1].gpus, placed[2].gpus) == ((0,), (1,))  # 50G + 50G would overflow one GPU
+    assert placed[1].gpu_memory_mib == 51200
+    assert placed[3].gpus == (0,) and placed[3].gpu_memory_mib == 20480  # a quarter of 80 GiB, beside job 1
+
+
+def test_gpu_memory_for_whole_gpus_picks_big_enough_gpus() -> None:
+    nodes = [node("small", 4, gpu_memory_mib=16384), node("big", 4, gpu_memory_mib=81920)]
+    result = schedule(snapshot(nodes, [pending(1, gpus=2, gpu_memory="40G"), pending(2, gpu_memory="100G")]))
+    assert [(p.node, p.gpus) for p in result.starts[0].placements] == [("big", (0, 1))]
+    assert result.pending[2].code is ReasonCode.UNSATISFIABLE
+    assert "GPU memory" in result.pending[2].message

@@ -32,6 +32,9 @@ def submit(
     workdir: Annotated[str | None, typer.Option(help="working directory (default: the current one)")] = None,
     gpu_model: Annotated[str | None, typer.Option(help="allowed GPU models, e.g. A100|H100")] = None,
     max_runtime: Annotated[str | None, typer.Option(help="e.g. 2h: stopped after this long")] = None,
+    gpu_memory: Annotated[
+        str | None, typer.Option(help="with a fraction: GPU memory it needs, e.g. 10G; else least per GPU")
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -59,6 +62,7 @@ def submit(
             workdir=str(Path(workdir or ".").resolve()),
             gpu_model=gpu_model,
             max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
+            gpu_memory=gpu_memory,
         )
     if output is Output.JSON:
         print_json(job)

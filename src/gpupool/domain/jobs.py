@@ -82,6 +82,7 @@ class JobSpec:
     workdir: str | None = None
     gpu_model: str | None = None
     max_runtime_s: int | None = None
+    gpu_memory_mib: int = 0  # fraction: memory it needs on the shared GPU; whole: least memory per GPU
 
     @property
     def total_gpus(self) -> float:
@@ -93,7 +94,7 @@ class JobSpec:
         return self.priority is not Priority.TRAIN
 
     @classmethod
-    def create(
+    def create(  # noqa: C901 - a flat list of independent checks reads best as one
         cls,
         *,
         command: Sequence[str],
@@ -109,6 +110,7 @@ class JobSpec:
         workdir: str | None = None,
         gpu_model: str | None = None,
         max_runtime_s: int | None = None,
+        gpu_memory: str | int | None = None,
     ) -> JobSpec:
         argv = tuple(command)
         if not argv or not argv[0].strip():
@@ -116,6 +118,9 @@ class JobSpec:
         if any("\x00" in a for a in argv):
             raise InvalidInput("command arguments must not contain NUL bytes")
         gpus = validate_gpus(gpus)
+        gpu_memory_mib = parse_memory(gpu_memory)
+        if gpu_memory_mib and gpus == 0:
+            raise InvalidInput("--gpu-memory needs GPUs: it is the GPU memory a (fractional) GPU must offer")
         if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
             raise InvalidInput(f"workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
         if workers > 1 and 0 < gpus < 1:
@@ -150,6 +155,7 @@ class JobSpec:
             workdir=workdir,
             gpu_model=gpu_model or None,
             max_runtime_s=max_runtime_s,
+            gpu_memory_mib=gpu_memory_mib,
         )
 
 
@@ -168,5 +174,6 @@ class Placement:
     node: str
     gpus: tuple[int, ...]
     gpu_share: float = 0.0  # > 0 only for a fractional worker: its share of gpus[0]
+    gpu_memory_mib: int = 0  # a fractional worker's part of gpus[0]'s memory
     cpus: tuple[int, ...] = ()
     memory_mib: int = 0

@@ -51,6 +51,7 @@ def worker_env(
     )
     if placement.gpu_share:
         env["GPUPOOL_GPU_SHARE"] = f"{placement.gpu_share:g}"
+        env["GPUPOOL_GPU_MEMORY_MIB"] = str(placement.gpu_memory_mib)
     if placement.cpus:
         threads = str(len(placement.cpus))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads})

@@ -31,6 +31,8 @@ class NodeFree:
     free_cpus: set[int]
     free_memory: int
     models: dict[int, str] = field(default_factory=dict)
+    gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> its memory (MiB)
+    shared_memory: dict[int, int] = field(default_factory=dict)  # shared GPU index -> MiB its shares took
 
     @property
     def name(self) -> str:
@@ -54,6 +56,7 @@ class ClusterState:
                 free_cpus=set(range(node.cpus)),
                 free_memory=node.memory_mib,
                 models={g.index: g.model for g in node.gpus},
+                gpu_memory={g.index: g.memory_mib for g in node.gpus},
             )
         up = [f.node for f in self.nodes.values()]
         # What never changes within a cycle, for explanations.
@@ -61,6 +64,7 @@ class ClusterState:
         self.max_memory = max((n.memory_mib for n in up), default=0)
         self.models = frozenset(g.model for n in up for g in n.gpus)
         self.capacity = sum(1 for n in up for g in n.gpus if g.healthy)
+        self.max_gpu_memory = max((g.memory_mib for n in up for g in n.gpus), default=0)
         self.by_free: list[dict[str, NodeFree]] = [{} for _ in range(self.max_gpus + 1)]
         self.with_shares: dict[str, NodeFree] = {}
         for free in self.nodes.values():
@@ -79,6 +83,7 @@ class ClusterState:
             index = p.gpus[0]
             free.free_gpus.discard(index)
             free.shared[index] = free.shared.get(index, 0) + fraction_steps(p.gpu_share)
+            free.shared_memory[index] = free.shared_memory.get(index, 0) + p.gpu_memory_mib
         else:
             free.free_gpus.difference_update(p.gpus)
         free.free_cpus.difference_update(p.cpus)
@@ -95,9 +100,11 @@ class ClusterState:
             left = free.shared.get(index, 0) - fraction_steps(p.gpu_share)
             if left <= 0:
                 free.shared.pop(index, None)
+                free.shared_memory.pop(index, None)
                 free.free_gpus.add(index)
             else:
                 free.shared[index] = left
+                free.shared_memory[index] = free.shared_memory.get(index, 0) - p.gpu_memory_mib
         else:
             free.free_gpus.update(p.gpus)
         free.free_cpus.update(p.cpus)

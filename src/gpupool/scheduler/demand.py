@@ -15,13 +15,14 @@ class WorkerDemand:
     cpus: int
     memory_mib: int
     models: frozenset[str] | None  # allowed GPU models, None for any
+    gpu_memory_mib: int = 0  # share: memory needed on the shared GPU; whole: least memory per GPU
 
     @classmethod
     def of(cls, spec: JobSpec) -> WorkerDemand:
         models = frozenset(m.strip() for m in spec.gpu_model.split("|") if m.strip()) if spec.gpu_model else None
         if is_fractional(spec.gpus):
-            return cls(0, fraction_steps(spec.gpus), spec.cpus, spec.memory_mib, models)
-        return cls(int(spec.gpus), 0, spec.cpus, spec.memory_mib, models)
+            return cls(0, fraction_steps(spec.gpus), spec.cpus, spec.memory_mib, models, spec.gpu_memory_mib)
+        return cls(int(spec.gpus), 0, spec.cpus, spec.memory_mib, models, spec.gpu_memory_mib)
 
     @property
     def needs_gpu(self) -> bool:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.cluster import ClusterState, NodeFree, share_fits
+from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import model_ok, slots_on
+from gpupool.scheduler.plugins.fit import gpu_ok, pick_shared_gpu, slots_on
 
 
 def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None) -> Reason:
@@ -46,6 +46,11 @@ def _could_host(demand: WorkerDemand, cluster: ClusterState) -> list[NodeFree]:
 def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
     if demand.models is not None and not demand.models & cluster.models:
         return Reason(ReasonCode.GPU_MODEL, f"no node that is up has a GPU of model {'|'.join(sorted(demand.models))}")
+    if demand.gpu_memory_mib > cluster.max_gpu_memory:
+        return Reason(
+            ReasonCode.UNSATISFIABLE,
+            f"needs {demand.gpu_memory_mib} MiB of GPU memory; the largest GPU that is up has {cluster.max_gpu_memory}",
+        )
     if demand.whole_gpus > cluster.max_gpus:
         return Reason(
             ReasonCode.UNSATISFIABLE,
@@ -94,7 +99,5 @@ def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState) -> R
 
 def _gpu_fits(free: NodeFree, demand: WorkerDemand) -> bool:
     if demand.share:
-        return any(share_fits(u, demand.share) and model_ok(free, i, demand) for i, u in free.shared.items()) or any(
-            model_ok(free, i, demand) for i in free.free_gpus
-        )
-    return sum(1 for i in free.free_gpus if model_ok(free, i, demand)) >= demand.whole_gpus
+        return pick_shared_gpu(free, demand) is not None
+    return sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) >= demand.whole_gpus

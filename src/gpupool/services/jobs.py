@@ -123,6 +123,11 @@ def _check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
             f"no node has a GPU of model {spec.gpu_model}; models here: {', '.join(models)}",
             code=ReasonCode.GPU_MODEL.value,
         )
+    biggest_gpu = max((g.memory_mib for n in nodes for g in n.gpus), default=0)
+    if spec.gpu_memory_mib > biggest_gpu:
+        raise Unsatisfiable(
+            f"{spec.gpu_memory_mib} MiB of GPU memory is more than any GPU here has (at most {biggest_gpu} MiB)"
+        )
     most = max(len(n.gpus) for n in usable or nodes)
     if demand.whole_gpus > most:
         raise Unsatisfiable(

@@ -22,6 +22,7 @@ def spec_of(row: JobRow) -> JobSpec:
         workdir=row.workdir,
         gpu_model=row.gpu_model,
         max_runtime_s=row.max_runtime_s,
+        gpu_memory_mib=row.gpu_memory_mib,
     )
 
 
@@ -31,6 +32,7 @@ def placement_of(row: WorkerRow) -> Placement:
         node=row.node,
         gpus=tuple(row.gpus),
         gpu_share=row.gpu_share,
+        gpu_memory_mib=row.gpu_memory_mib,
         cpus=tuple(row.cpus),
         memory_mib=row.memory_mib,
     )

@@ -36,6 +36,7 @@ def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> Jo
         workdir=spec.workdir,
         gpu_model=spec.gpu_model,
         max_runtime_s=spec.max_runtime_s,
+        gpu_memory_mib=spec.gpu_memory_mib,
         reason_code="new",
         reason="waiting for the next scheduling cycle",
         starts=0,

@@ -53,6 +53,7 @@ class JobRow(Base):
     workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
     gpu_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
     max_runtime_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -81,6 +82,7 @@ class WorkerRow(Base):
     node: Mapped[str] = mapped_column(String(128))
     gpus: Mapped[list[int]] = mapped_column(JSON)
     gpu_share: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     cpus: Mapped[list[int]] = mapped_column(JSON)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     # launching: decided, process not yet confirmed; running: supervisor alive; exited; lost.

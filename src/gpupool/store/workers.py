@@ -43,6 +43,7 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
                 node=p.node,
                 gpus=list(p.gpus),
                 gpu_share=p.gpu_share,
+                gpu_memory_mib=p.gpu_memory_mib,
                 cpus=list(p.cpus),
                 memory_mib=p.memory_mib,
                 status=WorkerStatus.LAUNCHING.value,

@@ -28,6 +28,7 @@ def submit(body: SubmitRequest, ctx: Ctx, who: Caller) -> JobOut:
         workdir=body.workdir,
         gpu_model=body.gpu_model,
         max_runtime_s=body.max_runtime_s,
+        gpu_memory=body.gpu_memory,
     )
     return JobOut.of(job_service.submit(ctx, spec, who))
 

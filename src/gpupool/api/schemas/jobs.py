@@ -26,6 +26,9 @@ class SubmitRequest(BaseModel):
     workdir: str | None = None
     gpu_model: str | None = None
     max_runtime_s: int | None = None
+    gpu_memory: str | int | None = Field(
+        None, description="fractional: GPU memory it needs on the shared GPU; whole: least memory per GPU"
+    )
 
 
 class PlacementOut(BaseModel):
@@ -33,11 +36,19 @@ class PlacementOut(BaseModel):
     node: str
     gpus: list[int]
     gpu_share: float | None = None
+    gpu_memory_mib: int | None = None
     cpus: list[int] = Field(default_factory=list)
 
     @classmethod
     def of(cls, p: Placement) -> PlacementOut:
-        return cls(worker=p.worker, node=p.node, gpus=list(p.gpus), gpu_share=p.gpu_share or None, cpus=list(p.cpus))
+        return cls(
+            worker=p.worker,
+            node=p.node,
+            gpus=list(p.gpus),
+            gpu_share=p.gpu_share or None,
+            gpu_memory_mib=p.gpu_memory_mib or None,
+            cpus=list(p.cpus),
+        )
 
 
 class JobOut(BaseModel):
@@ -54,6 +65,7 @@ class JobOut(BaseModel):
     priority: str
     max_restarts: int
     gpu_model: str | None
+    gpu_memory_mib: int
     workdir: str | None
     env: dict[str, str]
     placements: list[PlacementOut]
@@ -84,6 +96,7 @@ class JobOut(BaseModel):
             priority=s.priority.value,
             max_restarts=s.max_restarts,
             gpu_model=s.gpu_model,
+            gpu_memory_mib=s.gpu_memory_mib,
             workdir=s.workdir,
             env=dict(s.env),
             placements=[PlacementOut.of(p) for p in job.placements],

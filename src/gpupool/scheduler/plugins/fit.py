@@ -10,8 +10,16 @@ from gpupool.scheduler.cluster import NodeFree, share_fits
 from gpupool.scheduler.demand import WorkerDemand
 
 
-def model_ok(free: NodeFree, index: int, demand: WorkerDemand) -> bool:
-    return demand.models is None or free.models.get(index) in demand.models
+def gpu_ok(free: NodeFree, index: int, demand: WorkerDemand) -> bool:
+    """The GPU's model is allowed and, for a whole-GPU worker, it has the memory asked for."""
+    if demand.models is not None and free.models.get(index) not in demand.models:
+        return False
+    return demand.share > 0 or free.gpu_memory.get(index, 0) >= demand.gpu_memory_mib
+
+
+def share_memory(free: NodeFree, index: int, demand: WorkerDemand) -> int:
+    """The memory a fractional worker takes on a GPU: what it asked for, else its share of it."""
+    return demand.gpu_memory_mib or demand.share * free.gpu_memory.get(index, 0) // GPU_FRACTION_STEPS
 
 
 def can_fit(free: NodeFree, demand: WorkerDemand) -> bool:
@@ -19,12 +27,12 @@ def can_fit(free: NodeFree, demand: WorkerDemand) -> bool:
     if demand.cpus > len(free.free_cpus) or demand.memory_mib > free.free_memory:
         return False
     if demand.share:
-        return _pick_shared_gpu(free, demand) is not None
+        return pick_shared_gpu(free, demand) is not None
     if demand.whole_gpus:
         if len(free.free_gpus) < demand.whole_gpus:
             return False
-        if demand.models is not None:
-            return sum(1 for i in free.free_gpus if model_ok(free, i, demand)) >= demand.whole_gpus
+        if demand.models is not None or demand.gpu_memory_mib:
+            return sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) >= demand.whole_gpus
     return True
 
 
@@ -38,17 +46,27 @@ def build(
     default the lowest free indices) and the lowest free cores."""
     gpus: tuple[int, ...] = ()
     share = 0.0
+    shared_mib = 0
     if demand.share:
-        index = _pick_shared_gpu(free, demand)
+        index = pick_shared_gpu(free, demand)
         assert index is not None
         gpus, share = (index,), demand.share / GPU_FRACTION_STEPS
+        shared_mib = share_memory(free, index, demand)
     elif demand.whole_gpus and pick_gpus is not None:
         gpus = pick_gpus(free, demand)
     elif demand.whole_gpus:
-        candidates = sorted(i for i in free.free_gpus if model_ok(free, i, demand))
+        candidates = sorted(i for i in free.free_gpus if gpu_ok(free, i, demand))
         gpus = tuple(candidates[: demand.whole_gpus])
     cpus = tuple(sorted(free.free_cpus)[: demand.cpus]) if demand.cpus else ()
-    return Placement(worker=worker, node=free.name, gpus=gpus, gpu_share=share, cpus=cpus, memory_mib=demand.memory_mib)
+    return Placement(
+        worker=worker,
+        node=free.name,
+        gpus=gpus,
+        gpu_share=share,
+        cpus=cpus,
+        memory_mib=demand.memory_mib,
+        gpu_memory_mib=shared_mib,
+    )
 
 
 def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement | None:
@@ -56,27 +74,40 @@ def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement |
     return build(free, demand, worker) if can_fit(free, demand) else None
 
 
-def _pick_shared_gpu(free: NodeFree, demand: WorkerDemand) -> int | None:
+def pick_shared_gpu(free: NodeFree, demand: WorkerDemand) -> int | None:
     """Best fit among GPUs already shared (fill them up first), else the lowest free GPU."""
     best: tuple[int, int] | None = None
     for index, used in free.shared.items():
-        if share_fits(used, demand.share) and model_ok(free, index, demand) and (best is None or used > best[1]):
+        if (
+            share_fits(used, demand.share)
+            and gpu_ok(free, index, demand)
+            and _memory_left(free, index) >= share_memory(free, index, demand)
+            and (best is None or used > best[1])
+        ):
             best = (index, used)
     if best is not None:
         return best[0]
-    whole = [i for i in free.free_gpus if model_ok(free, i, demand)]
+    whole = [
+        i
+        for i in free.free_gpus
+        if gpu_ok(free, i, demand) and free.gpu_memory.get(i, 0) >= share_memory(free, i, demand)
+    ]
     return min(whole) if whole else None
+
+
+def _memory_left(free: NodeFree, index: int) -> int:
+    return free.gpu_memory.get(index, 0) - free.shared_memory.get(index, 0)
 
 
 def slots_on(free: NodeFree, demand: WorkerDemand) -> int:
     """How many workers of this demand fit on the node now (for explanations)."""
     limits: list[int] = []
     if demand.whole_gpus:
-        limits.append(sum(1 for i in free.free_gpus if model_ok(free, i, demand)) // demand.whole_gpus)
+        limits.append(sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) // demand.whole_gpus)
     elif demand.share:
         limits.append(
-            sum((GPU_FRACTION_STEPS - u) // demand.share for i, u in free.shared.items() if model_ok(free, i, demand))
-            + sum(1 for i in free.free_gpus if model_ok(free, i, demand)) * (GPU_FRACTION_STEPS // demand.share)
+            sum((GPU_FRACTION_STEPS - u) // demand.share for i, u in free.shared.items() if gpu_ok(free, i, demand))
+            + sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) * (GPU_FRACTION_STEPS // demand.share)
         )
     if demand.cpus:
         limits.append(len(free.free_cpus) // demand.cpus)

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from gpupool.scheduler.cluster import NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import model_ok
+from gpupool.scheduler.plugins.fit import gpu_ok
 
 
 def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
@@ -18,7 +18,7 @@ def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
 
 def pick_gpus(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
     group = _best_group(free, demand)
-    usable = sorted(i for i in free.free_gpus if model_ok(free, i, demand))
+    usable = sorted(i for i in free.free_gpus if gpu_ok(free, i, demand))
     if group is not None:
         usable = [i for i in usable if _group_of(free, i) == group] + [i for i in usable if _group_of(free, i) != group]
     return tuple(usable[: demand.whole_gpus])
@@ -29,7 +29,7 @@ def _best_group(free: NodeFree, demand: WorkerDemand) -> int | None:
     counts: dict[int, int] = defaultdict(int)
     for index in free.free_gpus:
         group = _group_of(free, index)
-        if group is not None and model_ok(free, index, demand):
+        if group is not None and gpu_ok(free, index, demand):
             counts[group] += 1
     fitting = [(n, g) for g, n in counts.items() if n >= demand.whole_gpus]
     return min(fitting)[1] if fitting else None

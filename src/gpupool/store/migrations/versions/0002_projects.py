@@ -17,6 +17,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.add_column(sa.Column("preempt_requested", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch_op.add_column(sa.Column("gpu_memory_mib", sa.Integer(), nullable=False, server_default="0"))
+    with op.batch_alter_table("workers") as batch_op:
+        batch_op.add_column(sa.Column("gpu_memory_mib", sa.Integer(), nullable=False, server_default="0"))
     op.create_table(
         "project_usage",
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -38,5 +41,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.drop_column("preempt_requested")
+        batch_op.drop_column("gpu_memory_mib")
+    with op.batch_alter_table("workers") as batch_op:
+        batch_op.drop_column("gpu_memory_mib")
     op.drop_table("projects")
     op.drop_table("project_usage")
