@@ -9,6 +9,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.projects import Project
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob
@@ -174,3 +175,44 @@ def test_preemption_only_stops_train_jobs_and_never_takes_a_lender_below_quota(
     for project, gpus in taken.items():
         assert allocated[project] - gpus >= quotas[project] - 1e-9, f"reclaim took {project} below its quota"
     _check_no_overallocation(nodes, list(result.starts), held)
+
+
+def _reclaimable(held: list[RunningJob], quotas: dict[str, float], exclude: str) -> set[int]:
+    """Running train jobs that projects hold beyond their quotas (youngest first, lenders kept at
+    their quota): the GPUs a project below its quota may take back."""
+    allocated: dict[str, float] = defaultdict(float)
+    for r in held:
+        allocated[r.spec.project] += r.spec.total_gpus
+    out: set[int] = set()
+    for r in sorted(held, key=lambda r: r.started_at or T0, reverse=True):
+        p = r.spec.project
+        if p == exclude or r.stopping or r.spec.quota_bound:
+            continue
+        if allocated[p] - r.spec.total_gpus >= quotas.get(p, 0.0) - 1e-9:
+            allocated[p] -= r.spec.total_gpus
+            out.add(r.id)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(contested())
+def test_a_project_within_quota_is_not_left_waiting_while_others_borrow_what_it_could_use(
+    case: tuple[list, list[PendingJob], list[RunningJob], list[Project]],  # type: ignore[type-arg]
+) -> None:
+    nodes, queue, held, projects = case
+    result = schedule(snapshot(nodes, queue, held, projects))
+    if result.starts or result.preemptions:
+        return  # the cycle acted
+    quotas = {p.name: p.quota for p in projects}
+    for job in queue:
+        p = job.spec.project
+        mine = sum(r.spec.total_gpus for r in held if r.spec.project == p)
+        if job.spec.gpus < 1 or mine + job.spec.total_gpus > quotas.get(p, 0.0):
+            continue
+        freed = _reclaimable(held, quotas, exclude=p) | {r.id for r in held if r.stopping}
+        alone = snapshot(nodes, [job], [r for r in held if r.id not in freed])
+        if schedule(alone).starts:
+            reason = result.pending[job.id]
+            assert reason.code in (ReasonCode.RECLAIM, ReasonCode.PREEMPTING), (
+                f"job {job.id} of {p} (within quota) could run on reclaimable GPUs but waits: {reason}"
+            )
