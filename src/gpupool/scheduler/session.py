@@ -41,6 +41,7 @@ class Session:
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
+    _stopping: list[RunningJob] | None = None
     _failed: dict[tuple[WorkerDemand, int, bool], int] = field(default_factory=dict)  # shape -> generation
 
     @classmethod
@@ -86,6 +87,12 @@ class Session:
                 reverse=True,
             )
         return self._preemptible
+
+    def stopping(self) -> list[RunningJob]:
+        """Running jobs already being cancelled or preempted (built once)."""
+        if self._stopping is None:
+            self._stopping = [r for r in self.snapshot.running if r.stopping]
+        return self._stopping
 
     def preemptible_in(self, project: str) -> list[RunningJob]:
         """``preemptible()`` of one project, in the same order (grouped once per cycle)."""

@@ -26,7 +26,7 @@ def choose_victims(
     ``candidates`` come in order of preference (youngest first); ``allowed(chosen, v)`` says
     whether ``v`` may join the new victims already chosen (e.g. without taking its project below quota).
     """
-    stopping = [r for r in session.snapshot.running if r.stopping and r.id not in session.claimed]
+    stopping = [r for r in session.stopping() if r.id not in session.claimed]
     released: list[RunningJob] = []
     shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
     if shape in session.no_victims:

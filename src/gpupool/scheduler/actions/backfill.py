@@ -19,6 +19,7 @@ def run(session: Session) -> None:
     waiting: list[PendingJob] = []
     # Whether a shape would fit without the reservation, valid while nothing is given back.
     held_back_by_shape: dict[tuple[object, int], tuple[int, bool]] = {}
+    held_back_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
     for job in session.queue:
         if session.policy_refused(job.id) or job.id == reservation.job_id:
             waiting.append(job)
@@ -42,7 +43,7 @@ def run(session: Session) -> None:
             session.hold(reservation)
             held_back_by_shape[shape] = (session.cluster.generation, held_back)
         if held_back:
-            session.reasons[job.id] = Reason(ReasonCode.BACKFILL, _message(reservation))
+            session.reasons[job.id] = held_back_reason
     session.queue = waiting
 
 
