@@ -28,10 +28,13 @@ class PlacementPlugin:
     first_bucket_wins: bool = True
     # Which free GPUs of the chosen node a worker gets; None: the lowest indices.
     pick_gpus: GpuPicker | None = None
+    # For GPU shares: True when the score puts nodes that already share a GPU first, then orders
+    # by free count, so the scan may stop early as for whole GPUs.
+    shares_first: bool = False
 
 
 PLACEMENTS: dict[str, PlacementPlugin] = {
-    "binpack": PlacementPlugin(binpack.score, fewest_free_first=True),
+    "binpack": PlacementPlugin(binpack.score, fewest_free_first=True, shares_first=True),
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
     "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
 }

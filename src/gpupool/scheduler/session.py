@@ -133,9 +133,9 @@ class Session:
         return placed
 
     def _best_node(self, demand: WorkerDemand, plugin: registry.PlacementPlugin) -> NodeFree | None:
-        if demand.share:  # few and small: score every node that could take a share
+        if demand.share:
             buckets = [self.cluster.with_shares, *self.cluster.levels(1, plugin.fewest_free_first)]
-            stop_at_first_bucket = False
+            stop_at_first_bucket = plugin.shares_first and plugin.first_bucket_wins
         else:
             buckets = self.cluster.levels(demand.whole_gpus, plugin.fewest_free_first)
             stop_at_first_bucket = plugin.first_bucket_wins

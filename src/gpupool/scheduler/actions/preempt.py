@@ -13,9 +13,9 @@ def run(session: Session) -> None:
     for job in session.queue:
         if session.policy_refused(job.id) or not job.spec.quota_bound:
             continue
-        candidates = [
-            r for r in session.preemptible_in(job.spec.project) if r.spec.priority.rank < job.spec.priority.rank
-        ]
+        # Only train jobs are preemptible, and only interactive and inference jobs get here: every
+        # preemptible job of the project ranks below this one.
+        candidates = session.preemptible_in(job.spec.project)
         victims = choose_victims(session, job, candidates)
         if victims is None:
             continue
