@@ -106,3 +106,14 @@ def test_inference_never_displaces_interactive_and_train_never_displaces_anythin
     result = schedule(snapshot([node("n1")], queue, held, projects))
     assert result.preemptions == ()
     assert result.pending[1].code is ReasonCode.RESOURCES
+
+
+def test_a_gpu_being_freed_is_promised_to_the_first_job_that_can_use_it() -> None:
+    """Found by the reclaim property: one GPU, held by a job that is being stopped; the share ahead
+    in line claims it, the whole-GPU job behind waits for resources rather than claiming it too."""
+    held = [replace(running(1, ("n0", (0,)), project="a"), stopping=True)]
+    queue = [pending(10, gpus=0.25, project="a"), pending(12, gpus=1, project="a")]
+    result = schedule(snapshot([node("n0", 1)], queue, held, [Project("a", quota=2)]))
+    assert result.starts == () and result.preemptions == ()
+    assert result.pending[10].code is ReasonCode.RECLAIM and "being stopped" in result.pending[10].message
+    assert result.pending[12].code is ReasonCode.RESOURCES
