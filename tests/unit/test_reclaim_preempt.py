@@ -117,3 +117,18 @@ def test_a_gpu_being_freed_is_promised_to_the_first_job_that_can_use_it() -> Non
     assert result.starts == () and result.preemptions == ()
     assert result.pending[10].code is ReasonCode.RECLAIM and "being stopped" in result.pending[10].message
     assert result.pending[12].code is ReasonCode.RESOURCES
+
+
+def test_an_interactive_job_reclaim_cannot_help_still_displaces_its_own_train_jobs() -> None:
+    # a is below its quota, so reclaim looks first and finds nobody borrowing (b is within its
+    # own quota); preempt must still displace a's own youngest train job
+    held = [
+        started(running(10, ("n1", (0,)), project="a"), 0),
+        started(running(11, ("n1", (1,)), project="a"), 1),
+        started(running(12, ("n1", (2,)), project="b", priority="interactive"), 2),
+        started(running(13, ("n1", (3,)), project="b", priority="interactive"), 3),
+    ]
+    projects = [Project("a", quota=4), Project("b", quota=2)]
+    result = schedule(snapshot([node("n1")], [pending(1, project="a", priority="interactive")], held, projects))
+    assert [p.job_id for p in result.preemptions] == [11]
+    assert result.pending[1].code is ReasonCode.PREEMPTING

@@ -18,6 +18,8 @@ def choose_victims(
     job: PendingJob,
     candidates: Sequence[RunningJob],
     allowed: Callable[[list[RunningJob], RunningJob], bool] = lambda chosen, victim: True,
+    *,
+    purpose: str,
 ) -> list[RunningJob] | None:
     """None when no set of candidates makes room; else the new victims, possibly none when jobs
     already stopping will do. Every job whose GPUs are promised to ``job`` (new victims and
@@ -25,10 +27,11 @@ def choose_victims(
 
     ``candidates`` come in order of preference (youngest first); ``allowed(chosen, v)`` says
     whether ``v`` may join the new victims already chosen (e.g. without taking its project below quota).
+    ``purpose`` names the action: each draws on its own candidates, so each remembers its own failures.
     """
     stopping = [r for r in session.stopping() if r.id not in session.claimed]
     released: list[RunningJob] = []
-    shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
+    shape = (purpose, session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
     if shape in session.no_victims:
         return None
     need = job.spec.total_gpus if job.spec.gpus >= 1 else 0.0

@@ -16,7 +16,7 @@ def run(session: Session) -> None:
         # Only train jobs are preemptible, and only interactive and inference jobs get here: every
         # preemptible job of the project ranks below this one.
         candidates = session.preemptible_in(job.spec.project)
-        victims = choose_victims(session, job, candidates)
+        victims = choose_victims(session, job, candidates, purpose="preempt")
         if victims is None:
             continue
         for victim in victims:

@@ -26,7 +26,7 @@ def run(session: Session) -> None:
             taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
             return _session.allocated.get(lender, 0.0) - taken >= _session.project(lender).quota - 1e-9
 
-        victims = choose_victims(session, job, candidates, keeps_quota)
+        victims = choose_victims(session, job, candidates, keeps_quota, purpose="reclaim")
         if victims is None:
             continue
         lenders = sorted({v.spec.project for v in victims})
