@@ -67,6 +67,10 @@ class ClusterState:
         self.max_gpu_memory = max((g.memory_mib for n in up for g in n.gpus), default=0)
         self.by_free: list[dict[str, NodeFree]] = [{} for _ in range(self.max_gpus + 1)]
         self.with_shares: dict[str, NodeFree] = {}
+        # Nodes with a shared GPU, by the most room (thousandths) left on any of their shared GPUs.
+        self.by_room: dict[int, dict[str, NodeFree]] = {}
+        self._room: dict[str, int] = {}
+        self.shared_with_free: dict[str, NodeFree] = {}  # sharing nodes that also have a whole GPU free
         for free in self.nodes.values():
             self.by_free[len(free.free_gpus)][free.name] = free
         for job in snapshot.running:
@@ -146,6 +150,28 @@ class ClusterState:
             self.with_shares[free.name] = free
         else:
             self.with_shares.pop(free.name, None)
+        if free.shared and free.free_gpus:
+            self.shared_with_free[free.name] = free
+        else:
+            self.shared_with_free.pop(free.name, None)
+        room = GPU_FRACTION_STEPS - min(free.shared.values()) if free.shared else None
+        old = self._room.get(free.name)
+        if room == old:
+            return
+        if old is not None:
+            bucket = self.by_room[old]
+            del bucket[free.name]
+            if not bucket:
+                del self.by_room[old]
+            del self._room[free.name]
+        if room is not None:
+            self.by_room.setdefault(room, {})[free.name] = free
+            self._room[free.name] = room
+
+    def with_room(self, share: int) -> list[dict[str, NodeFree]]:
+        """The sharing nodes that could take ``share`` thousandths: a shared GPU with that much
+        room left, or a whole GPU free beside their shared ones."""
+        return [*(bucket for room, bucket in self.by_room.items() if room >= share), self.shared_with_free]
 
 
 class Statement:

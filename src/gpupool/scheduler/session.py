@@ -133,22 +133,32 @@ class Session:
         return placed
 
     def _best_node(self, demand: WorkerDemand, plugin: registry.PlacementPlugin) -> NodeFree | None:
-        if demand.share:
-            buckets = [self.cluster.with_shares, *self.cluster.levels(1, plugin.fewest_free_first)]
-            stop_at_first_bucket = plugin.shares_first and plugin.first_bucket_wins
+        """The best node for one worker, by the plugin's score, looking only where it could fit.
+
+        Phases of buckets are scanned in order; a phase may end the search once it found a fit
+        (``stop_after``) or even at its first bucket with one (``first_wins``), where the plugin's
+        score guarantees nothing later can beat it."""
+        levels = self.cluster.levels(max(demand.whole_gpus, 1 if demand.share else 0), plugin.fewest_free_first)
+        phases: list[tuple[list[dict[str, NodeFree]], bool, bool]]
+        if not demand.share:
+            phases = [(levels, plugin.first_bucket_wins, plugin.first_bucket_wins)]
+        elif plugin.shares_first and plugin.first_bucket_wins:
+            phases = [(self.cluster.with_room(demand.share), True, False), (levels, True, True)]
         else:
-            buckets = self.cluster.levels(demand.whole_gpus, plugin.fewest_free_first)
-            stop_at_first_bucket = plugin.first_bucket_wins
+            phases = [([*self.cluster.with_room(demand.share), *levels], False, False)]
         best: tuple[tuple[tuple[int, ...], str], NodeFree] | None = None
-        for bucket in buckets:
-            for free in bucket.values():
-                if not can_fit(free, demand):
-                    continue
-                key = (plugin.score(free, demand), free.name)
-                if best is None or key < best[0]:
-                    best = (key, free)
-            if best is not None and stop_at_first_bucket:
-                break
+        for buckets, stop_after, first_wins in phases:
+            for bucket in buckets:
+                for free in bucket.values():
+                    if not can_fit(free, demand):
+                        continue
+                    key = (plugin.score(free, demand), free.name)
+                    if best is None or key < best[0]:
+                        best = (key, free)
+                if best is not None and first_wins:
+                    return best[1]
+            if best is not None and stop_after:
+                return best[1]
         return best[1] if best is not None else None
 
     def _held_key(self) -> bool:
