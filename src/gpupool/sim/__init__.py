@@ -1,0 +1,1 @@
+"""Trace-driven simulation: replay a job trace through the same ``schedule()`` on a virtual clock."""

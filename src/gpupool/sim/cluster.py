@@ -1,0 +1,92 @@
+"""Simulated clusters and project files for ``gpupool simulate``."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from gpupool.domain.errors import GpupoolError, InvalidInput
+from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.projects import Project
+
+DEFAULT_CPUS = 64
+DEFAULT_MEMORY_MIB = 512 * 1024
+DEFAULT_GPU_MEMORY_MIB = 81920
+
+
+def uniform(nodes: int, gpus_per_node: int, gpu_model: str = "GPU") -> list[Node]:
+    if nodes < 1 or gpus_per_node < 0:
+        raise InvalidInput("--nodes must be >= 1 and --gpus-per-node >= 0")
+    return [_node(f"node-{i + 1}", gpus_per_node, gpu_model, DEFAULT_CPUS, DEFAULT_MEMORY_MIB) for i in range(nodes)]
+
+
+def load_cluster(path: Path) -> list[Node]:
+    """gpupool's ``name,gpus,gpu_model[,cpus,memory_mib]``, or the Alibaba openb node list
+    (``sn,cpu_milli,memory_mib,gpu,model``)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the cluster file {path}: {exc.strerror}") from None
+    nodes = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            if "sn" in row:
+                nodes.append(
+                    _node(
+                        row["sn"],
+                        int(row["gpu"]),
+                        row.get("model") or "GPU",
+                        max(1, int(row["cpu_milli"]) // 1000),
+                        int(row["memory_mib"]),
+                    )
+                )
+            else:
+                nodes.append(
+                    _node(
+                        row["name"],
+                        int(row["gpus"]),
+                        row.get("gpu_model") or "GPU",
+                        int(row.get("cpus") or DEFAULT_CPUS),
+                        int(row.get("memory_mib") or DEFAULT_MEMORY_MIB),
+                    )
+                )
+        except (KeyError, ValueError) as exc:
+            raise InvalidInput(
+                f"{path}:{line}: not a node row ({exc}); use name,gpus,gpu_model[,cpus,memory_mib]"
+            ) from None
+    if not nodes:
+        raise InvalidInput(f"{path}: no nodes")
+    return nodes
+
+
+def load_projects(path: Path) -> list[Project]:
+    """``name,quota[,limit,weight]``."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the projects file {path}: {exc.strerror}") from None
+    projects = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            limit = row.get("limit") or None
+            projects.append(
+                Project.create(
+                    row["name"], float(row["quota"]), float(limit) if limit else None, float(row.get("weight") or 1.0)
+                )
+            )
+        except (KeyError, ValueError, GpupoolError) as exc:
+            raise InvalidInput(f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight]") from None
+    return projects
+
+
+def _node(name: str, gpus: int, model: str, cpus: int, memory_mib: int) -> Node:
+    return Node(
+        name=name,
+        state=NodeState.UP,
+        address="sim",
+        gpus=tuple(GpuInfo(i, f"GPU-sim-{name}-{i}", model, DEFAULT_GPU_MEMORY_MIB, True) for i in range(gpus)),
+        cpus=cpus,
+        memory_mib=memory_mib,
+    )
