@@ -159,3 +159,16 @@ def test_simulate_command_json_and_table(tmp_path: Path) -> None:
     ]:
         result = subprocess.run([*cli, *bad], capture_output=True, text=True)
         assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_fifo_ignores_priority_classes_and_blocks_behind_the_head(tmp_path: Path) -> None:
+    header = "job_id,submit_time,duration,gpus,workers,project,priority"
+    rows = ["A,0,10,1,1,default,train", "B,1,10,1,1,default,train", "C,2,10,1,1,default,interactive"]
+    path = trace(tmp_path, rows, header)
+    fifo = SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo")
+    assert run(path, 1, 1, fifo)["runs"] == {"A": (0, 10, 0), "B": (10, 20, 0), "C": (20, 30, 0)}
+    # default: the interactive job displaces the train job of its project at once, which reruns
+    got = run(path, 1, 1)
+    assert got["runs"] == {"A": (0, 22, 1), "B": (22, 32, 0), "C": (2, 12, 0)}
+    blocking = trace(tmp_path, ["A,0,100,2,1,default", "B,1,10,4,1,default", "C,2,100,2,1,default"])
+    assert run(blocking, 1, 4, fifo)["runs"] == {"A": (0, 100, 0), "B": (100, 110, 0), "C": (110, 210, 0)}

@@ -16,6 +16,7 @@ from gpupool.scheduler import SchedulerConfig, registry
 POLICIES = {
     "default": SchedulerConfig(),
     "greedy": SchedulerConfig(actions=("allocate",)),
+    "fifo": SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo"),
 }
 
 
@@ -27,7 +28,7 @@ def simulate(
     gpu_model: Annotated[str, typer.Option(help="GPU model of a uniform cluster")] = "GPU",
     cluster: Annotated[Path | None, typer.Option(help="nodes CSV: name,gpus,gpu_model[,cpus,memory_mib]")] = None,
     projects: Annotated[Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight]")] = None,
-    policy: Annotated[str, typer.Option(help="default (quotas, backfill, reclaim) or greedy")] = "default",
+    policy: Annotated[str, typer.Option(help="default (quotas, backfill, reclaim), greedy or fifo")] = "default",
     placement: Annotated[str, typer.Option(help="binpack, spread or topology")] = "binpack",
     output: OutputOpt = Output.TABLE,
 ) -> None:

@@ -10,3 +10,7 @@ class SchedulerConfig:
     actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt")
     placement: str = "binpack"
     job_order: str = "priority_fifo"
+    # Strict: the first job that does not fit blocks those behind it (implied by backfill, which
+    # then decides what may pass). Fair share off: one queue for all projects, in job order.
+    strict: bool = False
+    fair_share: bool = True

@@ -38,7 +38,7 @@ PLACEMENTS: dict[str, PlacementPlugin] = {
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
     "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
 }
-JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo}
+JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo, "fifo": order.fifo}
 
 
 def placement(name: str) -> PlacementPlugin:

@@ -20,11 +20,11 @@ from gpupool.scheduler.session import Session
 def run(session: Session) -> None:
     queues: dict[str, deque[PendingJob]] = defaultdict(deque)
     for job in session.queue:
-        queues[job.spec.project].append(job)
+        queues[job.spec.project if session.config.fair_share else ""].append(job)
     heap = [(_rank(session, name), name) for name in queues]
     heapq.heapify(heap)
     waiting: list[PendingJob] = []
-    strict = "backfill" in session.config.actions
+    strict = session.config.strict or "backfill" in session.config.actions
     while heap:
         _, name = heapq.heappop(heap)
         job = queues[name].popleft()
