@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
 import uvicorn
@@ -194,8 +194,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _with_port(settings: Settings, port: int) -> Settings:
-    from dataclasses import replace
-
     return replace(settings, port=port)
 
 

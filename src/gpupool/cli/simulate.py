@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,10 @@ from rich.table import Table
 from gpupool.cli.common import Output, OutputOpt, console, print_json
 from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler import SchedulerConfig, registry
+from gpupool.sim import cluster as sim_cluster
+from gpupool.sim.engine import simulate as run
+from gpupool.sim.metrics import summarize
+from gpupool.sim.trace import fit_to_nodes, load
 
 POLICIES = {
     "default": SchedulerConfig(),
@@ -33,13 +38,6 @@ def simulate(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation."""
-    from dataclasses import replace
-
-    from gpupool.sim import cluster as sim_cluster
-    from gpupool.sim.engine import simulate as run
-    from gpupool.sim.metrics import summarize
-    from gpupool.sim.trace import fit_to_nodes, load
-
     if policy not in POLICIES:
         raise InvalidInput(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     registry.placement(placement)

@@ -59,6 +59,8 @@ class JobState(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# Not finished: what `gpupool jobs` lists and what keeps a project from being deleted.
+ACTIVE_JOB_STATES = tuple(s.value for s in JobState if s not in TERMINAL_STATES)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

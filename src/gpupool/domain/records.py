@@ -22,6 +22,10 @@ class WorkerStatus(enum.StrEnum):
         return self in (WorkerStatus.LAUNCHING, WorkerStatus.RUNNING)
 
 
+# Workers whose processes hold their GPUs: the store counts resources by these, not by job state.
+LIVE_WORKER_STATES = tuple(s.value for s in WorkerStatus if s.holds_resources)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
     id: int

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from gpupool.domain.errors import GpupoolError, InvalidInput
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
+from gpupool.sim.trace import read_rows
 
 DEFAULT_CPUS = 64
 DEFAULT_MEMORY_MIB = 512 * 1024
@@ -23,11 +23,7 @@ def uniform(nodes: int, gpus_per_node: int, gpu_model: str = "GPU") -> list[Node
 def load_cluster(path: Path) -> list[Node]:
     """gpupool's ``name,gpus,gpu_model[,cpus,memory_mib]``, or the Alibaba openb node list
     (``sn,cpu_milli,memory_mib,gpu,model``)."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise InvalidInput(f"cannot read the cluster file {path}: {exc.strerror}") from None
+    rows = read_rows(path, "cluster file")
     nodes = []
     for line, row in enumerate(rows, start=2):
         try:
@@ -62,11 +58,7 @@ def load_cluster(path: Path) -> list[Node]:
 
 def load_projects(path: Path) -> list[Project]:
     """``name,quota[,limit,weight]``."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise InvalidInput(f"cannot read the projects file {path}: {exc.strerror}") from None
+    rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
         try:

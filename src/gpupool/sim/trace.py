@@ -40,7 +40,7 @@ def load(path: Path, fmt: str = "auto") -> list[TraceJob]:
 
 
 def load_gpupool(path: Path) -> list[TraceJob]:
-    rows = _rows(path)
+    rows = read_rows(path)
     missing = [c for c in REQUIRED if c not in (rows[0].keys() if rows else REQUIRED)]
     if missing:
         raise InvalidInput(f"{path}: the header lacks {', '.join(missing)} (gpupool trace format)")
@@ -74,7 +74,7 @@ def load_philly(path: Path) -> list[TraceJob]:
     """The Philly job table (``timestamp,duration,num_gpus,gpu_time,cluster``): each virtual
     cluster becomes a project; jobs larger than an 8-GPU node become gangs of whole nodes."""
     jobs = []
-    for line, row in enumerate(_rows(path), start=2):
+    for line, row in enumerate(read_rows(path), start=2):
         try:
             submit = datetime.fromisoformat(row["timestamp"]).timestamp()
             gpus = int(row["num_gpus"])
@@ -95,7 +95,7 @@ def load_philly(path: Path) -> list[TraceJob]:
 def load_tiresias(path: Path) -> list[TraceJob]:
     """Tiresias' simulator input (``job_id,num_gpu,submit_time,...,duration``), seconds."""
     jobs = []
-    for line, row in enumerate(_rows(path), start=2):
+    for line, row in enumerate(read_rows(path), start=2):
         try:
             gpus = int(row["num_gpu"])
             workers, per_worker = (gpus // GPUS_PER_PHILLY_NODE, GPUS_PER_PHILLY_NODE) if gpus > 8 else (1, gpus)
@@ -131,12 +131,13 @@ def _relative(jobs: Iterable[TraceJob]) -> list[TraceJob]:
     return [TraceJob(j.job_id, j.submit_time - t0, j.duration, j.spec) for j in ordered]
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path, what: str = "trace") -> list[dict[str, str]]:
+    """The rows of a CSV file with a header; an unreadable file is one clear error."""
     try:
         with open(path, newline="") as f:
             return list(csv.DictReader(f))
     except OSError as exc:
-        raise InvalidInput(f"cannot read the trace {path}: {exc.strerror}") from None
+        raise InvalidInput(f"cannot read the {what} {path}: {exc.strerror}") from None
 
 
 def _detect(path: Path) -> str:

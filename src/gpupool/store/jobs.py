@@ -10,13 +10,11 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.decisions import Reason
 from gpupool.domain.errors import Conflict, NotFound
-from gpupool.domain.jobs import JobSpec, JobState
-from gpupool.domain.records import Event, JobRecord
+from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobSpec, JobState
+from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord
 from gpupool.store.convert import job_record
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
-
-ACTIVE_STATES = ("pending", "starting", "running", "preempted", "lost")
 
 
 def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> JobRecord:
@@ -77,7 +75,7 @@ def get_job(session: Session, job_id: int) -> JobRecord:
 def count_jobs(session: Session, *, include_finished: bool) -> int:
     query = select(func.count(JobRow.id))
     if not include_finished:
-        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+        query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
     return int(session.scalar(query) or 0)
 
 
@@ -85,7 +83,7 @@ def list_jobs(session: Session, *, include_finished: bool, limit: int = 1000) ->
     """The newest ``limit`` jobs, oldest first."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
     if not include_finished:
-        query = query.where(JobRow.state.in_(ACTIVE_STATES))
+        query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
     rows = list(session.scalars(query))
     workers = _workers_of(session, [r.id for r in rows])
     return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]
@@ -174,7 +172,7 @@ def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
 
 
 def _holds_workers(session: Session, row: JobRow) -> bool:
-    live = select(WorkerRow.id).where(WorkerRow.job_id == row.id, WorkerRow.status.in_(("launching", "running")))
+    live = select(WorkerRow.id).where(WorkerRow.job_id == row.id, WorkerRow.status.in_(LIVE_WORKER_STATES))
     return session.scalars(live).first() is not None
 
 

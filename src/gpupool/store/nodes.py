@@ -9,11 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
-from gpupool.domain.records import NodeRecord
+from gpupool.domain.records import LIVE_WORKER_STATES, NodeRecord
 from gpupool.store.orm import GpuRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_node
-
-LIVE = ("launching", "running")
 
 
 def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> None:
@@ -99,7 +97,7 @@ def load_nodes(session: Session) -> list[Node]:
 
 def node_records(session: Session) -> list[NodeRecord]:
     used: dict[str, dict[int, list[int]]] = {}
-    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE))):
+    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES))):
         for index in w.gpus:
             used.setdefault(w.node, {}).setdefault(index, []).append(w.job_id)
     out = []

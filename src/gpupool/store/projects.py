@@ -9,13 +9,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
+from gpupool.domain.jobs import ACTIVE_JOB_STATES
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
+from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.usage import decayed_average
 from gpupool.store.orm import JobRow, ProjectRow, ProjectUsageRow, WorkerRow
 from gpupool.store.transitions import add_event
-
-LIVE = ("launching", "running")
-ACTIVE = ("pending", "starting", "running", "preempted", "lost")
 
 
 def _project(row: ProjectRow) -> Project:
@@ -60,7 +59,9 @@ def delete_project(session: Session, name: str, now: datetime) -> None:
     row = session.get(ProjectRow, name)
     if row is None:
         raise NotFound(f"no project {name}: list projects with gpupool projects", code="project_not_found")
-    active = session.scalar(select(func.count(JobRow.id)).where(JobRow.project == name, JobRow.state.in_(ACTIVE)))
+    active = session.scalar(
+        select(func.count(JobRow.id)).where(JobRow.project == name, JobRow.state.in_(ACTIVE_JOB_STATES))
+    )
     if active:
         raise Conflict(
             f"project {name} still has {active} pending or running job(s); cancel them or let them finish first",
@@ -76,7 +77,7 @@ def usage(session: Session) -> tuple[dict[str, float], dict[str, float], dict[st
     held = session.execute(
         select(JobRow.project, WorkerRow.gpus, WorkerRow.gpu_share)
         .join(JobRow, JobRow.id == WorkerRow.job_id)
-        .where(WorkerRow.status.in_(LIVE))
+        .where(WorkerRow.status.in_(LIVE_WORKER_STATES))
     )
     for project, gpus, share in held:
         allocated[project] += share if share else len(gpus)

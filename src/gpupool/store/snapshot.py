@@ -13,13 +13,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
-
-LIVE = ("launching", "running")
 
 
 class SpecCache:
@@ -45,7 +44,7 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
     cache = cache or SpecCache()
     nodes = tuple(load_nodes(session))
     by_job: dict[int, list[WorkerRow]] = {}
-    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE))):
+    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES))):
         by_job.setdefault(w.job_id, []).append(w)
     started: dict[int, datetime | None] = {}
     stopping: set[int] = set()

@@ -10,13 +10,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobState, Placement
-from gpupool.domain.records import WorkerRecord, WorkerStatus
+from gpupool.domain.records import LIVE_WORKER_STATES, WorkerRecord, WorkerStatus
 from gpupool.store.convert import worker_record
 from gpupool.store.jobs import job_row
 from gpupool.store.orm import WorkerRow
 from gpupool.store.transitions import add_event, transition_job
-
-LIVE = (WorkerStatus.LAUNCHING.value, WorkerStatus.RUNNING.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +61,7 @@ def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now:
 
 
 def live_workers(session: Session) -> list[WorkerRecord]:
-    rows = session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE)).order_by(WorkerRow.id))
+    rows = session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES)).order_by(WorkerRow.id))
     return [worker_record(r) for r in rows]
 
 
@@ -76,7 +74,7 @@ def attempt_workers(session: Session, job_id: int, attempt: int) -> list[WorkerR
 
 def record_exit(session: Session, worker_id: int, exit_code: int | None, lost: bool, now: datetime) -> None:
     row = session.get_one(WorkerRow, worker_id)
-    if row.status not in LIVE:
+    if row.status not in LIVE_WORKER_STATES:
         return
     row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
     row.exit_code, row.finished_at = exit_code, now
