@@ -16,7 +16,7 @@ from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
 from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.executors.base import Executor
-from gpupool.scheduler import SchedulerConfig, schedule
+from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
@@ -52,6 +52,7 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._specs = SpecCache()
+        self._memory = CycleMemory()  # the scheduler's index, carried from cycle to cycle
         self._written: dict[int, Reason] = {}
         self._dirty = True
         self._last_full = 0.0
@@ -96,7 +97,7 @@ class Controller:
         self._last_full = time.monotonic()
         with self._db.tx() as s:
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
-        result = schedule(snapshot, self._config)
+        result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}
         for decision in result.starts:
             self._applier.start(decision, specs[decision.job_id])

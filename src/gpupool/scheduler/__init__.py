@@ -2,5 +2,6 @@
 
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.cycle import schedule
+from gpupool.scheduler.incremental import CycleMemory
 
-__all__ = ["SchedulerConfig", "schedule"]
+__all__ = ["CycleMemory", "SchedulerConfig", "schedule"]

@@ -14,3 +14,6 @@ class SchedulerConfig:
     # then decides what may pass). Fair share off: one queue for all projects, in job order.
     strict: bool = False
     fair_share: bool = True
+    # Isolated: each project is confined to its quota (no borrowing) and, when strict, blocks only
+    # its own queue: static partitions, as Philly's virtual clusters were.
+    isolated: bool = False

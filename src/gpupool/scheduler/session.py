@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
-from gpupool.domain.jobs import Placement
+from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 
 if TYPE_CHECKING:
     from gpupool.scheduler.reservation import Reservation
 from gpupool.scheduler import registry
+from gpupool.scheduler.capacity import ever_fits
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fair_share import fair_shares
+from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.fit import build, can_fit
 
 
@@ -30,7 +31,9 @@ class Session:
     projects: dict[str, Project]
     shares: dict[str, float]
     allocated: dict[str, float]
+    memory: CycleMemory
     starts: list[StartJob] = field(default_factory=list)
+    start_specs: dict[int, JobSpec] = field(default_factory=dict)
     reasons: dict[int, Reason] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
@@ -45,27 +48,24 @@ class Session:
     _failed: dict[tuple[WorkerDemand, int, bool], int] = field(default_factory=dict)  # shape -> generation
 
     @classmethod
-    def open(cls, snapshot: Snapshot, config: SchedulerConfig) -> Session:
+    def open(cls, snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
+        """``memory`` carries the free-resource index over from the caller's previous cycle;
+        without it the index is built from the snapshot alone."""
         order = registry.job_order(config.job_order)
-        cluster = ClusterState(snapshot)
-        capacity = sum(1 for n in cluster.nodes.values() for g in n.node.gpus if g.healthy)
-        projects = {p.name: p for p in effective_projects(list(snapshot.projects), capacity)}
-        for name in {j.spec.project for j in snapshot.pending} | {j.spec.project for j in snapshot.running}:
+        memory = memory or CycleMemory()
+        cluster, allocated, bound = memory.open(snapshot)
+        projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
+        for name in {j.spec.project for j in snapshot.pending} | allocated.keys():
             projects.setdefault(name, Project(name))
-        allocated: dict[str, float] = defaultdict(float)
-        bound: dict[str, float] = defaultdict(float)
-        for running in snapshot.running:
-            allocated[running.spec.project] += running.spec.total_gpus
-            if running.spec.quota_bound:
-                bound[running.spec.project] += running.spec.total_gpus
         return cls(
             snapshot,
             config,
             cluster,
             sorted(snapshot.pending, key=order),
             projects,
-            fair_shares(projects.values(), capacity),
+            fair_shares(projects.values(), cluster.capacity),
             allocated,
+            memory,
             bound=bound,
         )
 
@@ -101,6 +101,14 @@ class Session:
             for r in self.preemptible():
                 self._by_project.setdefault(r.spec.project, []).append(r)
         return self._by_project.get(project, [])
+
+    def ever_fits(self, job: PendingJob) -> bool:
+        """Would the gang fit this cluster with nothing else running (``capacity``)?"""
+        shape = ("ever_fits", self.demand(job), job.spec.workers)
+        known = self.memory.per_nodes.get(shape)
+        if known is None:
+            known = self.memory.per_nodes[shape] = ever_fits(self.cluster, self.demand(job), job.spec.workers)
+        return known
 
     def fits(self, job: PendingJob) -> bool:
         """Would the whole gang fit now? Leaves the cluster state as it found it."""
@@ -181,6 +189,7 @@ class Session:
 
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))
+        self.start_specs[job.id] = job.spec
         self.allocated[job.spec.project] += job.spec.total_gpus
         if job.spec.quota_bound:
             self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus

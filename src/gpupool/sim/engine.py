@@ -9,6 +9,8 @@ checkpoint is modelled, later runs its whole duration again.
 from __future__ import annotations
 
 import heapq
+import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import SchedulerConfig, schedule
+from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.sim.trace import TraceJob
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -46,91 +48,104 @@ def simulate(
     nodes: Sequence[Node],
     projects: Sequence[Project] = (),
     config: SchedulerConfig | None = None,
+    memory: CycleMemory | None = None,
 ) -> SimResult:
-    config = config or SchedulerConfig()
-    runs = {i + 1: JobRun(job) for i, job in enumerate(jobs)}
-    arrivals = sorted(runs, key=lambda i: (runs[i].trace.submit_time, i))
-    pending: dict[int, PendingJob] = {}
-    running: dict[int, RunningJob] = {}
-    ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
-    end_of: dict[int, float] = {}  # the current run's end, per running job
-    result = SimResult(runs, capacity=sum(len(n.gpus) for n in nodes), projects=tuple(projects))
-    next_arrival = 0
-    now = runs[arrivals[0]].trace.submit_time if arrivals else 0.0
-    while next_arrival < len(arrivals) or ends:
-        upcoming = [
-            t
-            for t in (
-                runs[arrivals[next_arrival]].trace.submit_time if next_arrival < len(arrivals) else None,
-                ends[0][0] if ends else None,
+    """``memory``: the scheduler's carried-over state (tests pass one that checks itself)."""
+    return _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory()).run()
+
+
+class _Replay:
+    """One replay's state. Per event it does work in proportion to what changed (jobs that
+    arrived, ended, started), never to the number of running jobs: the scheduler's free-resource
+    index is carried over in a ``CycleMemory``, and GPU-seconds are accounted per project."""
+
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        nodes: Sequence[Node],
+        projects: Sequence[Project],
+        config: SchedulerConfig,
+        memory: CycleMemory,
+    ) -> None:
+        self.runs = {i + 1: JobRun(job) for i, job in enumerate(jobs)}
+        self.arrivals = sorted(self.runs, key=lambda i: (self.runs[i].trace.submit_time, i))
+        self.nodes = tuple(nodes)
+        self.projects = tuple(projects)
+        self.config = config
+        self.memory = memory
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
+        self.end_of: dict[int, float] = {}  # the current run's end, per running job
+        self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
+        self.result = SimResult(self.runs, capacity=sum(len(n.gpus) for n in nodes), projects=self.projects)
+
+    def run(self) -> SimResult:
+        runs, arrivals, ends = self.runs, self.arrivals, self.ends
+        next_arrival = 0
+        now = runs[arrivals[0]].trace.submit_time if arrivals else 0.0
+        while next_arrival < len(arrivals) or ends:
+            t = ends[0][0] if ends else math.inf
+            if next_arrival < len(arrivals):
+                t = min(t, runs[arrivals[next_arrival]].trace.submit_time)
+            self._account(t - now)
+            now = t
+            while ends and ends[0][0] <= now:
+                end, job_id = heapq.heappop(ends)
+                if self.end_of.get(job_id) == end:  # else the entry of a run that was preempted: stale
+                    self._stop(job_id)
+                    runs[job_id].finish = now
+            while next_arrival < len(arrivals) and runs[arrivals[next_arrival]].trace.submit_time <= now:
+                job_id = arrivals[next_arrival]
+                trace = runs[job_id].trace
+                self.pending[job_id] = PendingJob(job_id, trace.spec, EPOCH + timedelta(seconds=trace.submit_time))
+                next_arrival += 1
+            for _ in range(ROUNDS_PER_EVENT):
+                if not self._cycle(now):
+                    break
+            self.result.timeline.append((now, sum(self.held.values()), len(self.pending)))
+        return self.result
+
+    def _cycle(self, now: float) -> bool:
+        """One scheduling cycle at ``now``; True when it preempted (so GPUs came free this instant)."""
+        if not self.pending:
+            return False
+        at = EPOCH + timedelta(seconds=now)
+        snapshot = Snapshot(at, self.nodes, tuple(self.running.values()), tuple(self.pending.values()), self.projects)
+        result = schedule(snapshot, self.config, memory=self.memory, explain_pending=False)
+        for start in result.starts:
+            job = self.pending.pop(start.job_id)
+            run = self.runs[start.job_id]
+            run.start = now
+            run.first_start = now if run.first_start is None else run.first_start
+            self.running[job.id] = RunningJob(job.id, job.spec, start.placements, at)
+            self.held[job.spec.project] += job.spec.total_gpus
+            if run.trace.duration is not None:
+                self.end_of[job.id] = now + run.trace.duration
+                heapq.heappush(self.ends, (self.end_of[job.id], job.id))
+        for victim in result.preemptions:
+            stopped = self._stop(victim.job_id)
+            if stopped is None:
+                continue
+            run = self.runs[victim.job_id]
+            run.preemptions += 1
+            run.start = None
+            self.pending[victim.job_id] = PendingJob(
+                victim.job_id, stopped.spec, EPOCH + timedelta(seconds=run.trace.submit_time)
             )
-            if t is not None
-        ]
-        t = min(upcoming)
-        _account(result, running, now, t)
-        now = t
-        while ends and ends[0][0] <= now:
-            end, job_id = heapq.heappop(ends)
-            if end_of.get(job_id) == end:  # else the entry of a run that was preempted: stale
-                del end_of[job_id], running[job_id]
-                runs[job_id].finish = now
-        while next_arrival < len(arrivals) and runs[arrivals[next_arrival]].trace.submit_time <= now:
-            job_id = arrivals[next_arrival]
-            trace = runs[job_id].trace
-            pending[job_id] = PendingJob(job_id, trace.spec, EPOCH + timedelta(seconds=trace.submit_time))
-            next_arrival += 1
-        for _ in range(ROUNDS_PER_EVENT):
-            if not _cycle(runs, pending, running, ends, end_of, nodes, projects, config, now):
-                break
-        held = sum(r.spec.total_gpus for r in running.values())
-        result.timeline.append((now, held, len(pending)))
-    return result
+        return bool(result.preemptions)
 
+    def _stop(self, job_id: int) -> RunningJob | None:
+        stopped = self.running.pop(job_id, None)
+        if stopped is not None:
+            self.end_of.pop(job_id, None)
+            self.held[stopped.spec.project] -= stopped.spec.total_gpus
+        return stopped
 
-def _cycle(
-    runs: dict[int, JobRun],
-    pending: dict[int, PendingJob],
-    running: dict[int, RunningJob],
-    ends: list[tuple[float, int]],
-    end_of: dict[int, float],
-    nodes: Sequence[Node],
-    projects: Sequence[Project],
-    config: SchedulerConfig,
-    now: float,
-) -> bool:
-    """One scheduling cycle at ``now``; True when it preempted (so GPUs came free this instant)."""
-    snapshot = Snapshot(
-        EPOCH + timedelta(seconds=now), tuple(nodes), tuple(running.values()), tuple(pending.values()), tuple(projects)
-    )
-    result = schedule(snapshot, config)
-    for start in result.starts:
-        job = pending.pop(start.job_id)
-        run = runs[start.job_id]
-        run.start = now
-        run.first_start = now if run.first_start is None else run.first_start
-        running[job.id] = RunningJob(job.id, job.spec, start.placements, EPOCH + timedelta(seconds=now))
-        if run.trace.duration is not None:
-            end_of[job.id] = now + run.trace.duration
-            heapq.heappush(ends, (end_of[job.id], job.id))
-    for victim in result.preemptions:
-        stopped = running.pop(victim.job_id, None)
-        if stopped is None:
-            continue
-        end_of.pop(victim.job_id, None)
-        run = runs[victim.job_id]
-        run.preemptions += 1
-        run.start = None
-        pending[victim.job_id] = PendingJob(
-            victim.job_id, stopped.spec, EPOCH + timedelta(seconds=run.trace.submit_time)
-        )
-    return bool(result.preemptions)
-
-
-def _account(result: SimResult, running: dict[int, RunningJob], since: float, until: float) -> None:
-    span = until - since
-    if span <= 0:
-        return
-    for job in running.values():
-        result.allocation_by_project[job.spec.project] = (
-            result.allocation_by_project.get(job.spec.project, 0.0) + job.spec.total_gpus * span
-        )
+    def _account(self, span: float) -> None:
+        if span <= 0:
+            return
+        by_project = self.result.allocation_by_project
+        for project, gpus in self.held.items():
+            if gpus:
+                by_project[project] = by_project.get(project, 0.0) + gpus * span
