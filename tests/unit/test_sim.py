@@ -172,3 +172,35 @@ def test_fifo_ignores_priority_classes_and_blocks_behind_the_head(tmp_path: Path
     assert got["runs"] == {"A": (0, 22, 1), "B": (22, 32, 0), "C": (2, 12, 0)}
     blocking = trace(tmp_path, ["A,0,100,2,1,default", "B,1,10,4,1,default", "C,2,100,2,1,default"])
     assert run(blocking, 1, 4, fifo)["runs"] == {"A": (0, 100, 0), "B": (100, 110, 0), "C": (110, 210, 0)}
+
+
+def test_fifo_blocks_behind_a_fraction_but_not_behind_a_job_that_never_fits(tmp_path: Path) -> None:
+    fifo = SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo")
+    rows = ["A,0,100,0.5,1,default", "B,0,100,0.75,1,default", "C,1,10,0.25,1,default"]
+    assert run(trace(tmp_path, rows), 1, 1, fifo)["runs"] == {"A": (0, 100, 0), "B": (100, 200, 0), "C": (100, 110, 0)}
+    rows = ["huge,0,10,8,1,default", "A,1,10,1,1,default"]
+    assert run(trace(tmp_path, rows), 1, 4, fifo)["runs"] == {"huge": (None, None, 0), "A": (1, 11, 0)}
+
+
+def test_fifo_isolated_confines_each_project_to_its_quota_and_blocks_only_its_own_queue(tmp_path: Path) -> None:
+    isolated = SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo")
+    rows = [
+        "a1,0,100,2,1,a",
+        "a2,0,10,1,1,a",  # a's 2 GPUs are taken: waits although b's are free
+        "a3,1,10,1,1,a",  # behind a2 in a's queue
+        "b1,5,50,2,1,b",
+        "b2,5,10,1,1,b",
+        "a-too-big,6,10,4,1,a",  # more than a's quota: never runs, blocks nothing
+    ]
+    projects = [Project("a", quota=2), Project("b", quota=2)]
+    got = run(trace(tmp_path, rows), 1, 4, isolated, projects)
+    assert got["runs"] == {
+        "a1": (0, 100, 0),
+        "a2": (100, 110, 0),
+        "a3": (100, 110, 0),
+        "b1": (5, 55, 0),
+        "b2": (55, 65, 0),
+        "a-too-big": (None, None, 0),
+    }
+    borrowing = run(trace(tmp_path, rows[:5]), 1, 4, GREEDY, projects)["runs"]
+    assert borrowing["a2"] == (0, 10, 0) and borrowing["a3"] == (1, 11, 0)  # greedy borrows b's idle GPUs

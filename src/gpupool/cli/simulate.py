@@ -22,6 +22,7 @@ POLICIES = {
     "default": SchedulerConfig(),
     "greedy": SchedulerConfig(actions=("allocate",)),
     "fifo": SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo"),
+    "fifo-isolated": SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo"),
 }
 
 
