@@ -24,6 +24,7 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.resources import GPU_FRACTION_STEPS
 from gpupool.domain.snapshot import RunningJob, Snapshot
 from gpupool.scheduler.cluster import ClusterState
+from gpupool.scheduler.demand import WorkerDemand
 
 
 class CycleMemory:
@@ -40,6 +41,8 @@ class CycleMemory:
         self._jobs: dict[str, int] = defaultdict(int)  # running jobs per project: which projects hold anything
         # Answers that hold as long as the nodes do (``capacity.ever_fits`` per job shape).
         self.per_nodes: dict[object, bool] = {}
+        # What each job needs per worker, by job id: a long queue is looked at every cycle.
+        self.demands: dict[int, WorkerDemand] = {}
         self.rebuilds = 0  # how often the index was built from scratch (for tests and profiling)
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:
@@ -52,6 +55,9 @@ class CycleMemory:
             self._apply_difference(snapshot)
         assert self._cluster is not None
         self._cluster.generation = 0
+        if len(self.demands) > 2 * len(snapshot.pending) + 1024:  # forget jobs no longer waiting
+            waiting = {j.id for j in snapshot.pending}
+            self.demands = {i: d for i, d in self.demands.items() if i in waiting}
         allocated = defaultdict(float, {p: self._allocated[p] / GPU_FRACTION_STEPS for p, n in self._jobs.items() if n})
         bound = defaultdict(float, {p: n / GPU_FRACTION_STEPS for p, n in self._bound.items() if n})
         return self._cluster, allocated, bound

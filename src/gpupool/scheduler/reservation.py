@@ -33,7 +33,8 @@ def reserve(session: Session, job: PendingJob) -> Reservation | None:
     if job.spec.gpus < 1:
         return None
     ending = sorted(
-        session.snapshot.running, key=lambda r: (expected_end(r) is None, expected_end(r) or session.snapshot.now)
+        session.snapshot.running,
+        key=lambda r: (expected_end(r) is None, expected_end(r) or session.snapshot.now, r.id),
     )
     released: list[RunningJob] = []
     until: datetime | None = session.snapshot.now

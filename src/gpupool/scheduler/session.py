@@ -40,7 +40,6 @@ class Session:
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     held: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
-    _demands: dict[int, WorkerDemand] = field(default_factory=dict)
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
@@ -73,9 +72,9 @@ class Session:
         return self.projects.get(name) or Project(name)
 
     def demand(self, job: PendingJob) -> WorkerDemand:
-        demand = self._demands.get(job.id)
+        demand = self.memory.demands.get(job.id)
         if demand is None:
-            demand = self._demands[job.id] = WorkerDemand.of(job.spec)
+            demand = self.memory.demands[job.id] = WorkerDemand.of(job.spec)
         return demand
 
     def preemptible(self) -> list[RunningJob]:
@@ -83,7 +82,9 @@ class Session:
         if self._preemptible is None:
             self._preemptible = sorted(
                 (r for r in self.snapshot.running if r.preemptible),
-                key=lambda r: (r.started_at is None, r.started_at or self.snapshot.now),  # starting ones are youngest
+                # Starting ones are youngest; among equals the later job. The id settles ties so the
+                # choice never depends on the order the caller listed running jobs in.
+                key=lambda r: (r.started_at is None, r.started_at or self.snapshot.now, r.id),
                 reverse=True,
             )
         return self._preemptible
@@ -91,7 +92,7 @@ class Session:
     def stopping(self) -> list[RunningJob]:
         """Running jobs already being cancelled or preempted (built once)."""
         if self._stopping is None:
-            self._stopping = [r for r in self.snapshot.running if r.stopping]
+            self._stopping = sorted((r for r in self.snapshot.running if r.stopping), key=lambda r: r.id)
         return self._stopping
 
     def preemptible_in(self, project: str) -> list[RunningJob]:

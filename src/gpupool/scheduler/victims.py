@@ -29,11 +29,11 @@ def choose_victims(
     whether ``v`` may join the new victims already chosen (e.g. without taking its project below quota).
     ``purpose`` names the action: each draws on its own candidates, so each remembers its own failures.
     """
+    if already_failed(session, job, purpose):
+        return None
     stopping = [r for r in session.stopping() if r.id not in session.claimed]
     released: list[RunningJob] = []
-    shape = (purpose, session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
-    if shape in session.no_victims:
-        return None
+    shape = _shape(session, job, purpose)
     need = job.spec.total_gpus if job.spec.gpus >= 1 else 0.0
     try:
         for r in stopping:
@@ -61,6 +61,15 @@ def choose_victims(
     finally:  # everything released is taken back (the generation moved on: memos of the excursion expire)
         for r in reversed(released):
             _take(session, r)
+
+
+def already_failed(session: Session, job: PendingJob, purpose: str) -> bool:
+    """A job of the same shape from the same project found no victims earlier this cycle."""
+    return _shape(session, job, purpose) in session.no_victims
+
+
+def _shape(session: Session, job: PendingJob, purpose: str) -> tuple[object, ...]:
+    return (purpose, session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
 
 
 def _fewest(session: Session, job: PendingJob, chosen: list[RunningJob]) -> list[RunningJob]:

@@ -7,19 +7,26 @@ from __future__ import annotations
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode
 from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import choose_victims
+from gpupool.scheduler.victims import already_failed, choose_victims
 
 
 def run(session: Session) -> None:
+    # Candidates per reclaiming project: built once, rebuilt only after victims change who borrows.
+    candidates_of: dict[str, list[RunningJob]] = {}
     for job in session.queue:
         if session.policy_refused(job.id):  # limit or quota: reclaim cannot help
             continue
         project = session.project(job.spec.project)
         if session.allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
             continue  # only GPUs within the quota are taken back
-        candidates = [
-            r for r in session.preemptible() if r.spec.project != project.name and _borrowing(session, r.spec.project)
-        ]
+        if already_failed(session, job, "reclaim"):
+            continue
+        candidates = candidates_of.get(project.name)
+        if candidates is None:
+            borrowing = {name for name in session.allocated if name != project.name and _borrowing(session, name)}
+            candidates = candidates_of[project.name] = (
+                [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
+            )
 
         def keeps_quota(chosen: list[RunningJob], victim: RunningJob, _session: Session = session) -> bool:
             lender = victim.spec.project
@@ -29,6 +36,8 @@ def run(session: Session) -> None:
         victims = choose_victims(session, job, candidates, keeps_quota, purpose="reclaim")
         if victims is None:
             continue
+        if victims:
+            candidates_of.clear()
         lenders = sorted({v.spec.project for v in victims})
         for victim in victims:
             session.allocated[victim.spec.project] -= victim.spec.total_gpus
