@@ -151,7 +151,7 @@ def test_simulate_command_json_and_table(tmp_path: Path) -> None:
     assert set(figures) >= SIM_FIELDS
     assert (figures["completed"], figures["makespan_s"], figures["placed"]) == (3, 160, ["A", "B", "C"])
     table = subprocess.run([*cli, "--nodes", "1", "--policy", "greedy"], capture_output=True, text=True)
-    assert table.returncode == 0 and "greedy policy" in table.stdout and "gpu_utilization" in table.stdout
+    assert table.returncode == 0 and "GREEDY" in table.stdout and "gpu_utilization" in table.stdout
     for bad, message in [
         (["--policy", "magic"], "unknown policy"),
         ([], "give the cluster"),

@@ -37,6 +37,7 @@ app.command("nodes")(nodes.nodes)
 app.command("projects")(projects.projects)
 app.add_typer(projects.project_app, name="project")
 app.command("simulate")(simulate.simulate)
+app.command("plan")(simulate.plan)
 
 
 def main(argv: list[str] | None = None) -> int:

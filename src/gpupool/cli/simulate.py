@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, console, print_json
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.nodes import Node
+from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.sim import cluster as sim_cluster
-from gpupool.sim.engine import simulate as run
+from gpupool.sim.engine import SimResult
+from gpupool.sim.engine import simulate as replay
 from gpupool.sim.metrics import summarize
-from gpupool.sim.trace import fit_to_nodes, load
+from gpupool.sim.trace import TraceJob, fit_to_nodes, load
+from gpupool.sim.workload import Window, scale_load, shuffle_arrivals
 
 POLICIES = {
     "default": SchedulerConfig(),
@@ -24,54 +28,222 @@ POLICIES = {
     "fifo": SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo"),
     "fifo-isolated": SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo"),
 }
+FORMATS = "auto, gpupool, philly, itp, openb or tiresias"
+
+FormatOpt = Annotated[str, typer.Option("--format", help=FORMATS)]
+ProjectsOpt = Annotated[
+    Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight] (or Helios' vc,node num)")
+]
+PlacementOpt = Annotated[str, typer.Option(help="binpack, spread or topology")]
+WindowOpt = Annotated[
+    str | None, typer.Option(help="START,END: durations after the first submission (0,7d) or dates (2017-10-01,)")
+]
+ScaleOpt = Annotated[float, typer.Option(help="arrival rate multiplied by this (2: twice the load)")]
+SeedOpt = Annotated[int | None, typer.Option(help="shuffle simultaneous arrivals (a placement study's order)")]
+
+
+@dataclass(frozen=True, slots=True)
+class Study:
+    """A trace shaped for replay and the policies to replay it under."""
+
+    jobs: list[TraceJob]
+    projects: list[Project]
+    policies: dict[str, SchedulerConfig]
+
+    @classmethod
+    def prepare(
+        cls,
+        trace: Path,
+        fmt: str,
+        policy: str,
+        placement: str,
+        projects: Path | None,
+        window: str | None,
+        scale: float,
+        seed: int | None,
+        gpus_per_node: int,
+    ) -> Study:
+        """Everything checked before any replay starts, so bad input costs no waiting."""
+        names = policy_names(policy, placement)
+        parsed = Window.parse(window) if window else None
+        project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
+        jobs = scale_load(load(trace, fmt, parsed), scale)
+        if seed is not None:
+            jobs = shuffle_arrivals(jobs, seed)
+        configs = {n: replace(POLICIES[n], placement=placement) for n in dict.fromkeys(names)}
+        return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
+
+    def run(self, nodes: list[Node], policy: str) -> tuple[SimResult, dict[str, Any]]:
+        started = time.perf_counter()
+        result = replay(self.jobs, nodes, self.projects, self.policies[policy])
+        return result, summarize(result, time.perf_counter() - started)
+
+
+def policy_names(policy: str, placement: str) -> list[str]:
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise InvalidInput(f"unknown policy {','.join(unknown) or policy!r}: use one of {', '.join(POLICIES)}")
+    registry.placement(placement)
+    return names
 
 
 def simulate(
     trace: Path,
-    format: Annotated[str, typer.Option("--format", help="auto, gpupool or philly")] = "auto",
+    format: FormatOpt = "auto",
     nodes: Annotated[int | None, typer.Option(help="cluster size (with --gpus-per-node)")] = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
     gpu_model: Annotated[str, typer.Option(help="GPU model of a uniform cluster")] = "GPU",
-    cluster: Annotated[Path | None, typer.Option(help="nodes CSV: name,gpus,gpu_model[,cpus,memory_mib]")] = None,
-    projects: Annotated[Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight]")] = None,
-    policy: Annotated[str, typer.Option(help="default (quotas, backfill, reclaim), greedy or fifo")] = "default",
-    placement: Annotated[str, typer.Option(help="binpack, spread or topology")] = "binpack",
+    cluster: Annotated[
+        Path | None, typer.Option(help="nodes CSV: name,gpus,gpu_model[,cpus,memory_mib] or openb's node list")
+    ] = None,
+    projects: ProjectsOpt = None,
+    policy: Annotated[
+        str, typer.Option(help="default, fifo, fifo-isolated or greedy; several, comma-separated, to compare")
+    ] = "default",
+    placement: PlacementOpt = "binpack",
+    window: WindowOpt = None,
+    scale_load: ScaleOpt = 1.0,
+    seed: SeedOpt = None,
+    report: Annotated[Path | None, typer.Option(help="write per-job CSV and PNG plots into this directory")] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation."""
-    if policy not in POLICIES:
-        raise InvalidInput(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
-    registry.placement(placement)
+    policy_names(policy, placement)
     if cluster is not None:
         node_list = sim_cluster.load_cluster(cluster)
     elif nodes is not None:
         node_list = sim_cluster.uniform(nodes, gpus_per_node, gpu_model)
     else:
         raise InvalidInput("give the cluster: --nodes N [--gpus-per-node G] or --cluster NODES.csv")
-    project_list = sim_cluster.load_projects(projects) if projects else []
-    jobs = fit_to_nodes(load(trace, format), max(len(n.gpus) for n in node_list))
-    started = time.perf_counter()
-    result = run(jobs, node_list, project_list, replace(POLICIES[policy], placement=placement))
-    figures = summarize(result, time.perf_counter() - started)
+    per_node = max(len(n.gpus) for n in node_list)
+    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, per_node)
+    results: dict[str, SimResult] = {}
+    figures: dict[str, dict[str, Any]] = {}
+    with console.status("replaying…", spinner="dots") as status:
+        for name in study.policies:
+            status.update(f"replaying {len(study.jobs):,} jobs under the {name} policy…")
+            results[name], figures[name] = study.run(node_list, name)
+    if report is not None:
+        from gpupool.sim.report import write_report  # matplotlib: only when asked for
+
+        written = write_report(report, results, figures)
+        if output is not Output.JSON:
+            console.print(f"report: {len(written)} files in {report}")
     if output is Output.JSON:
-        print_json(figures)
+        print_json(next(iter(figures.values())) if len(figures) == 1 else figures)
+        return
+    capacity = next(iter(results.values())).capacity
+    console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
+
+
+def _table(title: str, figures: dict[str, dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, title=title, title_justify="left")
+    table.add_column("FIGURE")
+    for name in figures:
+        table.add_column(name.upper(), justify="right")
+    first = next(iter(figures.values()))
+    for key in first:
+        if key != "placed":
+            table.add_row(key, *(_cell(key, f[key]) for f in figures.values()))
+    return table
+
+
+def _cell(key: str, value: Any) -> str:
+    if isinstance(value, float) and ("utilization" in key or "allocation" in key or key == "fairness"):
+        return f"{value:.3f}"
+    if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
+        return _human_seconds(value)
+    return f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _human_seconds(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f}{unit}"
+    return f"{seconds:,.0f}s"
+
+
+def plan(
+    trace: Path,
+    target_queue_p95: Annotated[str, typer.Option(help="the p95 queue time to meet, e.g. 30m, 1h, 2d")],
+    format: FormatOpt = "auto",
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    gpu_model: Annotated[str, typer.Option(help="GPU model of the nodes")] = "GPU",
+    max_nodes: Annotated[int, typer.Option(help="search no further than this")] = 4096,
+    projects: ProjectsOpt = None,
+    policy: Annotated[str, typer.Option(help="default, fifo, fifo-isolated or greedy")] = "default",
+    placement: PlacementOpt = "binpack",
+    window: WindowOpt = None,
+    scale_load: ScaleOpt = 1.0,
+    seed: SeedOpt = None,
+    report: Annotated[Path | None, typer.Option(help="write the curve as CSV and PNG into this directory")] = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target."""
+    from gpupool.domain.durations import parse_duration
+    from gpupool.sim.plan import search
+
+    if len(policy_names(policy, placement)) != 1:
+        raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
+    target = parse_duration(target_queue_p95)
+    if gpus_per_node < 1 or max_nodes < 1:
+        raise InvalidInput("--gpus-per-node and --max-nodes must be >= 1")
+    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node)
+    with console.status("sizing…", spinner="dots") as status:
+        answer, curve = search(
+            study.jobs,
+            target,
+            gpus_per_node,
+            gpu_model,
+            study.projects,
+            study.policies[policy],
+            max_nodes,
+            status.update,
+        )
+    if report is not None:
+        from gpupool.sim.report import write_curve
+
+        write_curve(report, curve, target)
+    if output is Output.JSON:
+        print_json(
+            {
+                "target_queue_p95_s": target,
+                "gpus_per_node": gpus_per_node,
+                "nodes": answer,
+                "gpus": answer * gpus_per_node if answer else None,
+                "curve": [
+                    {**asdict(p), "p95_queue_s": None if p.p95_queue_s == float("inf") else p.p95_queue_s}
+                    for p in curve
+                ],
+            }
+        )
         return
     table = Table(
-        box=None,
-        header_style="bold",
-        pad_edge=False,
-        title=f"{trace.name}: {policy} policy, {len(node_list)} nodes, {result.capacity} GPUs",
-        title_justify="left",
+        box=None, header_style="bold", pad_edge=False, title=f"{trace.name}: {policy} policy", title_justify="left"
     )
-    table.add_column("FIGURE")
-    table.add_column("VALUE", justify="right")
-    for key, value in figures.items():
-        if key == "placed":
-            continue
-        text = (
-            f"{value:.3f}"
-            if isinstance(value, float) and ("utilization" in key or key in ("fairness",) or "allocation" in key)
-            else (f"{value:,.1f}" if isinstance(value, float) else f"{value:,}")
+    for column in ("NODES", "GPUS", "P95 QUEUE", "AVG QUEUE", "GPU UTIL", "MEETS"):
+        table.add_column(column, justify="left" if column == "MEETS" else "right")
+    for p in curve:
+        p95 = (
+            f"> {_human_seconds(target)} (stopped early)"
+            if p.p95_queue_s == float("inf")
+            else _human_seconds(p.p95_queue_s)
         )
-        table.add_row(key, text)
+        avg = "" if p.stopped_early else _human_seconds(p.avg_queue_s)
+        table.add_row(
+            f"{p.nodes:,}",
+            f"{p.gpus:,}",
+            p95,
+            avg,
+            "" if p.stopped_early else f"{p.gpu_utilization:.3f}",
+            "yes" if p.meets else "no",
+        )
     console.print(table)
+    if answer is None:
+        console.print(f"even {max_nodes:,} nodes miss a p95 queue time of {_human_seconds(target)}: raise --max-nodes")
+    else:
+        console.print(
+            f"smallest cluster with p95 queue time ≤ {_human_seconds(target)}: "
+            f"{answer:,} nodes × {gpus_per_node} GPUs = {answer * gpus_per_node:,} GPUs"
+        )

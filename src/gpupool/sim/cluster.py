@@ -56,12 +56,17 @@ def load_cluster(path: Path) -> list[Node]:
     return nodes
 
 
-def load_projects(path: Path) -> list[Project]:
-    """``name,quota[,limit,weight]``."""
+def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
+    """``name,quota[,limit,weight]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
+    each VC becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole
+    nodes of quota."""
     rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
         try:
+            if "vc" in row and "node num" in row:
+                projects.append(Project.create(f"vc-{row['vc']}", float(int(row["node num"]) * gpus_per_node)))
+                continue
             limit = row.get("limit") or None
             projects.append(
                 Project.create(

@@ -41,6 +41,7 @@ class SimResult:
     capacity: int = 0
     projects: tuple[Project, ...] = ()
     allocation_by_project: dict[str, float] = field(default_factory=dict)  # GPU-seconds held
+    stopped_early: bool = False  # the replay gave up: enough jobs waited longer than the bound
 
 
 def simulate(
@@ -49,9 +50,14 @@ def simulate(
     projects: Sequence[Project] = (),
     config: SchedulerConfig | None = None,
     memory: CycleMemory | None = None,
+    give_up: tuple[float, int] | None = None,
 ) -> SimResult:
-    """``memory``: the scheduler's carried-over state (tests pass one that checks itself)."""
-    return _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory()).run()
+    """``memory``: the scheduler's carried-over state (tests pass one that checks itself).
+    ``give_up=(wait_s, jobs)``: stop as soon as that many jobs have waited longer than ``wait_s``
+    (the answer to "is a queue-time percentile below the target?" is then known to be no)."""
+    replay = _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory())
+    replay.give_up = give_up
+    return replay.run()
 
 
 class _Replay:
@@ -79,6 +85,8 @@ class _Replay:
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
         self.result = SimResult(self.runs, capacity=sum(len(n.gpus) for n in nodes), projects=self.projects)
+        self.give_up: tuple[float, int] | None = None
+        self.late = 0  # jobs that started after waiting longer than give_up's bound
 
     def run(self) -> SimResult:
         runs, arrivals, ends = self.runs, self.arrivals, self.ends
@@ -104,7 +112,25 @@ class _Replay:
                 if not self._cycle(now):
                     break
             self.result.timeline.append((now, sum(self.held.values()), len(self.pending)))
+            if self.give_up is not None and self._hopeless(now, len(self.result.timeline)):
+                self.result.stopped_early = True
+                break
         return self.result
+
+    def _hopeless(self, now: float, events: int) -> bool:
+        """Enough jobs waited too long. Pending ones are counted every 256 events (a scan)."""
+        assert self.give_up is not None
+        wait_s, jobs = self.give_up
+        if self.late >= jobs:
+            return True
+        if events % 256:
+            return False
+        waiting = sum(
+            1
+            for j in self.pending.values()
+            if self.runs[j.id].first_start is None and now - self.runs[j.id].trace.submit_time > wait_s
+        )
+        return self.late + waiting >= jobs
 
     def _cycle(self, now: float) -> bool:
         """One scheduling cycle at ``now``; True when it preempted (so GPUs came free this instant)."""
@@ -117,7 +143,10 @@ class _Replay:
             job = self.pending.pop(start.job_id)
             run = self.runs[start.job_id]
             run.start = now
-            run.first_start = now if run.first_start is None else run.first_start
+            if run.first_start is None:
+                run.first_start = now
+                if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
+                    self.late += 1
             self.running[job.id] = RunningJob(job.id, job.spec, start.placements, at)
             self.held[job.spec.project] += job.spec.total_gpus
             if run.trace.duration is not None:

@@ -14,12 +14,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpupool.domain.errors import GpupoolError, InvalidInput
 from gpupool.domain.jobs import JobSpec
 
+if TYPE_CHECKING:
+    from gpupool.sim.workload import Window
+
 GPUS_PER_NODE = 8  # what Philly, ITP and Tiresias' simulators model a node as
 REQUIRED = ("job_id", "submit_time", "duration", "gpus")
+DATED_FORMATS = frozenset({"philly"})  # submit times are dates (epoch seconds once loaded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +35,9 @@ class TraceJob:
     spec: JobSpec
 
 
-def load(path: Path, fmt: str = "auto") -> list[TraceJob]:
-    """Jobs sorted by submit time, with submit times relative to the first one."""
+def load(path: Path, fmt: str = "auto", window: Window | None = None) -> list[TraceJob]:
+    """Jobs sorted by submit time, with submit times relative to the first one (or to the
+    window's start: ``workload.Window``)."""
     if fmt == "auto":
         fmt = _detect(path)
     loaders = {
@@ -43,7 +49,11 @@ def load(path: Path, fmt: str = "auto") -> list[TraceJob]:
     }
     if fmt not in loaders:
         raise InvalidInput(f"unknown trace format {fmt!r}: use one of auto, {', '.join(loaders)}")
-    return _relative(loaders[fmt](path))
+    jobs = loaders[fmt](path)
+    if window is None:
+        return _relative(jobs)
+    chosen, origin = window.select(jobs, dated=fmt in DATED_FORMATS)
+    return _relative(chosen, origin)
 
 
 def load_gpupool(path: Path) -> list[TraceJob]:
@@ -215,11 +225,11 @@ def fit_to_nodes(jobs: list[TraceJob], gpus_per_node: int) -> list[TraceJob]:
     return out
 
 
-def _relative(jobs: Iterable[TraceJob]) -> list[TraceJob]:
+def _relative(jobs: Iterable[TraceJob], origin: float | None = None) -> list[TraceJob]:
     ordered = sorted(jobs, key=lambda j: j.submit_time)
     if not ordered:
         return []
-    t0 = ordered[0].submit_time
+    t0 = ordered[0].submit_time if origin is None else origin
     return [TraceJob(j.job_id, j.submit_time - t0, j.duration, j.spec) for j in ordered]
 
 
