@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import typer
 from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, console, print_json
+from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
@@ -19,6 +21,7 @@ from gpupool.sim import cluster as sim_cluster
 from gpupool.sim.engine import SimResult
 from gpupool.sim.engine import simulate as replay
 from gpupool.sim.metrics import summarize
+from gpupool.sim.plan import search
 from gpupool.sim.trace import TraceJob, fit_to_nodes, load
 from gpupool.sim.workload import Window, scale_load, shuffle_arrivals
 
@@ -39,6 +42,7 @@ WindowOpt = Annotated[
     str | None, typer.Option(help="START,END: durations after the first submission (0,7d) or dates (2017-10-01,)")
 ]
 ScaleOpt = Annotated[float, typer.Option(help="arrival rate multiplied by this (2: twice the load)")]
+GpusPerNodeOpt = Annotated[int, typer.Option(help="GPUs per node")]
 SeedOpt = Annotated[int | None, typer.Option(help="shuffle simultaneous arrivals (a placement study's order)")]
 
 
@@ -92,7 +96,7 @@ def simulate(
     trace: Path,
     format: FormatOpt = "auto",
     nodes: Annotated[int | None, typer.Option(help="cluster size (with --gpus-per-node)")] = None,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    gpus_per_node: GpusPerNodeOpt = 8,
     gpu_model: Annotated[str, typer.Option(help="GPU model of a uniform cluster")] = "GPU",
     cluster: Annotated[
         Path | None, typer.Option(help="nodes CSV: name,gpus,gpu_model[,cpus,memory_mib] or openb's node list")
@@ -168,7 +172,7 @@ def plan(
     trace: Path,
     target_queue_p95: Annotated[str, typer.Option(help="the p95 queue time to meet, e.g. 30m, 1h, 2d")],
     format: FormatOpt = "auto",
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    gpus_per_node: GpusPerNodeOpt = 8,
     gpu_model: Annotated[str, typer.Option(help="GPU model of the nodes")] = "GPU",
     max_nodes: Annotated[int, typer.Option(help="search no further than this")] = 4096,
     projects: ProjectsOpt = None,
@@ -181,9 +185,6 @@ def plan(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target."""
-    from gpupool.domain.durations import parse_duration
-    from gpupool.sim.plan import search
-
     if len(policy_names(policy, placement)) != 1:
         raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
     target = parse_duration(target_queue_p95)
@@ -213,8 +214,7 @@ def plan(
                 "nodes": answer,
                 "gpus": answer * gpus_per_node if answer else None,
                 "curve": [
-                    {**asdict(p), "p95_queue_s": None if p.p95_queue_s == float("inf") else p.p95_queue_s}
-                    for p in curve
+                    {**asdict(p), "p95_queue_s": None if math.isinf(p.p95_queue_s) else p.p95_queue_s} for p in curve
                 ],
             }
         )
@@ -227,7 +227,7 @@ def plan(
     for p in curve:
         p95 = (
             f"> {_human_seconds(target)} (stopped early)"
-            if p.p95_queue_s == float("inf")
+            if math.isinf(p.p95_queue_s)
             else _human_seconds(p.p95_queue_s)
         )
         avg = "" if p.stopped_early else _human_seconds(p.avg_queue_s)

@@ -55,9 +55,7 @@ def simulate(
     """``memory``: the scheduler's carried-over state (tests pass one that checks itself).
     ``give_up=(wait_s, jobs)``: stop as soon as that many jobs have waited longer than ``wait_s``
     (the answer to "is a queue-time percentile below the target?" is then known to be no)."""
-    replay = _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory())
-    replay.give_up = give_up
-    return replay.run()
+    return _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory(), give_up).run()
 
 
 class _Replay:
@@ -72,6 +70,7 @@ class _Replay:
         projects: Sequence[Project],
         config: SchedulerConfig,
         memory: CycleMemory,
+        give_up: tuple[float, int] | None,
     ) -> None:
         self.runs = {i + 1: JobRun(job) for i, job in enumerate(jobs)}
         self.arrivals = sorted(self.runs, key=lambda i: (self.runs[i].trace.submit_time, i))
@@ -85,7 +84,7 @@ class _Replay:
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
         self.result = SimResult(self.runs, capacity=sum(len(n.gpus) for n in nodes), projects=self.projects)
-        self.give_up: tuple[float, int] | None = None
+        self.give_up = give_up
         self.late = 0  # jobs that started after waiting longer than give_up's bound
 
     def run(self) -> SimResult:
