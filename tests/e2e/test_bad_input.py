@@ -29,6 +29,7 @@ CLI_CASES = [
     (["submit", "--env", "NOEQUALS", "--", "true"], "is not K=V"),
     (["submit", "--cpus", "4096", "--", "true"], "CPU cores per worker is more than any node has"),
     (["submit", "--gpu-model", "B200", "--", "true"], "no node has a GPU of model B200"),
+    (["submit", "--checkpoint-dir", "", "--", "true"], "checkpoint dir must be a non-empty path"),
     (["show", "999"], "no job 999"),
     (["why", "999"], "no job 999"),
     (["logs", "999"], "no job 999"),

@@ -12,7 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from gpupool.store.db import Database
+from gpupool.store.tokens import create_token
+from tests.e2e.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +68,7 @@ def test_submit_prints_the_id_last_and_json_listings_have_the_contract_fields(he
         assert datetime.fromisoformat(job[key]).tzinfo is not None, key
     detail = json.loads(ok(head.cli("show", str(job_id), "-o", "json")))
     assert isinstance(detail, dict) and set(detail) >= JOB_FIELDS
-    assert [e["kind"] for e in detail["events"]][:3] == ["submitted", "starting", "running"]
+    assert [e["kind"] for e in detail["events"]][:4] == ["submitted", "starting", "placed", "running"]
     assert json.loads(ok(head.cli("jobs", "-o", "json"))) == []  # finished jobs only with --all
 
 
@@ -211,3 +213,84 @@ def test_why_estimates_the_start_from_the_max_runtime_of_the_jobs_in_the_way(hea
     assert abs((datetime.fromisoformat(answer["estimated_start"]) - expected).total_seconds()) < 1
     assert "expected to start by" in ok(head.cli("why", waiting))
     head.cli("cancel", str(blocker_id))
+
+
+def test_drain_and_undrain_a_node_and_a_gpu(head: HeadProcess) -> None:
+    job = int(ok(head.cli("submit", "--gpus", "4", "--", "sleep", "60")).split()[-1])
+    with head.client() as c:
+        node = wait_state(c, job, ("running",))["placements"][0]["node"]
+    other = "node-2" if node == "node-1" else "node-1"
+
+    drained = head.cli("drain", node, "--reason", "firmware update")
+    assert ok(drained).strip() == (
+        f"node {node}: draining; nothing new starts on it, and it becomes drained when job {job} ends"
+    )
+    assert f"{node}" in ok(head.cli("nodes")) and "draining" in ok(head.cli("nodes"))
+    second = int(ok(head.cli("submit", "--gpus", "4", "--", "sleep", "60")).split()[-1])
+    third = int(ok(head.cli("submit", "--gpus", "1", "--", "true")).split()[-1])
+    with head.client() as c:
+        assert wait_state(c, second, ("running",))["placements"][0]["node"] == other
+        wait_state(c, third, ("pending",))
+        c.cancel(job)
+        wait_for(lambda: c.job(job)["state"] == "cancelled", what="the job on the draining node to end")
+        wait_for(lambda: _node(c.nodes(), node)["state"] == "drained", what=f"{node} to be drained")
+        assert c.job(third)["state"] == "pending"  # a drained node takes nothing new
+    events = [e["message"] for e in json.loads(ok(head.cli("show", str(job), "-o", "json")))["events"]]
+    assert any(m.startswith(f"attempt 1: worker 0 on {node} GPUs 0,1,2,3") for m in events)
+
+    marked = ok(head.cli("drain", other, "--gpu", "1"))
+    assert (
+        marked.strip()
+        == f"node {other} GPU 1: out of service; nothing new starts on it (job {second} keeps running on it)"
+    )
+    listing = json.loads(ok(head.cli("nodes", "-o", "json")))
+    gpu = _node(listing, other)["gpus"][1]
+    assert (gpu["healthy"], gpu["disabled"], gpu["jobs"]) == (False, True, [second])
+    assert (_node(listing, node)["state"], _node(listing, node)["drain_requested"]) == ("drained", True)
+    assert f"1:{second}(disabled)" in ok(head.cli("nodes"))
+
+    assert ok(head.cli("undrain", node)).strip() == f"node {node}: up; it takes new jobs"
+    with head.client() as c:
+        assert wait_state(c, third, ("succeeded",))["placements"][0]["node"] == node
+    assert ok(head.cli("undrain", other, "--gpu", "1")).strip() == f"node {other} GPU 1: back in service"
+    head.cli("cancel", str(second))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["drain", "nope"], "error: no node nope: list nodes with gpupool nodes"),
+        (["undrain", "nope"], "error: no node nope: list nodes with gpupool nodes"),
+        (["drain", "node-1", "--gpu", "9"], "error: node node-1 has no GPU 9: its GPUs are 0, 1, 2, 3"),
+        (["drain", "node-1", "--gpu", "x"], "error: Invalid value for '--gpu'"),
+        (["drain"], "error: Missing argument 'node'"),
+    ],
+)
+def test_drain_bad_input_is_one_line_and_exit_code_2(shared_head: HeadProcess, args: list[str], message: str) -> None:
+    result = shared_head.cli(*args)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip().startswith(message) and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_only_an_admin_may_drain_from_the_cli(shared_head: HeadProcess) -> None:
+    database = Database(f"sqlite:///{shared_head.data_dir / 'gpupool.db'}")
+    try:
+        with database.tx() as s:
+            member = create_token(s, "alice", "user", datetime.now().astimezone())
+    finally:
+        database.close()
+    env = {**shared_head.env(), "GPUPOOL_TOKEN": member}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli.main", "drain", "node-1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: only an admin may drain nodes or GPUs; alice is a user"
+    assert json.loads(ok(shared_head.cli("nodes", "-o", "json")))[0]["state"] == "up"
+
+
+def _node(listing: list[dict[str, object]], name: str) -> dict[str, object]:
+    return next(n for n in listing if n["name"] == name)

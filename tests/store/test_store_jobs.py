@@ -64,6 +64,7 @@ FULL_SPEC: dict[str, Any] = {
     "gpu_model": "NVIDIA H100 80GB HBM3",
     "max_runtime_s": 86_400,
     "gpu_memory": "20G",
+    "checkpoint_dir": "/data/ckpt/résumé run",
 }
 
 

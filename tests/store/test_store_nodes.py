@@ -106,7 +106,7 @@ def test_node_records_count_gpus_held_by_live_workers(db: Database, now: datetim
     with db.tx() as session:
         records = {r.node.name: r for r in nodes.node_records(session)}
     assert records["a"] == NodeRecord(
-        node=make_node("a", 4), gpus_free=2, simulated=True, used_gpus={1: [job.id], 3: [job.id]}
+        node=make_node("a", 4), gpus_free=2, simulated=True, used_gpus={1: [job.id], 3: [job.id]}, jobs=(job.id,)
     )
     assert (records["b"].gpus_free, records["b"].used_gpus) == (2, {})
     with db.tx() as session:

@@ -44,14 +44,15 @@ def test_begin_start_writes_placements_before_launch(db: Database, now: datetime
         job = jobs.get_job(session, job_id)
         rows = workers.attempt_workers(session, job_id, 1)
         live = workers.live_workers(session)
-        (*_, starting) = jobs.job_events(session, job_id)
+        (*_, starting, placed) = jobs.job_events(session, job_id)
     assert (job.state, job.starts) == (JobState.STARTING, 1)
     assert job.placements == tuple(sorted(GANG, key=lambda p: p.worker))
     assert [r.placement for r in rows] == list(job.placements)
     assert all(r.status is WorkerStatus.LAUNCHING and r.handle is None and r.started_at is None for r in rows)
     assert sorted(live, key=lambda r: r.placement.worker) == rows
-    assert starting.kind == "starting"
-    assert "worker 0 on n1 GPUs 2,3" in starting.message and "worker 1 on n2 GPUs 0,1" in starting.message
+    assert (starting.kind, starting.message) == ("starting", "starting attempt 1")
+    assert (placed.kind, placed.node) == ("placed", None)  # two nodes
+    assert placed.message == "attempt 1: worker 0 on n1 GPUs 2,3; worker 1 on n2 GPUs 0,1"
 
 
 def test_begin_start_of_a_job_that_is_not_pending_is_refused(db: Database, now: datetime) -> None:
@@ -103,7 +104,8 @@ def test_lost_worker(db: Database, now: datetime) -> None:
         (w,) = workers.attempt_workers(session, job_id, 1)
         (*_, ev) = jobs.job_events(session, job_id)
     assert (w.status, w.exit_code) == (WorkerStatus.LOST, None)
-    assert "lost" in ev.message
+    assert (ev.kind, ev.node) == ("lost", "n1")
+    assert ev.message == "worker 0 on n1 was lost (its supervisor vanished)"  # its node is up
 
 
 def test_a_retry_shows_only_the_current_attempt(db: Database, now: datetime) -> None:

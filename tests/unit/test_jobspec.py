@@ -44,3 +44,40 @@ def test_bad_submissions_are_refused_with_a_message(fields: dict[str, object], m
 @pytest.mark.parametrize("gpus", [0, 0.5, 1, 4])
 def test_cpu_only_fractional_and_whole_are_valid(gpus: float) -> None:
     assert JobSpec.create(command=["x"], gpus=gpus).gpus == gpus
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_dir", "workdir", "expected"),
+    [
+        (None, "/home/alice", None),
+        ("/data/ckpt/run1", None, "/data/ckpt/run1"),
+        ("/data/ckpt/run1/", "/home/alice", "/data/ckpt/run1"),
+        ("ckpt", "/home/alice/proj", "/home/alice/proj/ckpt"),
+        ("./out/../ckpt", "/home/alice/proj/", "/home/alice/proj/ckpt"),
+        ("../shared/ckpt", "/home/alice/proj", "/home/alice/shared/ckpt"),
+        ("//data//ckpt", None, "/data/ckpt"),
+    ],
+)
+def test_checkpoint_dir_is_absolute_and_a_relative_one_is_taken_from_the_workdir(
+    checkpoint_dir: str | None, workdir: str | None, expected: str | None
+) -> None:
+    spec = JobSpec.create(command=["x"], workdir=workdir, checkpoint_dir=checkpoint_dir)
+    assert spec.checkpoint_dir == expected
+    assert spec.workdir == workdir
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_dir", "workdir", "message"),
+    [
+        ("", "/w", "checkpoint dir must be a non-empty path"),
+        ("   ", "/w", "checkpoint dir must be a non-empty path"),
+        ("ckpt", None, "checkpoint dir 'ckpt' is relative and the job has no absolute workdir"),
+        ("ckpt", "rel/wd", "is relative and the job has no absolute workdir"),
+        ("~/ckpt", "/w", "'~' is not expanded here"),
+        ("/data/\x00ckpt", None, "must not contain NUL bytes"),
+        ("/" + "d" * 5000, None, "longer than 4096 characters"),
+    ],
+)
+def test_bad_checkpoint_dirs_are_refused_with_a_message(checkpoint_dir: str, workdir: str | None, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        JobSpec.create(command=["x"], workdir=workdir, checkpoint_dir=checkpoint_dir)

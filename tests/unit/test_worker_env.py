@@ -49,3 +49,20 @@ def test_job_env_cannot_override_the_gpu_isolation() -> None:
         preempted=False,
     )
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_the_checkpoint_dir_is_given_only_when_the_job_has_one_and_wins_over_the_job_env() -> None:
+    def env_of(spec: JobSpec) -> dict[str, str]:
+        return worker_env(
+            job_id=1,
+            spec=spec,
+            placement=Placement(0, "n", (0,)),
+            rendezvous=Rendezvous("h", 1),
+            restarts=0,
+            preempted=False,
+            checkpoint_dir=spec.checkpoint_dir,  # as the applier passes it
+        )
+
+    spec = JobSpec.create(command=["x"], env={"GPUPOOL_CHECKPOINT_DIR": "/mine"}, checkpoint_dir="/data/ck")
+    assert env_of(spec)["GPUPOOL_CHECKPOINT_DIR"] == "/data/ck"
+    assert "GPUPOOL_CHECKPOINT_DIR" not in env_of(JobSpec.create(command=["x"]))

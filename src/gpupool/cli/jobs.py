@@ -35,6 +35,13 @@ def submit(
     gpu_memory: Annotated[
         str | None, typer.Option(help="with a fraction: GPU memory it needs, e.g. 10G; else least per GPU")
     ] = None,
+    checkpoint_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="directory every worker of every attempt gets as GPUPOOL_CHECKPOINT_DIR, to resume from "
+            "(relative: to the current one); the job creates it and owns its contents, gpupool never touches them"
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -63,6 +70,7 @@ def submit(
             gpu_model=gpu_model,
             max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
             gpu_memory=gpu_memory,
+            checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
         )
     if output is Output.JSON:
         print_json(job)

@@ -1,9 +1,17 @@
-"""Node commands."""
+"""Node commands: `gpupool nodes`, and the admin's `gpupool drain` / `gpupool undrain`."""
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
+import typer
+
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import nodes_table
+
+NodeArg = Annotated[str, typer.Argument(help="the node's name, as gpupool nodes lists it")]
+GpuOpt = Annotated[int | None, typer.Option("--gpu", help="only this GPU (its index on the node)")]
+ReasonOpt = Annotated[str | None, typer.Option(help="why, for the node's events")]
 
 
 def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
@@ -14,3 +22,62 @@ def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABL
         print_json(listing)
     else:
         console.print(nodes_table(listing))
+
+
+def drain(
+    node: NodeArg,
+    gpu: GpuOpt = None,
+    reason: ReasonOpt = None,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Take a node out of service (admin): its jobs finish, nothing new starts on it. With --gpu,
+    only that GPU: the job on it keeps running, nothing new lands on it."""
+    with client(url) as c:
+        record = c.drain(node, gpu=gpu, reason=reason)
+    if output is Output.JSON:
+        print_json(record)
+    elif gpu is not None:
+        on_it = _gpu(record, gpu)["jobs"]
+        keeps = f" (job {', '.join(map(str, on_it))} keeps running on it)" if on_it else ""
+        console.print(f"node {node} GPU {gpu}: out of service; nothing new starts on it{keeps}")
+    else:
+        console.print(f"node {node}: {_drain_state(record)}")
+
+
+def undrain(
+    node: NodeArg,
+    gpu: GpuOpt = None,
+    reason: ReasonOpt = None,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Put a drained node (admin), or with --gpu one GPU, back in service."""
+    with client(url) as c:
+        record = c.undrain(node, gpu=gpu, reason=reason)
+    if output is Output.JSON:
+        print_json(record)
+    elif gpu is not None:
+        back = "back in service"
+        if not _gpu(record, gpu)["healthy"]:
+            back = "mark cleared, but its probe reports it unhealthy: still out of service"
+        console.print(f"node {node} GPU {gpu}: {back}")
+    elif record["state"] == "down":
+        console.print(f"node {node}: down; it takes new jobs when it is back")
+    else:
+        console.print(f"node {node}: {record['state']}; it takes new jobs")
+
+
+def _drain_state(record: dict[str, Any]) -> str:
+    name, state = record["name"], record["state"]
+    if state == "down":
+        return "down; it stays drained when it is back (gpupool undrain cancels that)"
+    if state == "draining":
+        jobs = record["jobs"]
+        which = f"job {jobs[0]} ends" if len(jobs) == 1 else f"jobs {', '.join(map(str, jobs))} end"
+        return f"draining; nothing new starts on it, and it becomes drained when {which}"
+    return f"{state}; nothing new starts on it (gpupool undrain {name} opens it again)"
+
+
+def _gpu(record: dict[str, Any], index: int) -> dict[str, Any]:
+    return dict(next(g for g in record["gpus"] if g["index"] == index))

@@ -17,6 +17,9 @@ STATE_STYLE = {
     "cancelled": "magenta",
     "preempted": "yellow",
     "lost": "red",
+    "draining": "yellow",
+    "drained": "magenta",
+    "down": "red",
 }
 
 
@@ -83,11 +86,14 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
         table.add_column(column, overflow="fold")
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]}) or ["-"]
-        use = " ".join(f"{g['index']}:{','.join(map(str, g['jobs'])) or '·'}" for g in n["gpus"]) or "-"
+        use = " ".join(_gpu_use(g) for g in n["gpus"]) or "-"
         model = ", ".join(models) + (" (simulated)" if n["simulated"] else "")
+        state = state_text(n["state"]) if n["state"] != "up" else Text("up", style="green")
+        if n.get("drain_requested") and n["state"] == "down":
+            state.append(" (drained when back)")
         table.add_row(
             n["name"],
-            state_text(n["state"]) if n["state"] != "up" else Text("up", style="green"),
+            state,
             f"{n['gpus_free']}/{n['gpus_total']}",
             model,
             use,
@@ -95,6 +101,14 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
             f"{n['memory_mib'] // 1024}G",
         )
     return table
+
+
+def _gpu_use(gpu: dict[str, Any]) -> str:
+    """``index:jobs``, and why a GPU is out of service: disabled by an admin, or unhealthy."""
+    use = f"{gpu['index']}:{','.join(map(str, gpu['jobs'])) or '·'}"
+    if gpu.get("disabled"):
+        return use + "(disabled)"
+    return use if gpu.get("healthy", True) else use + "(unhealthy)"
 
 
 def job_detail(job: dict[str, Any]) -> Table:
@@ -114,6 +128,7 @@ def job_detail(job: dict[str, Any]) -> Table:
             f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
         ),
         ("placements", placement_text(job) or "-"),
+        *([("checkpoint dir", job["checkpoint_dir"])] if job.get("checkpoint_dir") else []),
         ("restarts", f"{job['restarts']} of {job['max_restarts']} (starts: {job['starts']})"),
         ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
         ("submitted", job["submitted_at"]),

@@ -81,6 +81,17 @@ class GpupoolClient:
     def nodes(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/nodes"))
 
+    def drain(self, name: str, gpu: int | None = None, reason: str | None = None) -> dict[str, Any]:
+        """Drain a node, or with ``gpu`` take that GPU out of service (admin only)."""
+        return dict(self._call("POST", f"/api/v1/nodes/{name}/drain", json={"gpu": gpu, "reason": reason}))
+
+    def undrain(self, name: str, gpu: int | None = None, reason: str | None = None) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/nodes/{name}/undrain", json={"gpu": gpu, "reason": reason}))
+
+    def join(self, name: str) -> dict[str, Any]:
+        """The Ray address and token for a node joining the cluster (needs the join token)."""
+        return dict(self._call("POST", "/api/v1/cluster/join", json={"name": name}))
+
     def logs(self, job_id: int, worker: int = 0, offset: int = 0) -> LogChunk:
         response = self._send("GET", f"/api/v1/jobs/{job_id}/logs", params={"worker": worker, "offset": offset})
         return LogChunk(

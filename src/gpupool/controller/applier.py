@@ -47,6 +47,7 @@ class Applier:
                 rendezvous=rendezvous,
                 restarts=attempt - 1,
                 preempted=ticket.preempted,
+                checkpoint_dir=spec.checkpoint_dir,
             )
             gpus = ",".join(map(str, p.gpus)) or "none"
             request = LaunchRequest(
@@ -71,7 +72,7 @@ class Applier:
             for worker_id, handle in launched:
                 worker_repo.mark_launched(s, worker_id, handle, now)
             for worker_id, message in failed:
-                worker_repo.record_exit(s, worker_id, None, True, now)
+                worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
                 job_repo.add_job_event(s, job_id, now, "launch_failed", message)
             row = job_repo.job_row(s, job_id, lock=True)
             if row.state == JobState.STARTING.value:

@@ -37,7 +37,7 @@ def recover(db: Database, executor: Executor, clock: Clock) -> set[int]:
                 worker_repo.mark_launched(s, w.id, handle, now)
                 adopted += 1
             else:
-                worker_repo.record_exit(s, w.id, None, True, now)
+                worker_repo.record_exit(s, w.id, None, True, now, reason="never launched: the head restarted first")
                 lost += 1
     with db.tx() as s:
         active = list(s.scalars(select(JobRow).where(JobRow.state.in_(("starting", "running")))))
@@ -46,7 +46,8 @@ def recover(db: Database, executor: Executor, clock: Clock) -> set[int]:
                 attempt = worker_repo.attempt_workers(s, row.id, row.starts)
                 if attempt and all(w.status.value == "lost" and w.handle is None for w in attempt):
                     # Nothing was launched: give the job back to the queue without counting a restart.
-                    transition_job(s, row, JobState.PENDING, now, "the head restarted before launching; requeued")
+                    message = "the head restarted before launching; requeued"
+                    transition_job(s, row, JobState.PENDING, now, message, kind="requeued")
                     continue
                 transition_job(s, row, JobState.RUNNING, now, "re-adopted after a head restart")
             else:

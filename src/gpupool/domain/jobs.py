@@ -7,6 +7,7 @@ loaders and tests reject the same inputs with the same messages.
 from __future__ import annotations
 
 import enum
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,9 @@ class JobSpec:
     gpu_model: str | None = None
     max_runtime_s: int | None = None
     gpu_memory_mib: int = 0  # fraction: memory it needs on the shared GPU; whole: least memory per GPU
+    # Absolute; every worker gets it as GPUPOOL_CHECKPOINT_DIR. The job owns it: gpupool neither
+    # creates it nor touches what is in it.
+    checkpoint_dir: str | None = None
 
     @property
     def total_gpus(self) -> float:
@@ -113,6 +117,7 @@ class JobSpec:
         gpu_model: str | None = None,
         max_runtime_s: int | None = None,
         gpu_memory: str | int | None = None,
+        checkpoint_dir: str | None = None,
     ) -> JobSpec:
         argv = tuple(command)
         if not argv or not argv[0].strip():
@@ -143,6 +148,7 @@ class JobSpec:
         for key in clean_env:
             if not _ENV_KEY_RE.match(key):
                 raise InvalidInput(f"invalid environment variable name {key!r}: use K=V with K like MY_VAR")
+        checkpoint_dir = _checkpoint_dir(checkpoint_dir, workdir)
         return cls(
             command=argv,
             name=name,
@@ -158,7 +164,36 @@ class JobSpec:
             gpu_model=gpu_model or None,
             max_runtime_s=max_runtime_s,
             gpu_memory_mib=gpu_memory_mib,
+            checkpoint_dir=checkpoint_dir,
         )
+
+
+MAX_PATH = 4096
+
+
+def _checkpoint_dir(path: str | None, workdir: str | None) -> str | None:
+    """An absolute, normalised path; a relative one is taken from the job's (absolute) workdir."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidInput("checkpoint dir must be a non-empty path, e.g. /data/ckpt/run1")
+    if "\x00" in path:
+        raise InvalidInput("checkpoint dir must not contain NUL bytes")
+    if path.startswith("~"):
+        raise InvalidInput(f"checkpoint dir {path!r}: '~' is not expanded here; give an absolute path")
+    if not posixpath.isabs(path):
+        if not workdir or not posixpath.isabs(workdir):
+            raise InvalidInput(
+                f"checkpoint dir {path!r} is relative and the job has no absolute workdir to take it from; "
+                "give an absolute path"
+            )
+        path = posixpath.join(workdir, path)
+    path = posixpath.normpath(path)
+    if path.startswith("//"):  # normpath keeps a leading '//' (POSIX leaves its meaning open)
+        path = "/" + path.lstrip("/")
+    if len(path) > MAX_PATH:
+        raise InvalidInput(f"checkpoint dir is longer than {MAX_PATH} characters")
+    return path
 
 
 def _default_name(argv: tuple[str, ...]) -> str:

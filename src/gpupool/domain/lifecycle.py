@@ -29,7 +29,8 @@ NODE_TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     N.UP: frozenset({N.DRAINING, N.DOWN}),
     N.DRAINING: frozenset({N.DRAINED, N.UP, N.DOWN}),
     N.DRAINED: frozenset({N.UP, N.DOWN}),
-    N.DOWN: frozenset({N.UP}),
+    # DOWN -> DRAINING | DRAINED: a node an admin drained while it was down comes back drained.
+    N.DOWN: frozenset({N.UP, N.DRAINING, N.DRAINED}),
 }
 
 

@@ -73,3 +73,6 @@ class NodeRecord:
     gpus_free: int
     simulated: bool
     used_gpus: dict[int, list[int]]  # GPU index -> ids of the jobs on it
+    drain_requested: bool = False  # an admin drained it; a node that is down comes back drained
+    disabled_gpus: frozenset[int] = frozenset()  # GPUs an admin took out of service
+    jobs: tuple[int, ...] = ()  # ids of the jobs with a live worker on it, GPUs or not

@@ -31,6 +31,9 @@ class NodeFree:
     free_cpus: set[int]
     free_memory: int
     models: dict[int, str] = field(default_factory=dict)
+    # GPUs the probe or an admin took out of service: never free, never shared, even after the
+    # job still running on one ends.
+    unhealthy: frozenset[int] = frozenset()
     gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> its memory (MiB)
     shared_memory: dict[int, int] = field(default_factory=dict)  # shared GPU index -> MiB its shares took
 
@@ -57,6 +60,7 @@ class ClusterState:
                 free_memory=node.memory_mib,
                 models={g.index: g.model for g in node.gpus},
                 gpu_memory={g.index: g.memory_mib for g in node.gpus},
+                unhealthy=frozenset(g.index for g in node.gpus if not g.healthy),
             )
         up = [f.node for f in self.nodes.values()]
         # What never changes within a cycle, for explanations.
@@ -105,12 +109,13 @@ class ClusterState:
             if left <= 0:
                 free.shared.pop(index, None)
                 free.shared_memory.pop(index, None)
-                free.free_gpus.add(index)
+                if index not in free.unhealthy:
+                    free.free_gpus.add(index)
             else:
                 free.shared[index] = left
                 free.shared_memory[index] = free.shared_memory.get(index, 0) - p.gpu_memory_mib
         else:
-            free.free_gpus.update(p.gpus)
+            free.free_gpus.update(i for i in p.gpus if i not in free.unhealthy)
         free.free_cpus.update(p.cpus)
         free.free_memory += p.memory_mib
         self._reindex(free, before)

@@ -1,12 +1,49 @@
-"""Node use cases."""
+"""Node use cases: list, show, and the admin's drain and undrain of a node or one GPU."""
 
 from __future__ import annotations
 
+from gpupool.domain.errors import NotFound
 from gpupool.domain.records import NodeRecord
+from gpupool.services.access import require_admin
 from gpupool.services.context import HeadContext
+from gpupool.store import drain as drain_repo
 from gpupool.store import nodes as node_repo
+from gpupool.store.tokens import Principal
 
 
 def listing(ctx: HeadContext) -> list[NodeRecord]:
     with ctx.db.tx() as s:
         return node_repo.node_records(s)
+
+
+def show(ctx: HeadContext, name: str) -> NodeRecord:
+    for record in listing(ctx):
+        if record.node.name == name:
+            return record
+    raise NotFound(f"no node {name}: list nodes with gpupool nodes", code="node_not_found")
+
+
+def drain(ctx: HeadContext, name: str, who: Principal, gpu: int | None = None, reason: str | None = None) -> NodeRecord:
+    """Drain a node (its jobs finish, nothing new starts there), or take one GPU out of service."""
+    require_admin(who, "drain nodes or GPUs")
+    with ctx.db.tx() as s:
+        if gpu is None:
+            drain_repo.drain_node(s, name, ctx.clock.now(), who.user, reason)
+        else:
+            drain_repo.set_gpu_disabled(s, name, gpu, True, ctx.clock.now(), who.user, reason)
+    ctx.wake_controller()
+    return show(ctx, name)
+
+
+def undrain(
+    ctx: HeadContext, name: str, who: Principal, gpu: int | None = None, reason: str | None = None
+) -> NodeRecord:
+    """Open a node to new jobs again, or put one GPU back in service."""
+    require_admin(who, "undrain nodes or GPUs")
+    with ctx.db.tx() as s:
+        if gpu is None:
+            drain_repo.undrain_node(s, name, ctx.clock.now(), who.user, reason)
+        else:
+            drain_repo.set_gpu_disabled(s, name, gpu, False, ctx.clock.now(), who.user, reason)
+    ctx.wake_controller()
+    return show(ctx, name)

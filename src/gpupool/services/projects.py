@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupool.domain.errors import Forbidden
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler.fair_share import fair_shares
+from gpupool.services.access import require_admin
 from gpupool.services.context import HeadContext
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
@@ -50,7 +50,7 @@ def listing(ctx: HeadContext) -> list[ProjectView]:
 
 
 def set_project(ctx: HeadContext, project: Project, who: Principal) -> ProjectView:
-    _admin(who, "set projects")
+    require_admin(who, "set projects")
     with ctx.db.tx() as s:
         project_repo.set_project(s, project, ctx.clock.now())
     ctx.wake_controller()
@@ -58,12 +58,7 @@ def set_project(ctx: HeadContext, project: Project, who: Principal) -> ProjectVi
 
 
 def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:
-    _admin(who, "delete projects")
+    require_admin(who, "delete projects")
     with ctx.db.tx() as s:
         project_repo.delete_project(s, name, ctx.clock.now())
     ctx.wake_controller()
-
-
-def _admin(who: Principal, what: str) -> None:
-    if not who.is_admin:
-        raise Forbidden(f"only an admin may {what}; {who.user} is a {who.role}")

@@ -23,6 +23,7 @@ def spec_of(row: JobRow) -> JobSpec:
         gpu_model=row.gpu_model,
         max_runtime_s=row.max_runtime_s,
         gpu_memory_mib=row.gpu_memory_mib,
+        checkpoint_dir=row.checkpoint_dir,
     )
 
 

@@ -35,6 +35,7 @@ def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> Jo
         gpu_model=spec.gpu_model,
         max_runtime_s=spec.max_runtime_s,
         gpu_memory_mib=spec.gpu_memory_mib,
+        checkpoint_dir=spec.checkpoint_dir,
         reason_code="new",
         reason="waiting for the next scheduling cycle",
         starts=0,

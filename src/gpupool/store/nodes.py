@@ -10,16 +10,23 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, NodeRecord
+from gpupool.store.drain import comeback_state
 from gpupool.store.orm import GpuRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_node
 
 
 def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> None:
-    """Upsert what the executor serves; nodes it no longer serves are marked down."""
+    """Upsert what the executor serves; nodes it no longer serves are marked down. A node that is
+    back comes back up, or drained if an admin drained it meanwhile."""
     seen: set[str] = set()
     for node in nodes:
         seen.add(node.name)
-        row = session.get(NodeRow, node.name)
+        row = session.get(NodeRow, node.name, with_for_update=True)
+        if node.state is NodeState.DOWN:  # the executor saw it die (Ray backend)
+            if row is not None and row.state != NodeState.DOWN.value:
+                why = node.labels.get("reason", "it stopped answering")
+                transition_node(session, row, NodeState.DOWN, now, f"node {node.name} is down: {why}")
+            continue
         if row is None:
             row = NodeRow(
                 name=node.name,
@@ -29,12 +36,15 @@ def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> No
                 memory_mib=node.memory_mib,
                 labels=dict(node.labels),
                 updated_at=now,
+                drain_requested=False,
             )
             session.add(row)
             add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} joined")
         else:
             if row.state == NodeState.DOWN.value:
-                transition_node(session, row, NodeState.UP, now, f"node {node.name} is back")
+                target = comeback_state(session, row)
+                kept = "" if target is NodeState.UP else f", {target.value} as an admin asked while it was down"
+                transition_node(session, row, target, now, f"node {node.name} is back{kept}")
             row.address, row.cpus, row.memory_mib, row.updated_at = node.address, node.cpus, node.memory_mib, now
         _sync_gpus(session, node)
     session.flush()
@@ -58,6 +68,7 @@ def _sync_gpus(session: Session, node: Node) -> None:
                     simulated=gpu.simulated,
                     healthy=gpu.healthy,
                     nvlink_group=gpu.nvlink_group,
+                    disabled=False,
                 )
             )
         else:
@@ -68,8 +79,44 @@ def _sync_gpus(session: Session, node: Node) -> None:
 
 
 def load_nodes(session: Session) -> list[Node]:
+    """Nodes as the scheduler sees them: a GPU is healthy when its probe says so and no admin
+    took it out of service."""
+    return [node for node, _, _ in _load(session)]
+
+
+def node_records(session: Session) -> list[NodeRecord]:
+    used: dict[str, dict[int, list[int]]] = {}
+    jobs: dict[str, set[int]] = {}
+    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES))):
+        jobs.setdefault(w.node, set()).add(w.job_id)
+        for index in w.gpus:
+            used.setdefault(w.node, {}).setdefault(index, []).append(w.job_id)
+    out = []
+    for node, drain_requested, disabled in _load(session):
+        node_used = used.get(node.name, {})
+        # Free means a new job could get it: nothing on a node that is not up.
+        free = sum(1 for g in node.gpus if g.healthy and g.index not in node_used) if node.schedulable else 0
+        out.append(
+            NodeRecord(
+                node=node,
+                gpus_free=free,
+                simulated=any(g.simulated for g in node.gpus),
+                used_gpus=node_used,
+                drain_requested=drain_requested,
+                disabled_gpus=disabled,
+                jobs=tuple(sorted(jobs.get(node.name, ()))),
+            )
+        )
+    return out
+
+
+def _load(session: Session) -> list[tuple[Node, bool, frozenset[int]]]:
+    """Each node, whether an admin asked to drain it, and the GPUs an admin took out of service."""
     gpus: dict[str, list[GpuInfo]] = {}
+    disabled: dict[str, set[int]] = {}
     for g in session.scalars(select(GpuRow).order_by(GpuRow.node, GpuRow.index)):
+        if g.disabled:
+            disabled.setdefault(g.node, set()).add(g.index)
         gpus.setdefault(g.node, []).append(
             GpuInfo(
                 index=g.index,
@@ -77,34 +124,23 @@ def load_nodes(session: Session) -> list[Node]:
                 model=g.model,
                 memory_mib=g.memory_mib,
                 simulated=g.simulated,
-                healthy=g.healthy,
+                healthy=g.healthy and not g.disabled,
                 nvlink_group=g.nvlink_group,
             )
         )
     return [
-        Node(
-            name=r.name,
-            state=NodeState(r.state),
-            address=r.address,
-            gpus=tuple(gpus.get(r.name, [])),
-            cpus=r.cpus,
-            memory_mib=r.memory_mib,
-            labels=dict(r.labels),
+        (
+            Node(
+                name=r.name,
+                state=NodeState(r.state),
+                address=r.address,
+                gpus=tuple(gpus.get(r.name, [])),
+                cpus=r.cpus,
+                memory_mib=r.memory_mib,
+                labels=dict(r.labels),
+            ),
+            r.drain_requested,
+            frozenset(disabled.get(r.name, ())),
         )
         for r in session.scalars(select(NodeRow).order_by(NodeRow.name))
     ]
-
-
-def node_records(session: Session) -> list[NodeRecord]:
-    used: dict[str, dict[int, list[int]]] = {}
-    for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES))):
-        for index in w.gpus:
-            used.setdefault(w.node, {}).setdefault(index, []).append(w.job_id)
-    out = []
-    for node in load_nodes(session):
-        node_used = used.get(node.name, {})
-        free = sum(1 for g in node.gpus if g.healthy and g.index not in node_used)
-        out.append(
-            NodeRecord(node=node, gpus_free=free, simulated=any(g.simulated for g in node.gpus), used_gpus=node_used)
-        )
-    return out

@@ -54,6 +54,7 @@ class JobRow(Base):
     gpu_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
     max_runtime_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    checkpoint_dir: Mapped[str | None] = mapped_column(Text, nullable=True)  # 0004
     reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -103,6 +104,8 @@ class NodeRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer)
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column()
+    # The admin's wish, apart from the state: a node drained while down comes back drained (0003).
+    drain_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class GpuRow(Base):
@@ -114,8 +117,10 @@ class GpuRow(Base):
     model: Mapped[str] = mapped_column(String(128))
     memory_mib: Mapped[int] = mapped_column(Integer)
     simulated: Mapped[bool] = mapped_column(Boolean)
-    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)  # what the probe reports, overwritten by it
     nvlink_group: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # An admin took the GPU out of service (gpupool drain NODE --gpu I); the probe never touches it (0003).
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class EventRow(Base):

@@ -38,7 +38,11 @@ def create_token(session: Session, user: str, role: str, now: datetime) -> str:
 
 
 def has_admin(session: Session) -> bool:
-    return session.scalars(select(TokenRow.id).where(TokenRow.role == "admin")).first() is not None
+    return has_role(session, "admin")
+
+
+def has_role(session: Session, role: str) -> bool:
+    return session.scalars(select(TokenRow.id).where(TokenRow.role == role)).first() is not None
 
 
 def principal_for(session: Session, token: str) -> Principal | None:

@@ -3,6 +3,7 @@ state implies, and records an event, all in the caller's transaction."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -12,8 +13,14 @@ from gpupool.domain.lifecycle import check_job_transition, check_node_transition
 from gpupool.domain.nodes import NodeState
 from gpupool.store.orm import EventRow, JobRow, NodeRow
 
+log = logging.getLogger("gpupool.events")
 
-def transition_job(session: Session, row: JobRow, target: JobState, now: datetime, message: str) -> None:
+
+def transition_job(
+    session: Session, row: JobRow, target: JobState, now: datetime, message: str, *, kind: str | None = None
+) -> None:
+    """``kind`` names the event where the target state alone would say less (``requeued``, not
+    ``pending``); by default the event is named by the target state."""
     current = JobState(row.state)
     check_job_transition(row.id, current, target)
     row.state = target.value
@@ -29,7 +36,7 @@ def transition_job(session: Session, row: JobRow, target: JobState, now: datetim
         row.reason_code = row.reason = None
     elif target is JobState.PENDING:
         row.reason_code, row.reason = "requeued", message
-    add_event(session, now, kind=target.value, message=message, job_id=row.id)
+    add_event(session, now, kind=kind or target.value, message=message, job_id=row.id)
 
 
 def transition_node(session: Session, row: NodeRow, target: NodeState, now: datetime, message: str) -> None:
@@ -42,4 +49,7 @@ def transition_node(session: Session, row: NodeRow, target: NodeState, now: date
 def add_event(
     session: Session, now: datetime, *, kind: str, message: str, job_id: int | None = None, node: str | None = None
 ) -> None:
+    """Record an event in the caller's transaction, and log it (``gpupool.events``, INFO)."""
     session.add(EventRow(time=now, job_id=job_id, node=node, kind=kind, message=message))
+    subject = f"job {job_id}" if job_id is not None else f"node {node}" if node is not None else "head"
+    log.info("%s %s: %s", subject, kind, message)

@@ -13,7 +13,7 @@ from gpupool.domain.jobs import JobState, Placement
 from gpupool.domain.records import LIVE_WORKER_STATES, WorkerRecord, WorkerStatus
 from gpupool.store.convert import worker_record
 from gpupool.store.jobs import job_row
-from gpupool.store.orm import WorkerRow
+from gpupool.store.orm import NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
 
@@ -28,9 +28,23 @@ class StartTicket:
 
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
     """Pending -> starting with the decided placements written first, so a head that dies before
-    the launch finds the GPUs accounted for."""
+    the launch finds the GPUs accounted for. Events: ``starting``, ``placed`` (where each worker
+    goes) and, for a job started before, ``resumed`` (what its workers are told)."""
     row = job_row(session, job_id, lock=True)
-    transition_job(session, row, JobState.STARTING, now, _describe(placements))
+    transition_job(session, row, JobState.STARTING, now, f"starting attempt {row.starts + 1}")
+    nodes = {p.node for p in placements}
+    add_event(
+        session,
+        now,
+        kind="placed",
+        job_id=job_id,
+        node=next(iter(nodes)) if len(nodes) == 1 else None,
+        message=f"attempt {row.starts}: {_describe(placements)}",
+    )
+    if row.starts > 1:
+        flag = ", GPUPOOL_PREEMPTED=1" if row.preempted else ""
+        message = f"resuming: attempt {row.starts}, GPUPOOL_RESTARTS={row.starts - 1}{flag}"
+        add_event(session, now, kind="resumed", job_id=job_id, message=message)
     rows = []
     for p in placements:
         rows.append(
@@ -72,17 +86,24 @@ def attempt_workers(session: Session, job_id: int, attempt: int) -> list[WorkerR
     return [worker_record(r) for r in rows]
 
 
-def record_exit(session: Session, worker_id: int, exit_code: int | None, lost: bool, now: datetime) -> None:
+def record_exit(
+    session: Session, worker_id: int, exit_code: int | None, lost: bool, now: datetime, reason: str | None = None
+) -> None:
+    """A worker ended: a ``worker_exit`` event, or a ``lost`` one when nobody saw it end. The
+    reason of a loss defaults to the state of its node: down, or its supervisor vanished."""
     row = session.get_one(WorkerRow, worker_id)
     if row.status not in LIVE_WORKER_STATES:
         return
     row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
     row.exit_code, row.finished_at = exit_code, now
-    what = "was lost (its supervisor vanished)" if lost else f"exited with code {exit_code}"
+    if lost:
+        kind, what = "lost", f"was lost ({reason or _why_lost(session, row.node)})"
+    else:
+        kind, what = "worker_exit", f"exited with code {exit_code}"
     add_event(
         session,
         now,
-        kind="worker_exit",
+        kind=kind,
         job_id=row.job_id,
         node=row.node,
         message=f"worker {row.worker} on {row.node} {what}",
@@ -91,8 +112,15 @@ def record_exit(session: Session, worker_id: int, exit_code: int | None, lost: b
 
 def _describe(placements: tuple[Placement, ...]) -> str:
     parts = []
-    for p in placements:
+    for p in sorted(placements, key=lambda p: p.worker):
         gpus = ",".join(map(str, p.gpus)) or "none"
         share = f" ({p.gpu_share:g} share)" if p.gpu_share else ""
         parts.append(f"worker {p.worker} on {p.node} GPUs {gpus}{share}")
-    return "placed: " + "; ".join(parts)
+    return "; ".join(parts)
+
+
+def _why_lost(session: Session, node: str) -> str:
+    row = session.get(NodeRow, node)
+    if row is None or row.state == "down":
+        return "node down"
+    return "its supervisor vanished"

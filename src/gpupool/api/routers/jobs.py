@@ -29,6 +29,7 @@ def submit(body: SubmitRequest, ctx: Ctx, who: Caller) -> JobOut:
         gpu_model=body.gpu_model,
         max_runtime_s=body.max_runtime_s,
         gpu_memory=body.gpu_memory,
+        checkpoint_dir=body.checkpoint_dir,
     )
     return JobOut.of(job_service.submit(ctx, spec, who))
 

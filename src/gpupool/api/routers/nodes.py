@@ -1,12 +1,11 @@
-"""/api/v1/nodes."""
+"""/api/v1/nodes: list, show, and (admin) drain and undrain a node or one GPU."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.nodes import NodeOut
-from gpupool.domain.errors import NotFound
+from gpupool.api.schemas.nodes import DrainRequest, NodeOut
 from gpupool.services import nodes as node_service
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
@@ -19,7 +18,19 @@ def listing(ctx: Ctx, who: Caller) -> list[NodeOut]:
 
 @router.get("/{name}", response_model=NodeOut)
 def show(name: str, ctx: Ctx, who: Caller) -> NodeOut:
-    for r in node_service.listing(ctx):
-        if r.node.name == name:
-            return NodeOut.of(r)
-    raise NotFound(f"no node {name}: list nodes with gpupool nodes", code="node_not_found")
+    return NodeOut.of(node_service.show(ctx, name))
+
+
+@router.post("/{name}/drain", response_model=NodeOut)
+def drain(name: str, ctx: Ctx, who: Caller, body: DrainRequest | None = None) -> NodeOut:
+    """Running jobs finish, nothing new starts: the node becomes drained once its last job ends.
+    With ``gpu``, only that GPU is taken out of service."""
+    body = body or DrainRequest()
+    return NodeOut.of(node_service.drain(ctx, name, who, gpu=body.gpu, reason=body.reason))
+
+
+@router.post("/{name}/undrain", response_model=NodeOut)
+def undrain(name: str, ctx: Ctx, who: Caller, body: DrainRequest | None = None) -> NodeOut:
+    """The node (or, with ``gpu``, that GPU) takes new jobs again."""
+    body = body or DrainRequest()
+    return NodeOut.of(node_service.undrain(ctx, name, who, gpu=body.gpu, reason=body.reason))

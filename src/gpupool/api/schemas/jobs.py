@@ -29,6 +29,11 @@ class SubmitRequest(BaseModel):
     gpu_memory: str | int | None = Field(
         None, description="fractional: GPU memory it needs on the shared GPU; whole: least memory per GPU"
     )
+    checkpoint_dir: str | None = Field(
+        None,
+        description="given to every worker as GPUPOOL_CHECKPOINT_DIR; absolute, or relative to workdir. "
+        "The job creates it and owns what is in it",
+    )
 
 
 class PlacementOut(BaseModel):
@@ -67,6 +72,7 @@ class JobOut(BaseModel):
     gpu_model: str | None
     gpu_memory_mib: int
     workdir: str | None
+    checkpoint_dir: str | None
     env: dict[str, str]
     placements: list[PlacementOut]
     reason_code: str | None
@@ -98,6 +104,7 @@ class JobOut(BaseModel):
             gpu_model=s.gpu_model,
             gpu_memory_mib=s.gpu_memory_mib,
             workdir=s.workdir,
+            checkpoint_dir=s.checkpoint_dir,
             env=dict(s.env),
             placements=[PlacementOut.of(p) for p in job.placements],
             reason_code=job.reason_code,

@@ -1,10 +1,17 @@
-"""Node response models."""
+"""Node request and response models."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.domain.records import NodeRecord
+
+
+class DrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: int | None = Field(None, ge=0, description="only this GPU (its index on the node); null for the whole node")
+    reason: str | None = Field(None, max_length=200, description="why, for the node's events")
 
 
 class GpuOut(BaseModel):
@@ -13,7 +20,8 @@ class GpuOut(BaseModel):
     model: str
     memory_mib: int
     simulated: bool
-    healthy: bool
+    healthy: bool = Field(description="the scheduler may use it: its probe reports it healthy and it is not disabled")
+    disabled: bool = Field(description="an admin took it out of service (gpupool drain NODE --gpu I)")
     jobs: list[int]
 
 
@@ -26,7 +34,9 @@ class NodeOut(BaseModel):
     simulated: bool
     gpus: list[GpuOut]
     gpus_total: int
-    gpus_free: int
+    gpus_free: int = Field(description="GPUs a new job could get now: 0 on a node that is not up")
+    drain_requested: bool = Field(description="an admin drained it; a node that is down comes back drained")
+    jobs: list[int] = Field(description="jobs with a live worker on the node")
 
     @classmethod
     def of(cls, r: NodeRecord) -> NodeOut:
@@ -46,10 +56,13 @@ class NodeOut(BaseModel):
                     memory_mib=g.memory_mib,
                     simulated=g.simulated,
                     healthy=g.healthy,
+                    disabled=g.index in r.disabled_gpus,
                     jobs=sorted(set(r.used_gpus.get(g.index, []))),
                 )
                 for g in n.gpus
             ],
             gpus_total=len(n.gpus),
             gpus_free=r.gpus_free,
+            drain_requested=r.drain_requested,
+            jobs=list(r.jobs),
         )

@@ -11,7 +11,10 @@ from gpupool.scheduler.demand import WorkerDemand
 
 
 def gpu_ok(free: NodeFree, index: int, demand: WorkerDemand) -> bool:
-    """The GPU's model is allowed and, for a whole-GPU worker, it has the memory asked for."""
+    """The GPU is in service, its model is allowed and, for a whole-GPU worker, it has the memory
+    asked for. (An unhealthy GPU is never free, but a share of a running job may still sit on one.)"""
+    if index in free.unhealthy:
+        return False
     if demand.models is not None and free.models.get(index) not in demand.models:
         return False
     return demand.share > 0 or free.gpu_memory.get(index, 0) >= demand.gpu_memory_mib
