@@ -4,7 +4,6 @@ so a restarted head can hand them back to a new executor and re-adopt the worker
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from gpupool.domain.nodes import Node
@@ -25,6 +24,8 @@ class Executor(Protocol):
 
     def kill(self, node: str, handle: Mapping[str, Any]) -> None: ...
 
-    def log_path(self, node: str, job_id: int, worker: int) -> Path: ...
+    def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
+        """Up to 1 MiB of a worker's log from ``offset``; the log lives on the worker's node."""
+        ...
 
     def close(self) -> None: ...

@@ -7,7 +7,6 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from gpupool.domain.errors import NotFound
@@ -39,8 +38,8 @@ class LocalExecutor:
     def kill(self, node: str, handle: Mapping[str, Any]) -> None:
         self._runtime(node).kill(handle)
 
-    def log_path(self, node: str, job_id: int, worker: int) -> Path:
-        return self._runtime(node).log_path(job_id, worker)
+    def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
+        return self._runtime(node).read_log(job_id, worker, offset)
 
     def close(self) -> None:
         for runtime in self._runtimes.values():

@@ -58,6 +58,8 @@ class NodeRuntime:
         memory_mib: int,
         host_cpus: Sequence[int],
         python: str = sys.executable,
+        lease_timeout_s: float | None = None,
+        detach: bool = False,
     ) -> None:
         self.name = name
         self.address = address
@@ -70,6 +72,12 @@ class NodeRuntime:
         self._host_cpus = tuple(host_cpus) or (0,)
         self._python = python
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Self-fencing (Ray backend): supervisors stop their workers when this file goes stale.
+        self._lease_timeout_s = lease_timeout_s
+        self.lease_path = data_dir / "lease"
+        # Detached supervisors are nobody's child: a host that kills its children on exit
+        # (a Ray worker does) cannot take them down.
+        self._detach = detach
 
     def describe(self) -> Node:
         if self._gpus is None:
@@ -89,12 +97,7 @@ class NodeRuntime:
 
     def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
-        run_dir = self.run_dir(job_id, attempt, worker)
-        try:
-            pid = int((run_dir / "supervisor.pid").read_text())
-        except (OSError, ValueError):
-            return None
-        return {"pid": pid, "run_dir": str(run_dir)}
+        return self.find_in(self.run_dir(job_id, attempt, worker))
 
     def launch(self, req: LaunchRequest) -> dict[str, Any]:
         run_dir = self.run_dir(req.job_id, req.attempt, req.worker)
@@ -113,11 +116,15 @@ class NodeRuntime:
             "grace_s": req.grace_s,
             "header": req.header,
         }
+        if self._lease_timeout_s is not None:
+            spec["lease"] = str(self.lease_path)
+            spec["lease_timeout_s"] = self._lease_timeout_s
         spec_path = run_dir / "spec.json"
         spec_path.write_text(json.dumps(spec))
+        detach = ["--detach"] if self._detach else []
         with open(run_dir / "supervisor.err", "wb") as err:
             child = subprocess.Popen(
-                [self._python, "-m", "gpupool.node.supervisor", str(spec_path)],
+                [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -125,6 +132,10 @@ class NodeRuntime:
                 close_fds=True,
                 env=self._base_env,
             )
+        if self._detach:
+            child.wait()  # the first process exits as soon as it has forked the supervisor
+            pid = int((run_dir / "supervisor.pid").read_text())
+            return {"pid": pid, "run_dir": str(run_dir)}
         self._children[child.pid] = child
         (run_dir / "supervisor.pid").write_text(str(child.pid))
         return {"pid": child.pid, "run_dir": str(run_dir)}
@@ -153,6 +164,38 @@ class NodeRuntime:
             _signal(pid, signal.SIGTERM)
         else:
             self._kill_worker_group(run_dir, signal.SIGKILL)
+
+    def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        return read_log(self.log_path(job_id, worker), offset, limit)
+
+    def renew_lease(self) -> None:
+        """Say "this node is still part of the cluster" to the supervisors of its workers."""
+        self.lease_path.parent.mkdir(parents=True, exist_ok=True)
+        self.lease_path.touch()
+
+    def clean(self) -> int:
+        """Stop every worker left over from before this runtime started (a node that comes back
+        after it was declared dead): its jobs were already counted lost and requeued elsewhere."""
+        stopped = 0
+        runs = self.data_dir / "runs"
+        for run_dir in sorted(runs.glob("job-*/attempt-*/worker-*")) if runs.exists() else []:
+            if _read_exit(run_dir) is not None:
+                continue
+            handle = self.find_in(run_dir)
+            if handle is not None and self._supervisor_alive(int(handle["pid"]), run_dir):
+                _signal(int(handle["pid"]), signal.SIGKILL)
+            self._kill_worker_group(run_dir, signal.SIGKILL)
+            _write_exit(run_dir, None, "stopped when the node came back: the job was requeued elsewhere")
+            stopped += 1
+        return stopped
+
+    @staticmethod
+    def find_in(run_dir: Path) -> dict[str, Any] | None:
+        try:
+            pid = int((run_dir / "supervisor.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return {"pid": pid, "run_dir": str(run_dir)}
 
     def close(self) -> None:
         """Forget the children without killing them: a restarted head re-adopts them."""
@@ -196,7 +239,17 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
         data = json.loads((run_dir / "exit.json").read_text())
     except (OSError, ValueError):
         return None
-    return WorkerExit(exit_code=int(data["exit_code"]))
+    code = data.get("exit_code")
+    if data.get("fenced") or code is None:
+        # Stopped by the node itself (self-fencing, or cleaned on return): the head sees it lost.
+        return WorkerExit(exit_code=None, lost=True)
+    return WorkerExit(exit_code=int(code))
+
+
+def _write_exit(run_dir: Path, code: int | None, note: str) -> None:
+    tmp = run_dir / "exit.json.tmp"
+    tmp.write_text(json.dumps({"exit_code": code, "fenced": True, "note": note}))
+    os.replace(tmp, run_dir / "exit.json")
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -5,6 +5,12 @@ it records the worker's exit status in ``exit.json`` (written atomically) and tu
 into SIGTERM-to-the-worker's-process-group, then SIGKILL after the grace period. A restarted
 head reads what it recorded. Standard library only: it starts on every launch, so it must be cheap.
 
+Self-fencing (Ray backend): the spec may name a lease file that the node runtime touches while
+its node is part of the cluster. When the lease is older than ``lease_timeout_s`` the node has
+been cut off (or its runtime died) and the head has given, or is about to give, this worker's
+job to other nodes: the supervisor stops the worker at once and records it as fenced, so a
+requeued gang never runs twice.
+
 Exit codes follow the shell: 128+N for a worker ended by signal N, 127 when the command does not
 exist, 126 when it cannot be run (not executable, missing working directory).
 """
@@ -18,6 +24,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -27,22 +34,31 @@ from typing import Any
 def main(spec_path: str) -> int:
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec_path).parent
-    (run_dir / "supervisor.pid").write_text(str(os.getpid()))
+    pid_file = run_dir / "supervisor.pid"
+    if not pid_file.exists() or pid_file.read_text().strip() != str(os.getpid()):
+        pid_file.write_text(str(os.getpid()))
     with open(spec["log"], "ab", buffering=0) as log:
         log.write((spec["header"] + "\n").encode())
-        code = _run(spec, run_dir, log)
-    _write_json(run_dir / "exit.json", {"exit_code": code, "finished_at": datetime.now(UTC).isoformat()})
+        code, fenced = _run(spec, run_dir, log)
+    record: dict[str, Any] = {"exit_code": code, "finished_at": datetime.now(UTC).isoformat()}
+    if fenced:
+        record["fenced"] = True
+    _write_json(run_dir / "exit.json", record)
     return 0
 
 
-def _run(spec: dict[str, Any], run_dir: Path, log: Any) -> int:
+def _run(spec: dict[str, Any], run_dir: Path, log: Any) -> tuple[int, bool]:
     cwd = spec.get("cwd")
     if cwd and not os.path.isdir(cwd):
         log.write(f"gpupool: working directory {cwd} does not exist on this node\n".encode())
-        return 126
+        return 126, False
+    lease = _Lease.of(spec)
+    if lease is not None and lease.expired():
+        log.write(f"gpupool: {lease.why()}; not starting the worker\n".encode())
+        return 128 + signal.SIGTERM, True
     killer = _Killer(float(spec.get("grace_s", 10)))
     if killer.requested:
-        return 128 + signal.SIGTERM
+        return 128 + signal.SIGTERM, False
     try:
         child = subprocess.Popen(
             spec["argv"],
@@ -57,15 +73,51 @@ def _run(spec: dict[str, Any], run_dir: Path, log: Any) -> int:
         )
     except FileNotFoundError:
         log.write(f"gpupool: command not found: {spec['argv'][0]}\n".encode())
-        return 127
+        return 127, False
     except PermissionError as exc:
         log.write(f"gpupool: cannot run {spec['argv'][0]}: {exc.strerror}\n".encode())
-        return 126
+        return 126, False
     killer.attach(child.pid)
     _write_json(run_dir / "child.json", {"pid": child.pid, "pgid": child.pid})
-    status = child.wait()
+    fenced = False
+    while True:
+        try:
+            status = child.wait(timeout=None if lease is None else lease.check_every_s)
+            break
+        except subprocess.TimeoutExpired:
+            if lease is not None and not fenced and lease.expired():
+                fenced = True
+                log.write(f"gpupool: {lease.why()}; stopping the worker (self-fencing)\n".encode())
+                # Short grace: the job is being restarted elsewhere and must not run twice.
+                killer.grace_s = min(killer.grace_s, lease.timeout_s / 4)
+                killer.fence()
     _kill_group(child.pid, signal.SIGKILL)  # leftovers in the worker's group die with it
-    return 128 - status if status < 0 else status
+    return (128 - status if status < 0 else status), fenced
+
+
+class _Lease:
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = max(timeout_s, 0.1)
+        self.check_every_s = min(0.5, self.timeout_s / 4)
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> _Lease | None:
+        if not spec.get("lease"):
+            return None
+        return cls(Path(spec["lease"]), float(spec.get("lease_timeout_s") or 10))
+
+    def age(self) -> float:
+        try:
+            return time.time() - self.path.stat().st_mtime
+        except OSError:
+            return float("inf")
+
+    def expired(self) -> bool:
+        return self.age() > self.timeout_s
+
+    def why(self) -> str:
+        return f"this node lost contact with the cluster for more than {self.timeout_s:g}s"
 
 
 def _limits(cpus: list[int], memory_mib: int) -> Any:
@@ -98,6 +150,9 @@ class _Killer:
         if self.requested:
             self._on_term(-1, None)
 
+    def fence(self) -> None:
+        self._on_term(-1, None)
+
     def _on_term(self, _signum: int, _frame: FrameType | None) -> None:
         first = not self.requested
         self.requested = True
@@ -121,6 +176,20 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _detach(spec_path: str) -> None:
+    """Fork once more and let the parent exit: the supervisor is then nobody's child, so no
+    host process (a Ray worker cleaning up its children as it dies) can take it down with it.
+    The parent writes the pid before exiting, so whoever launched it knows whom to watch."""
+    pid = os.fork()
+    if pid > 0:
+        tmp = Path(spec_path).parent / "supervisor.pid.tmp"
+        tmp.write_text(str(pid))
+        os.replace(tmp, tmp.with_suffix(""))
+        os._exit(0)
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if len(sys.argv) > 2 and sys.argv[2] == "--detach":
+        _detach(sys.argv[1])
     sys.exit(main(sys.argv[1]))

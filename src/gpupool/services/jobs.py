@@ -10,7 +10,6 @@ from gpupool.domain.errors import InvalidInput, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
-from gpupool.node.runtime import read_log
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.services.context import HeadContext
@@ -106,7 +105,7 @@ def logs(ctx: HeadContext, job_id: int, worker: int, offset: int) -> LogChunk:
     placement = next((p for p in job.placements if p.worker == worker), None)
     data = b""
     if placement is not None:
-        data = read_log(ctx.executor.log_path(placement.node, job_id, worker), offset)
+        data = ctx.executor.read_log(placement.node, job_id, worker, offset)
     # Finished only once the job ended and the whole log was read.
     return LogChunk(data, offset + len(data), job.state.terminal and len(data) < (1 << 20))
 
