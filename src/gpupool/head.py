@@ -14,6 +14,7 @@ import socket
 import sys
 from collections.abc import Generator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import IO
 
 import uvicorn
@@ -22,14 +23,15 @@ from gpupool.api.app import create_app
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.runtime import NodeRuntime
 from gpupool.scheduler import SchedulerConfig, registry
-from gpupool.services.context import HeadContext
-from gpupool.settings import Settings
+from gpupool.services.context import HeadContext, RayCluster
+from gpupool.settings import JOIN_TOKEN_FILE, Settings
 from gpupool.store import tokens
 from gpupool.store.db import Database
 
@@ -74,7 +76,42 @@ class Head:
         self._lock = _lock_data_dir(settings)
         self.db = Database(settings.database_url)
         self.db.migrate()
-        self.admin_token = self._ensure_admin_token()
+        self.admin_token = self._ensure_token(settings.token_file, "admin")
+        self._ensure_token(settings.data_dir / JOIN_TOKEN_FILE, "join")
+        self.ray: RayCluster | None = None
+        self.notes: list[str] = []
+        if settings.backend == "ray":
+            from gpupool import head_ray
+
+            if settings.fake_nodes is not None or settings.fake_hardware is not None:
+                raise InvalidInput(
+                    "--fake-nodes and --fake-hardware are for the local backend; on Ray, nodes join with "
+                    "gpupool join HEAD_URL --num-gpus N (and --fake-gpus N gives the head's own node simulated GPUs)"
+                )
+            backend = head_ray.build(settings)
+            self.executor: Executor = backend.executor
+            self.ray = backend.cluster
+            self.topology = Topology([], True, "")
+            self.notes = [n for n in [head_ray.describe_exposure(backend.exposed)] if n]
+        elif settings.backend == "local":
+            self.executor = self._local_executor(settings)
+        else:
+            raise InvalidInput(f"--backend must be local or ray, not {settings.backend!r}")
+        registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
+        clock = SystemClock()
+        self.controller = Controller(
+            self.db,
+            self.executor,
+            clock,
+            SchedulerConfig(placement=settings.placement),
+            ControllerSettings(
+                settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
+            ),
+        )
+        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray)
+        self.app = create_app(self.ctx)
+
+    def _local_executor(self, settings: Settings) -> LocalExecutor:
         self.topology = plan_nodes(settings, NvmlProbe())
         host_cpus = sorted(os.sched_getaffinity(0))
         runtimes = [
@@ -90,28 +127,15 @@ class Head:
             )
             for name, probe in self.topology.probes
         ]
-        self.executor = LocalExecutor(runtimes)
-        registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
-        clock = SystemClock()
-        self.controller = Controller(
-            self.db,
-            self.executor,
-            clock,
-            SchedulerConfig(placement=settings.placement),
-            ControllerSettings(
-                settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
-            ),
-        )
-        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake)
-        self.app = create_app(self.ctx)
+        return LocalExecutor(runtimes)
 
-    def _ensure_admin_token(self) -> str | None:
-        """Create the admin token at first start (and again if its file was deleted)."""
-        path = self.settings.token_file
+    def _ensure_token(self, path: Path, role: str) -> str | None:
+        """Create the admin (or join) token at first start, and again if its file was deleted;
+        the database keeps only its hash."""
         with self.db.tx() as s:
-            if tokens.has_admin(s) and path.exists():
+            if tokens.has_role(s, role) and path.exists():
                 return None
-            token = tokens.create_token(s, "admin", "admin", SystemClock().now())
+            token = tokens.create_token(s, role, role, SystemClock().now())
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
@@ -121,13 +145,20 @@ class Head:
     def summary(self) -> str:
         nodes = self.executor.nodes()
         gpus = sum(len(n.gpus) for n in nodes)
-        kind = "simulated" if self.topology.simulated else "real"
+        simulated = any(g.simulated for n in nodes for g in n.gpus)
+        kind = "simulated" if simulated or (self.topology.simulated and not gpus) else "real"
         if self.topology.note:
             kind = f"simulated: {self.topology.note}"
         url = f"http://{self.settings.host}:{self.settings.port}"
-        return (
+        line = (
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
+        if self.ray is not None:
+            line += (
+                f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"
+                f" `gpupool join {url} --token-file FILE` (FILE: a copy of {self.settings.data_dir / JOIN_TOKEN_FILE})"
+            )
+        return "\n".join([line, *self.notes])
 
     def serve(self, out: IO[str] = sys.stdout) -> None:
         sock = _bind(self.settings.host, self.settings.port)

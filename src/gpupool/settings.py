@@ -11,8 +11,9 @@ from typing import Any
 
 DEFAULT_PORT = 7070
 TOKEN_FILE = "admin-token"
+JOIN_TOKEN_FILE = "join-token"
 # Variables of the head that must not leak into every job's environment.
-_PRIVATE_ENV = ("GPUPOOL_TOKEN", "CUDA_VISIBLE_DEVICES", "GPUPOOL_URL")
+_PRIVATE_ENV = ("GPUPOOL_TOKEN", "CUDA_VISIBLE_DEVICES", "GPUPOOL_URL", "GPUPOOL_JOIN_TOKEN")
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -40,6 +41,12 @@ class Settings:
     interval_s: float = 0.5
     fair_share_half_life_s: float = 86400.0
     placement: str = "binpack"
+    # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).
+    backend: str = "local"
+    ray_address: str | None = None
+    node_name: str | None = None
+    # A node silent this long is declared down; its workers fence themselves after half of it.
+    node_timeout_s: float = 10.0
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

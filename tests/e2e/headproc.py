@@ -26,13 +26,13 @@ def free_port() -> int:
 
 
 class HeadProcess:
-    def __init__(self, data_dir: Path, *, nodes: int = 2, gpus: int = 4, extra: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *, nodes: int | None = 2, gpus: int = 4, extra: list[str] | None = None) -> None:
+        """``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join)."""
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
-            "--fake-nodes",
-            str(nodes),
+            *(["--fake-nodes", str(nodes)] if nodes is not None else []),
             "--fake-gpus",
             str(gpus),
             "--interval",

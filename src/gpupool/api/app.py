@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.routers import jobs, nodes, projects
+from gpupool.api.routers import cluster, jobs, nodes, projects
 from gpupool.services import nodes as node_service
 from gpupool.services.context import HeadContext
 
@@ -23,6 +23,7 @@ def create_app(ctx: HeadContext) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(nodes.router)
     app.include_router(projects.router)
+    app.include_router(cluster.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

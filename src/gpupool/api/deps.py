@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpupool.domain.errors import Unauthorized
+from gpupool.domain.errors import Forbidden, Unauthorized
 from gpupool.services.context import HeadContext
 from gpupool.store.tokens import Principal, principal_for
 
@@ -34,6 +34,8 @@ class _PrincipalCache:
 
 
 _cache = _PrincipalCache()
+JOIN_ROLE = "join"
+JOIN_PATH = "/api/v1/cluster/join"
 _bearer = HTTPBearer(auto_error=False, description="a gpupool token (the admin token is in the data dir)")
 
 
@@ -57,6 +59,8 @@ def principal(
             _cache.put(credentials.credentials, who)
     if who is None:
         raise Unauthorized("invalid token: check GPUPOOL_TOKEN (or the admin-token file of the head's data dir)")
+    if who.role == JOIN_ROLE and request.url.path != JOIN_PATH:
+        raise Forbidden("a join token only lets a node join (gpupool join); use a user token for the API")
     return who
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import jobs, nodes, projects, simulate, up
+from gpupool.cli import jobs, join, nodes, projects, simulate, up
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
@@ -34,8 +34,11 @@ app.command()(jobs.cancel)
 app.command()(jobs.wait)
 app.command()(jobs.why)
 app.command("nodes")(nodes.nodes)
+app.command()(nodes.drain)
+app.command()(nodes.undrain)
 app.command("projects")(projects.projects)
 app.add_typer(projects.project_app, name="project")
+app.command()(join.join)
 app.command("simulate")(simulate.simulate)
 app.command("plan")(simulate.plan)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,20 @@ from typing import Annotated
 import typer
 
 from gpupool.domain.durations import parse_duration
+from gpupool.domain.errors import InvalidInput
 from gpupool.settings import DEFAULT_PORT, Settings
+
+
+class Backend(enum.StrEnum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+def _node_timeout(text: str) -> float:
+    seconds = parse_duration(text)
+    if not 2 <= seconds <= 3600:
+        raise InvalidInput(f"--node-timeout must be between 2s and 1h, got {text}")
+    return seconds
 
 
 def up(
@@ -32,8 +46,23 @@ def up(
     ] = "1d",
     placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread or topology")] = "binpack",
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
+    backend: Annotated[
+        Backend, typer.Option(help="local: virtual nodes on this machine; ray: every node of a Ray cluster")
+    ] = Backend.LOCAL,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray backend: join this Ray cluster (token from RAY_AUTH_TOKEN_PATH) instead of starting one"
+        ),
+    ] = None,
+    node_name: Annotated[
+        str | None, typer.Option(help="Ray backend: this machine's node name [default: hostname]")
+    ] = None,
+    node_timeout: Annotated[
+        str, typer.Option(help="Ray backend: a node silent this long is declared down and its jobs requeued")
+    ] = "10s",
 ) -> None:
-    """Start the head: API, controller and local executor in one process."""
+    """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -50,5 +79,9 @@ def up(
         interval_s=interval,
         placement=placement,
         fair_share_half_life_s=parse_duration(fair_share_half_life),
+        backend=backend.value,
+        ray_address=ray_address,
+        node_name=node_name,
+        node_timeout_s=_node_timeout(node_timeout),
     )
     Head(settings).serve()

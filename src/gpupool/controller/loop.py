@@ -15,8 +15,10 @@ from gpupool.controller.applier import Applier
 from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
 from gpupool.domain.decisions import CycleResult, Reason
+from gpupool.domain.nodes import Node
 from gpupool.executors.base import Executor
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
+from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
@@ -36,6 +38,8 @@ class ControllerSettings:
     # Fair share remembers usage with this half-life (0: only what is held now counts).
     fair_share_half_life_s: float = 86400.0
     usage_every_s: float = 10.0
+    # How often the executor is asked which nodes it serves (joins, deaths on the Ray backend).
+    node_sync_s: float = 1.0
 
 
 class Controller:
@@ -57,13 +61,14 @@ class Controller:
         self._dirty = True
         self._last_full = 0.0
         self._last_usage = 0.0
+        self._last_sync = 0.0
+        self._nodes_seen: list[Node] = []
         self._thread: threading.Thread | None = None
         self.last_cycle_s = 0.0
 
     def start(self) -> None:
         """Register nodes, recover from a previous run, then run the loop in a thread."""
-        with self._db.tx() as s:
-            node_repo.register_nodes(s, self._executor.nodes(), self._clock.now())
+        self._sync_nodes(force=True)
         self._monitor.settle(recover(self._db, self._executor, self._clock))
         self._thread = threading.Thread(target=self._run, name="gpupool-controller", daemon=True)
         self._thread.start()
@@ -83,9 +88,12 @@ class Controller:
         """One cycle. Scheduling runs only when something changed (a submit, a cancel, an exit,
         a start) or a full cycle is due; reaping exits runs every tick. None when skipped."""
         started = time.perf_counter()
+        if self._sync_nodes():
+            self._dirty = True
         touched = self._monitor.reap()
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
+            drain_repo.settle_drains(s, self._clock.now())
             stopping = or_(JobRow.cancel_requested.is_(True), JobRow.preempt_requested.is_(True))
             touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
@@ -110,6 +118,24 @@ class Controller:
         self._write_reasons(result.pending)
         self.last_cycle_s = time.perf_counter() - started
         return result
+
+    def _sync_nodes(self, force: bool = False) -> bool:
+        """Record node joins and deaths the executor reports; True when anything changed.
+        A down node's workers are then polled as lost, and their jobs requeued or failed."""
+        if not force and time.monotonic() - self._last_sync < self._settings.node_sync_s:
+            return False
+        self._last_sync = time.monotonic()
+        try:
+            nodes = self._executor.nodes()
+        except Exception:
+            log.exception("asking the executor for its nodes failed; keeping the last known ones")
+            return False
+        if not force and nodes == self._nodes_seen:
+            return False
+        self._nodes_seen = nodes
+        with self._db.tx() as s:
+            node_repo.register_nodes(s, nodes, self._clock.now())
+        return True
 
     def _accrue_usage(self) -> None:
         if time.monotonic() - self._last_usage < self._settings.usage_every_s:

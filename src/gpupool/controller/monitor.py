@@ -89,12 +89,17 @@ class Monitor:
                         row.restarts += 1
                     row.exit_code = outcome.exit_code if target is not JobState.PENDING else row.exit_code
                     row.cancel_requested = row.preempt_requested = False
-                    transition_job(s, row, target, self._clock.now(), message)
+                    kind = "requeued" if target is JobState.PENDING else None
+                    if outcome.lost:  # its node died or its supervisor vanished: lost, then requeued or failed
+                        transition_job(s, row, JobState.LOST, self._clock.now(), f"job lost: {outcome.lost}")
+                    transition_job(s, row, target, self._clock.now(), message, kind=kind)
                     if target is JobState.PREEMPTED:
                         row.preempted = True
-                        transition_job(
-                            s, row, JobState.PENDING, self._clock.now(), "back in the queue after preemption"
+                        requeued = (
+                            f"requeued after preemption (restarts stay {row.restarts} of {row.max_restarts}: "
+                            "a preemption does not count)"
                         )
+                        transition_job(s, row, JobState.PENDING, self._clock.now(), requeued, kind="requeued")
             self._stop(to_stop)
 
     def _stop(self, workers: list[WorkerRecord]) -> None:

@@ -28,6 +28,7 @@ class Outcome:
     verdict: Verdict
     exit_code: int | None
     message: str
+    lost: str = ""  # set when a lost worker ends the attempt: the job is ``lost`` before requeue or failure
 
 
 def judge(
@@ -55,17 +56,15 @@ def judge(
             return Outcome(Verdict.STOP_REST, code, "stopping workers for preemption")
         return Outcome(Verdict.PREEMPTED, code, "preempted; requeued with its restart count kept")
     if first_bad is not None:
-        what = (
-            f"worker {first_bad.placement.worker} was lost"
-            if first_bad.status is WorkerStatus.LOST
-            else f"worker {first_bad.placement.worker} exited with code {code}"
-        )
+        where = f"worker {first_bad.placement.worker} on {first_bad.placement.node}"
+        what = f"{where} was lost" if first_bad.status is WorkerStatus.LOST else f"{where} exited with code {code}"
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
+        lost = what if first_bad.status is WorkerStatus.LOST else ""
         if restarts < max_restarts:
-            return Outcome(Verdict.REQUEUE, code, f"{what}; requeued (restart {restarts + 1} of {max_restarts})")
-        if first_bad.status is WorkerStatus.LOST:
-            return Outcome(Verdict.FAILED, code, f"{what}; no restarts left")
+            return Outcome(Verdict.REQUEUE, code, f"{what}; requeued (restart {restarts + 1} of {max_restarts})", lost)
+        if lost:
+            return Outcome(Verdict.FAILED, code, f"{what}; no restarts left", lost)
         return Outcome(Verdict.FAILED, code, f"{what}" + ("; no restarts left" if max_restarts else ""))
     if live:
         return Outcome(Verdict.WAIT, None, "")

@@ -11,8 +11,18 @@ from gpupool.store.db import Database
 
 
 @dataclass(frozen=True, slots=True)
+class RayCluster:
+    """What a joining node needs to become part of the head's Ray cluster."""
+
+    address: str
+    token: str
+    node_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class HeadContext:
     db: Database
     clock: Clock
     executor: Executor
     wake_controller: Callable[[], None]
+    ray: RayCluster | None = None  # None on the local backend

@@ -1,0 +1,128 @@
+"""``gpupool join HEAD_URL``: make this machine a node of the head's Ray cluster.
+
+It needs one address, the head's, and the join token (from ``--token-file`` or
+``GPUPOOL_JOIN_TOKEN``, never the command line where ``ps`` would show it). The head answers
+with the Ray address and Ray token; ``join`` keeps the token in a 0600 file and runs a Ray
+worker node in the foreground, in its own process group: SIGTERM (or Ctrl-C) takes the node out
+cleanly, stopping the workers it ran; SIGKILL of the process group is a node crash, which the
+head detects and whose workers stop themselves (self-fencing).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.common import console, err_console
+from gpupool.client import GpupoolClient
+from gpupool.domain.errors import InvalidInput
+from gpupool.executors.ray_processes import NodeOptions, auth_env, check_name, worker_command, write_secret
+from gpupool.settings import default_data_dir
+
+
+def _join_token(token_file: Path | None) -> str:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+    else:
+        token = os.environ.get("GPUPOOL_JOIN_TOKEN", "").strip()
+    if not token:
+        raise InvalidInput(
+            "no join token: pass --token-file FILE (a copy of the head's data-dir file join-token) "
+            "or set GPUPOOL_JOIN_TOKEN"
+        )
+    return token
+
+
+def join(
+    head_url: Annotated[str, typer.Argument(help="the head's URL, e.g. http://head-host:7070")],
+    token_file: Annotated[
+        Path | None, typer.Option(help="file holding the join token [default: $GPUPOOL_JOIN_TOKEN]")
+    ] = None,
+    num_gpus: Annotated[
+        int | None, typer.Option(help="simulate this many GPUs when the machine has none [default: real GPUs]", min=0)
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="node name [default: hostname]")] = None,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs Ray may count on this node", min=0)] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="model name of simulated GPUs")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="logs and run state of this node [default: <gpupool data dir>/nodes/NAME]")
+    ] = None,
+) -> None:
+    """Join this machine to a head's cluster (Ray backend) and serve it until stopped."""
+    node = check_name(name or socket.gethostname().split(".")[0])
+    token = _join_token(token_file)
+    with GpupoolClient(head_url, token) as c:
+        answer = c.join(node)
+    node_dir = (data_dir or default_data_dir(dict(os.environ)) / "nodes" / node).resolve()
+    token_path = node_dir / "ray-token"
+    write_secret(token_path, answer["ray_token"])
+    options = NodeOptions(
+        name=node,
+        data_dir=node_dir,
+        num_gpus=num_gpus,
+        num_cpus=num_cpus,
+        gpu_model=gpu_model,
+        node_timeout_s=float(answer["node_timeout_s"]),
+    )
+    env = auth_env(token_path)
+    env.update(options.env())
+    log_path = node_dir / "ray-node.log"
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            worker_command(answer["ray_address"], options),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    stopping = False
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    gpus = f"{num_gpus} simulated GPUs" if num_gpus is not None else "its GPUs"
+    console.print(
+        f"node {node} joined the cluster of {head_url} (Ray at {answer['ray_address']}) with {gpus}; "
+        f"logs in {node_dir}. Ctrl-C or SIGTERM takes it out.",
+    )
+    sys.stdout.flush()
+    code = child.wait()
+    stopped = _stop_workers(node, node_dir)
+    if stopping:
+        console.print(f"node {node} left the cluster; {stopped} workers stopped")
+        return
+    err_console.print(f"error: the Ray node process exited with code {code}; see {log_path}")
+    raise typer.Exit(1)
+
+
+def _stop_workers(node: str, node_dir: Path) -> int:
+    """The node is leaving: its workers stop now rather than when their lease runs out."""
+    from gpupool.node.gpu.fake import FakeProbe
+    from gpupool.node.runtime import NodeRuntime
+
+    runtime = NodeRuntime(
+        name=node,
+        address="127.0.0.1",
+        probe=FakeProbe(node, 0),
+        data_dir=node_dir,
+        base_env={},
+        cpus=1,
+        memory_mib=0,
+        host_cpus=[0],
+    )
+    return runtime.clean()

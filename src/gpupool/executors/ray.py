@@ -1,0 +1,263 @@
+"""The Ray backend: one node-runtime actor pinned to every Ray node, driven by the head.
+
+Ray is the transport, the membership list and the failure detector; gpupool still decides
+placement and GPU indices. Each actor claims no logical CPU or GPU (``num_cpus=0``: on a small
+machine an actor that reserves a CPU can starve the node) and holds the same ``NodeRuntime``
+the local executor uses, so launch, isolation, logs, exits and kills behave the same.
+
+Actors are detached and named after the node and its Ray node id: a restarted head finds them
+again with ``ray.get_actor`` and with them the workers they supervise; a node that comes back
+is a new Ray node, so it gets a new actor, which first cleans what the old one left running.
+
+Self-fencing: each actor renews a lease file while Ray still lists its node as alive. The
+supervisor of every worker (``node/supervisor.py``) stops its worker when the lease goes stale,
+so a node that was cut off, frozen, or whose Ray processes died stops its own work before the
+head's requeued copy can start elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from gpupool.domain.errors import NotFound, Unavailable
+from gpupool.domain.nodes import Node, NodeState
+from gpupool.domain.worker_env import Rendezvous
+from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
+from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
+from gpupool.node.gpu.nvml import NvmlProbe
+from gpupool.node.gpu.probe import GpuProbe
+from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.settings import default_data_dir, worker_base_env
+
+log = logging.getLogger("gpupool.ray")
+NAMESPACE = "gpupool"
+
+
+class NodeAgent:
+    """Runs inside the actor, on its node. Everything it knows of the node comes from the
+    environment ``gpupool join`` (or the head's own ``ray start``) gave the raylet."""
+
+    def __init__(self, name: str) -> None:
+        env = os.environ
+        self.node_id = ray.get_runtime_context().get_node_id()
+        timeout_s = float(env.get(TIMEOUT_ENV, "10"))
+        data_dir = Path(env.get(DATA_DIR_ENV) or default_data_dir(env) / "nodes" / name)
+        probe: GpuProbe = NvmlProbe()
+        if not probe.gpus():
+            probe = FakeProbe(name, int(env.get(GPUS_ENV, "0") or 0), env.get(MODEL_ENV) or DEFAULT_MODEL)
+        host_cpus = sorted(os.sched_getaffinity(0))
+        base_env = {k: v for k, v in worker_base_env(env).items() if not k.startswith("RAY_")}
+        for key in (DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, TIMEOUT_ENV):
+            base_env.pop(key, None)
+        self.runtime = NodeRuntime(
+            name=name,
+            address=ray.util.get_node_ip_address(),
+            probe=probe,
+            data_dir=data_dir,
+            base_env=base_env,
+            cpus=len(host_cpus),
+            memory_mib=os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20,
+            host_cpus=host_cpus,
+            lease_timeout_s=timeout_s / 2,
+            detach=True,
+        )
+        self.cleaned = self.runtime.clean()
+        self.runtime.renew_lease()
+        self._every_s = max(0.2, timeout_s / 10)
+        threading.Thread(target=self._keep_lease, name="gpupool-lease", daemon=True).start()
+
+    def describe(self) -> Node:
+        return self.runtime.describe()
+
+    def free_port(self) -> int:
+        return self.runtime.free_port()
+
+    def launch(self, request: LaunchRequest) -> dict[str, Any]:
+        return self.runtime.launch(request)
+
+    def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+        return self.runtime.find(job_id, attempt, worker)
+
+    def poll_many(self, handles: list[dict[str, Any]]) -> list[WorkerExit | None]:
+        return [self.runtime.poll(h) for h in handles]
+
+    def kill(self, handle: dict[str, Any]) -> None:
+        self.runtime.kill(handle)
+
+    def read_log(self, job_id: int, worker: int, offset: int) -> bytes:
+        return self.runtime.read_log(job_id, worker, offset)
+
+    def _keep_lease(self) -> None:
+        while True:
+            try:
+                alive = any(n["NodeID"] == self.node_id and n["Alive"] for n in ray.nodes())
+            except Exception:  # GCS unreachable: the node is cut off, let the lease go stale
+                alive = False
+            if alive:
+                self.runtime.renew_lease()
+            time.sleep(self._every_s)
+
+
+_Agent: Any = ray.remote(NodeAgent)
+
+
+class RayExecutor:
+    """The head's side: which nodes are alive, and one actor call per operation."""
+
+    def __init__(self, address: str, *, node_timeout_s: float = 10.0) -> None:
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                include_dashboard=False,
+            )
+        except (ConnectionError, RayError, ValueError) as exc:
+            raise Unavailable(f"cannot reach the Ray cluster at {address}: {exc}", code="ray_unreachable") from None
+        self.address = address
+        self._timeout_s = node_timeout_s
+        self._call_s = max(1.0, node_timeout_s / 2)
+        self._agents: dict[str, Any] = {}
+        self._down: dict[str, Node] = {}
+        self._silent_since: dict[str, float] = {}
+        self._down_since: dict[str, float] = {}
+        # A down node's workers are reported lost only once they have surely fenced themselves
+        # (lease timeout, the fence's short grace, a check period, a margin): the requeued copy
+        # of a gang must never overlap the old one.
+        lease_s = node_timeout_s / 2
+        self.fence_wait_s = lease_s + lease_s / 4 + 0.5 + 1.0
+        self._actor_names: dict[str, str] = {}
+        self._lock = threading.RLock()
+
+    def nodes(self) -> list[Node]:
+        """Every node Ray lists as alive and whose actor answers; the others as down."""
+        alive: dict[str, dict[str, Any]] = {}
+        for n in ray.nodes():
+            name = (n.get("Labels") or {}).get(NAME_LABEL)
+            if name and n["Alive"]:
+                alive[name] = n
+        out: list[Node] = []
+        with self._lock:
+            known = set(self._agents) | set(self._down)
+            for name, info in sorted(alive.items()):
+                node = self._describe(name, info["NodeID"])
+                if node is not None:
+                    out.append(node)
+            for name in sorted(known - set(alive)):
+                self._mark_down(name, "Ray reports the node dead")
+            out.extend(self._down[name] for name in sorted(self._down) if name not in {n.name for n in out})
+        return out
+
+    def rendezvous(self, node: str) -> Rendezvous:
+        agent = self._agent(node)
+        described = self._call(node, agent.describe.remote())
+        return Rendezvous(master_addr=described.address, master_port=self._call(node, agent.free_port.remote()))
+
+    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
+        handle: dict[str, Any] = self._call(node, self._agent(node).launch.remote(request))
+        return handle
+
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+        if node in self._down:
+            return None
+        found: dict[str, Any] | None = self._call(node, self._agent(node).find.remote(job_id, attempt, worker))
+        return found
+
+    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
+        """Lost once the node is down and its supervisors have surely fenced their workers."""
+        with self._lock:
+            if node in self._down:
+                fenced = time.monotonic() - self._down_since.get(node, 0.0) >= self.fence_wait_s
+                return WorkerExit(exit_code=None, lost=True) if fenced else None
+            if node not in self._agents and not self._lookup(node):
+                self._mark_down(node, "it is not part of the Ray cluster")  # e.g. it died while no head ran
+                return None
+            agent = self._agents[node]
+        try:
+            exits: list[WorkerExit | None] = ray.get(agent.poll_many.remote([dict(handle)]), timeout=self._call_s)
+        except (GetTimeoutError, RayActorError):
+            return None  # the node sync decides, within the node timeout, whether the node is down
+        return exits[0]
+
+    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
+        if node in self._down:
+            return  # its supervisor fences the worker itself
+        self._call(node, self._agent(node).kill.remote(dict(handle)))
+
+    def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
+        if node in self._down:
+            return b""
+        data: bytes = self._call(node, self._agent(node).read_log.remote(job_id, worker, offset))
+        return data
+
+    def close(self) -> None:
+        """Disconnect; the detached actors and their workers keep running for the next head."""
+        ray.shutdown()
+
+    def _describe(self, name: str, ray_node_id: str) -> Node | None:
+        actor_name = f"node-{name}-{ray_node_id[:16]}"
+        agent = self._agents.get(name)
+        if agent is None or self._actor_names.get(name) != actor_name:
+            try:  # re-attach to the actor a previous head created
+                agent = ray.get_actor(actor_name, namespace=NAMESPACE)
+            except ValueError:
+                agent = _Agent.options(
+                    num_cpus=0,  # an actor reserving a CPU can starve a small node
+                    max_restarts=0,
+                    max_concurrency=8,
+                    name=actor_name,
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    get_if_exists=True,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=ray_node_id, soft=False),
+                ).remote(name)
+            self._agents[name] = agent
+            self._actor_names[name] = actor_name
+        try:
+            node: Node = ray.get(agent.describe.remote(), timeout=self._call_s)
+        except (GetTimeoutError, RayActorError) as exc:
+            first = self._silent_since.setdefault(name, time.monotonic())
+            if isinstance(exc, RayActorError) or time.monotonic() - first >= self._timeout_s:
+                self._mark_down(name, f"its node runtime does not answer ({type(exc).__name__})")
+            return None
+        self._silent_since.pop(name, None)
+        self._down.pop(name, None)
+        return node
+
+    def _mark_down(self, name: str, why: str) -> None:
+        if name in self._agents:
+            log.warning("node %s is down: %s", name, why)
+        self._agents.pop(name, None)
+        self._actor_names.pop(name, None)
+        self._silent_since.pop(name, None)
+        if name not in self._down:
+            self._down_since[name] = time.monotonic()
+            self._down[name] = Node(name, NodeState.DOWN, "", (), 0, 0, {"reason": why})
+
+    def _lookup(self, name: str) -> bool:
+        """After a head restart the first calls may come before the first node sync."""
+        self.nodes()
+        return name in self._agents
+
+    def _agent(self, node: str) -> Any:
+        with self._lock:
+            if node not in self._agents and not self._lookup(node):
+                raise NotFound(f"node {node} is not an up node of this Ray cluster", code="node_not_found")
+            return self._agents[node]
+
+    def _call(self, node: str, ref: Any) -> Any:
+        try:
+            return ray.get(ref, timeout=self._call_s)
+        except (GetTimeoutError, RayActorError) as exc:
+            raise Unavailable(f"node {node} did not answer: {type(exc).__name__}", code="node_unreachable") from None

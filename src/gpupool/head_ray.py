@@ -1,0 +1,119 @@
+"""Assemble the Ray backend for the head: find or start the Ray head, keep Ray's token 0600 in
+the data dir, connect. ``import ray`` happens only inside ``executors/ray.py``, loaded here
+lazily, so the local backend never pays for Ray."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.domain.errors import InvalidInput
+from gpupool.executors.base import Executor
+from gpupool.executors.ray_processes import (
+    NodeOptions,
+    auth_env,
+    check_name,
+    open_ports,
+    ray_temp_dir,
+    start_head,
+    write_secret,
+)
+from gpupool.services.context import RayCluster
+from gpupool.settings import Settings
+
+log = logging.getLogger("gpupool.head")
+
+
+@dataclass(frozen=True, slots=True)
+class RayBackend:
+    executor: Executor
+    cluster: RayCluster
+    started_ray: bool
+    exposed: list[str]
+
+
+def build(settings: Settings) -> RayBackend:
+    ray_dir = settings.data_dir / "ray"
+    token_path = ray_dir / "auth_token"
+    started = False
+    if settings.ray_address:
+        address = settings.ray_address
+        write_secret(token_path, _existing_ray_token())
+    else:
+        address = _running_head(ray_dir) or ""
+        if not address:
+            name = check_name(settings.node_name or socket.gethostname().split(".")[0])
+            options = NodeOptions(
+                name=name,
+                data_dir=settings.data_dir / "nodes" / name,
+                num_gpus=settings.fake_gpus,
+                num_cpus=None,
+                gpu_model=settings.fake_gpu_model,
+                node_timeout_s=settings.node_timeout_s,
+            )
+            address = start_head(ray_dir=ray_dir, host=settings.host, options=options, log=ray_dir / "ray-start.log")
+            started = True
+    # ray.init in this process reads these; the jobs never see them (the node runtime drops RAY_*).
+    os.environ.update(auth_env(token_path, {}))
+    from gpupool.executors.ray import RayExecutor  # the only place Ray is imported
+
+    executor = RayExecutor(address, node_timeout_s=settings.node_timeout_s)
+    token = token_path.read_text().strip()
+    return RayBackend(
+        executor=executor,
+        cluster=RayCluster(address=address, token=token, node_timeout_s=settings.node_timeout_s),
+        started_ray=started,
+        exposed=open_ports(_ray_pids(ray_dir)) if started else [],
+    )
+
+
+def _existing_ray_token() -> str:
+    """The token of a Ray cluster the admin started: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or Ray's default file."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.read_text().strip()
+    except OSError:
+        raise InvalidInput(
+            f"--ray-address needs that cluster's token: set RAY_AUTH_TOKEN_PATH (no token at {path})"
+        ) from None
+
+
+def _running_head(ray_dir: Path) -> str | None:
+    """The Ray head a previous run of this head started, if it still answers."""
+    try:
+        address = (ray_dir / "address").read_text().strip()
+    except OSError:
+        return None
+    host, _, port = address.rpartition(":")
+    with contextlib.suppress(OSError, ValueError), socket.create_connection((host, int(port)), timeout=1):
+        return address
+    return None
+
+
+def _ray_pids(ray_dir: Path) -> set[int]:
+    """Processes of the Ray session under this data dir (GCS, raylet, agents)."""
+    pids = set()
+    marker = str(ray_temp_dir(ray_dir)).encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes():
+                    pids.add(int(entry.name))
+    return pids
+
+
+def describe_exposure(exposed: list[str]) -> str:
+    if not exposed:
+        return ""
+    return (
+        "Ray listens beyond loopback on "
+        + ", ".join(exposed)
+        + " (Ray cannot bind its GCS and raylet to one address); every Ray port requires the Ray token,"
+        " but firewall them if this machine is reachable from untrusted networks"
+    )

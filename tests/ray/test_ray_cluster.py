@@ -1,0 +1,198 @@
+"""gpupool on a real Ray cluster of three nodes on this machine (``conftest.py``): gangs across
+nodes with their rendezvous, the DDP example trained across nodes, a node crash that requeues a
+gang which resumes from its checkpoint, and a head restart that re-attaches to running work."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.client import ClientError, GpupoolClient
+from tests.e2e.headproc import wait_for, wait_state
+from tests.ray.conftest import RayCluster
+
+# Generous: the first test also pays for starting the shared Ray cluster on a slow 2-core machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.timeout(420)]
+
+DDP = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py")
+STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$", re.MULTILINE)
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def log_text(c: GpupoolClient, job_id: int, worker: int) -> str:
+    return c.logs(job_id, worker).data.decode()
+
+
+def submit(c: GpupoolClient, argv: list[str], **fields: Any) -> int:
+    return int(c.submit(command=argv, env=ENV, workdir=str(Path.cwd()), **fields)["id"])
+
+
+def events(job: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [e for e in job["events"] if e["kind"] == kind]
+
+
+def test_secrets_are_private_and_a_join_token_only_joins(cluster: RayCluster) -> None:
+    data = cluster.head.data_dir
+    for secret in (data / "join-token", data / "ray" / "auth_token", cluster.nodes["w1"].data_dir / "ray-token"):
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
+    join_token = (data / "join-token").read_text().strip()
+    with GpupoolClient(cluster.head.url, join_token) as c:
+        with pytest.raises(ClientError) as refused:
+            c.jobs()
+        assert refused.value.status == 403
+        assert c.join("w9")["ray_address"]
+    with GpupoolClient(cluster.head.url, "gp_not-a-token") as c, pytest.raises(ClientError) as bad:
+        c.join("w9")
+    assert bad.value.status == 401
+    # Ray itself refuses a caller without the cluster's token.
+    address = (data / "ray" / "address").read_text().strip()
+    wrong = data.parent / "wrong-token"
+    wrong.write_text("0" * 64)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}
+    ray = str(Path(sys.executable).with_name("ray"))
+    done = subprocess.run([ray, "status", f"--address={address}"], env=env, capture_output=True, timeout=120)
+    assert done.returncode != 0
+    assert b"auth" in (done.stdout + done.stderr).lower()
+
+
+def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) -> None:
+    with cluster.head.client() as c:
+        job_id = submit(c, ["sh", "-c", "env | sort"], workers=2, gpus=2)
+        job = wait_state(c, job_id, ("succeeded", "failed"), timeout=60)
+        envs = [
+            dict(line.split("=", 1) for line in log_text(c, job_id, w).splitlines()[1:] if "=" in line) for w in (0, 1)
+        ]
+        addresses = {n["name"]: n["address"] for n in c.nodes()}
+    assert job["state"] == "succeeded"
+    nodes = [envs[w]["GPUPOOL_NODE"] for w in (0, 1)]
+    assert sorted(nodes) == ["w1", "w2"]
+    for rank, env in enumerate(envs):
+        assert env["RANK"] == env["NODE_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == env["NNODES"] == "2"
+        assert env["LOCAL_RANK"] == "0"
+        assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert env["MASTER_ADDR"] == addresses[nodes[0]]
+        assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
+        assert not [k for k in env if k.startswith("RAY_")], "Ray's variables must not leak into jobs"
+
+
+def test_ddp_example_trains_across_two_nodes(cluster: RayCluster) -> None:
+    with cluster.head.client() as c:
+        job_id = submit(c, [sys.executable, DDP, "--steps", "60", "--device", "cpu"], workers=2, gpus=1)
+        job = wait_state(c, job_id, ("succeeded", "failed"), timeout=150)
+        log = log_text(c, job_id, 0)
+    assert job["state"] == "succeeded", log
+    assert len({p["node"] for p in job["placements"]}) == 2
+    steps = [(int(s), float(loss)) for s, loss in STEP_LINE.findall(log)]
+    assert steps and steps[-1][1] < steps[0][1] / 4, steps
+
+
+def test_node_crash_requeues_the_gang_which_resumes_from_its_checkpoint(cluster: RayCluster, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    argv = [sys.executable, DDP, "--steps", "240", "--step-time", "0.05", "--log-every", "20"]
+    argv += ["--checkpoint-every", "20", "--device", "cpu"]
+    with cluster.head.client() as c:  # the job's checkpoint dir reaches the script as GPUPOOL_CHECKPOINT_DIR
+        job_id = submit(c, argv, workers=2, gpus=1, max_restarts=1, checkpoint_dir=str(ckpt))
+        job = wait_state(c, job_id, ("running",), timeout=60)
+        wait_for(lambda: list(ckpt.glob("ckpt-*.pt")), timeout=90, interval=0.2, what="a first checkpoint")
+        victim = next(p["node"] for p in job["placements"] if p["worker"] == 1)
+        survivor = next(p["node"] for p in job["placements"] if p["worker"] == 0)
+        assert victim != survivor
+        crashed_at = time.monotonic()
+        cluster.nodes[victim].crash()
+        wait_for(lambda: cluster.nodes[victim].state() == "down", timeout=30, interval=0.2, what="the node down")
+        down_after = time.monotonic() - crashed_at
+        wait_for(lambda: events(c.job(job_id), "requeued"), timeout=60, what="the job requeued")
+        requeued_after = time.monotonic() - crashed_at
+        job = wait_state(c, job_id, ("succeeded", "failed"), timeout=180)
+        resumed = log_text(c, job_id, 0)
+    assert down_after < 15, f"node seen down after {down_after:.1f}s"
+    assert requeued_after < 30, f"requeued after {requeued_after:.1f}s"
+    assert job["state"] == "succeeded", resumed
+    assert job["restarts"] == 1
+    assert [e for e in events(job, "lost") if victim in e["message"]]
+    # The survivor ended (DDP's collective fails when its peer vanishes, or the head stops it)
+    # before the gang was requeued: the two attempts never overlap.
+    ended = [e for e in events(job, "worker_exit") if survivor in e["message"]]
+    assert ended and ended[0]["time"] <= events(job, "requeued")[0]["time"], job["events"]
+    # Attempt 2 ran on the remaining capacity and went on from the checkpoint, not from step 0.
+    assert {p["node"] for p in job["placements"]} == {survivor}
+    match = re.search(r"resumed from step (\d+)", resumed)
+    assert match and int(match.group(1)) >= 20, resumed
+    # The crashed node fenced its own worker: it was not left running beside the requeued copy.
+    run = cluster.nodes[victim].data_dir / "runs" / f"job-{job_id}" / "attempt-1" / "worker-1"
+    record = json.loads(wait_for(lambda: (run / "exit.json").exists() and (run / "exit.json").read_text(), 5))
+    assert record.get("fenced") is True
+    # The node comes back and is used again.
+    cluster.join(victim)
+    with cluster.head.client() as c:
+        again = submit(c, ["true"], workers=2, gpus=2)
+        assert wait_state(c, again, ("succeeded", "failed"), timeout=60)["state"] == "succeeded"
+        assert {p["node"] for p in c.job(again)["placements"]} == {"w1", "w2"}
+
+
+def test_node_crash_stops_the_survivors_and_fails_a_job_with_no_restarts_left(cluster: RayCluster) -> None:
+    with cluster.head.client() as c:
+        job_id = submit(c, ["sh", "-c", "sleep 60"], workers=2, gpus=2)
+        job = wait_state(c, job_id, ("running",), timeout=60)
+        victim = next(p["node"] for p in job["placements"] if p["worker"] == 1)
+        survivor = next(p["node"] for p in job["placements"] if p["worker"] == 0)
+        cluster.nodes[victim].crash()
+        job = wait_state(c, job_id, ("failed",), timeout=60)
+    assert job["reason"] or job["events"]
+    failed = events(job, "failed")[0]["message"]
+    assert f"worker 1 on {victim} was lost" in failed and "no restarts left" in failed, failed
+    stopped = [e for e in events(job, "worker_exit") if survivor in e["message"]]
+    assert stopped and "143" in stopped[0]["message"], job["events"]  # stopped by the head (SIGTERM)
+    cluster.join(victim)
+
+
+def test_a_frozen_node_is_declared_down_and_its_worker_fences_itself(cluster: RayCluster) -> None:
+    with cluster.head.client() as c:
+        job_id = submit(c, ["sh", "-c", "sleep 120"], workers=2, gpus=2, max_restarts=1)
+        job = wait_state(c, job_id, ("running",), timeout=60)
+        victim = next(p["node"] for p in job["placements"] if p["worker"] == 1)
+        run = cluster.nodes[victim].data_dir / "runs" / f"job-{job_id}" / "attempt-1" / "worker-1"
+        frozen_at = time.monotonic()
+        cluster.nodes[victim].freeze()
+        try:
+            wait_for(lambda: cluster.nodes[victim].state() == "down", timeout=30, interval=0.2, what="node down")
+            down_after = time.monotonic() - frozen_at
+            wait_for(lambda: events(c.job(job_id), "requeued"), timeout=60, what="the job requeued")
+            # By the time the head requeued the gang, the frozen node's worker had stopped itself.
+            record = json.loads((run / "exit.json").read_text())
+            assert record.get("fenced") is True
+        finally:
+            cluster.nodes[victim].thaw()
+        c.cancel(job_id)
+    assert down_after < 15, f"a frozen node was seen down after {down_after:.1f}s"
+    # Ray tells the thawed node it was declared dead; it leaves, and comes back as a new node.
+    node = cluster.nodes[victim]
+    assert node.proc is not None
+    node.proc.wait(timeout=60)
+    node.proc = None
+    cluster.join(victim)
+
+
+def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster) -> None:
+    with cluster.head.client() as c:
+        job_id = submit(c, ["sh", "-c", "echo started; sleep 12; echo done"], workers=2, gpus=1)
+        wait_state(c, job_id, ("running",), timeout=60)
+    cluster.head.stop(sig=9)
+    cluster.head.start(timeout=120)
+    with cluster.head.client() as c:
+        assert c.job(job_id)["state"] == "running"
+        job = wait_state(c, job_id, ("succeeded", "failed"), timeout=60)
+        logs = [log_text(c, job_id, w) for w in (0, 1)]
+    assert job["state"] == "succeeded", logs
+    assert events(job, "readopted")
+    assert all("done" in log for log in logs)
