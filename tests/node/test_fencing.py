@@ -47,6 +47,12 @@ def request(job_id: int, argv: list[str], grace_s: float = 5.0) -> LaunchRequest
     )
 
 
+def supervisor_pid(handle: dict[str, object]) -> int:
+    """A detached launch returns at once; the supervisor's pid appears in its run dir."""
+    path = Path(str(handle["run_dir"])) / "supervisor.pid"
+    return int(wait_for(lambda: path.exists() and path.read_text().strip(), 10))
+
+
 def worker_pid(handle: dict[str, object]) -> int:
     child = Path(str(handle["run_dir"])) / "child.json"
     return int(json.loads(wait_for(lambda: child.exists() and child.read_text(), 10))["pid"])
@@ -85,7 +91,7 @@ def test_a_worker_is_not_started_on_a_node_whose_lease_is_already_stale(tmp_path
 def test_a_runtime_starting_over_leftovers_stops_them(tmp_path: Path) -> None:
     old = runtime(tmp_path, detach=True)
     handle = old.launch(request(3, ["sleep", "60"]))
-    pid, supervisor = worker_pid(handle), int(str(handle["pid"]))
+    pid, supervisor = worker_pid(handle), supervisor_pid(handle)
     new = runtime(tmp_path, detach=True)  # the node came back after it was declared dead
     assert new.clean() == 1
     wait_for(lambda: not pid_alive(pid) and not pid_alive(supervisor), timeout=10, what="leftovers stopped")
@@ -96,10 +102,14 @@ def test_a_runtime_starting_over_leftovers_stops_them(tmp_path: Path) -> None:
 def test_a_detached_supervisor_is_nobodys_child_and_reports_exits(tmp_path: Path) -> None:
     rt = runtime(tmp_path, detach=True)
     handle = rt.launch(request(4, ["sh", "-c", "exit 7"]))
-    supervisor = int(str(handle["pid"]))
+    assert handle["pid"] == 0  # not waited for: launching costs no Python start-up
     assert wait_for(lambda: rt.poll(handle), timeout=10) == WorkerExit(exit_code=7)
     handle = rt.launch(request(5, ["sleep", "60"], grace_s=1))
-    supervisor = int(str(handle["pid"]))
+    rt.kill(handle)  # a kill that races the start is not lost
+    assert wait_for(lambda: rt.poll(handle), timeout=10) == WorkerExit(exit_code=128 + signal.SIGTERM)
+    handle = rt.launch(request(6, ["sleep", "60"], grace_s=1))
+    worker_pid(handle)
+    supervisor = supervisor_pid(handle)
     ppid = int(Path(f"/proc/{supervisor}/stat").read_text().rsplit(")", 1)[-1].split()[1])
     assert ppid != os.getpid()
     rt.kill(handle)

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ class NodeRuntime:
         # Detached supervisors are nobody's child: a host that kills its children on exit
         # (a Ray worker does) cannot take them down.
         self._detach = detach
+        self._launching: dict[str, subprocess.Popen[bytes]] = {}
 
     def describe(self) -> Node:
         if self._gpus is None:
@@ -133,9 +135,11 @@ class NodeRuntime:
                 env=self._base_env,
             )
         if self._detach:
-            child.wait()  # the first process exits as soon as it has forked the supervisor
-            pid = int((run_dir / "supervisor.pid").read_text())
-            return {"pid": pid, "run_dir": str(run_dir)}
+            # Not waited for: the first process exits once it has forked the supervisor and
+            # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".
+            self._launching[str(run_dir)] = child
+            threading.Thread(target=child.wait, name="gpupool-reap", daemon=True).start()
+            return {"pid": 0, "run_dir": str(run_dir)}
         self._children[child.pid] = child
         (run_dir / "supervisor.pid").write_text(str(child.pid))
         return {"pid": child.pid, "run_dir": str(run_dir)}
@@ -143,12 +147,12 @@ class NodeRuntime:
     def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
         """None while the worker runs; its exit once the supervisor recorded one."""
         run_dir = Path(handle["run_dir"])
-        pid = int(handle["pid"])
         recorded = _read_exit(run_dir)
+        pid = self._pid(handle)
         if recorded is not None:
             self._reap(pid)
             return recorded
-        if self._supervisor_alive(pid, run_dir):
+        if pid is None or self._supervisor_alive(pid, run_dir):
             return None
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
@@ -158,9 +162,13 @@ class NodeRuntime:
 
     def kill(self, handle: Mapping[str, Any]) -> None:
         """SIGTERM to the supervisor, which escalates to SIGKILL after the grace period."""
-        pid = int(handle["pid"])
         run_dir = Path(handle["run_dir"])
-        if self._supervisor_alive(pid, run_dir):
+        starting = self._launching.get(str(run_dir))
+        if starting is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                starting.wait(timeout=10)  # learn the supervisor's pid before signalling it
+        pid = self._pid(handle) or 0
+        if pid and self._supervisor_alive(pid, run_dir):
             _signal(pid, signal.SIGTERM)
         else:
             self._kill_worker_group(run_dir, signal.SIGKILL)
@@ -203,7 +211,23 @@ class NodeRuntime:
             child.returncode = 0  # stop Popen.__del__ from warning about a running child
         self._children.clear()
 
-    def _reap(self, pid: int) -> None:
+    def _pid(self, handle: Mapping[str, Any]) -> int | None:
+        """The supervisor's pid; None while a detached one is still being started."""
+        if int(handle["pid"]):
+            return int(handle["pid"])
+        run_dir = str(handle["run_dir"])
+        starting = self._launching.get(run_dir)
+        if starting is not None and starting.poll() is None:
+            return None
+        self._launching.pop(run_dir, None)
+        try:
+            return int((Path(run_dir) / "supervisor.pid").read_text())
+        except (OSError, ValueError):
+            return 0  # it never started: seen as lost
+
+    def _reap(self, pid: int | None) -> None:
+        if pid is None:
+            return
         child = self._children.pop(pid, None)
         if child is not None:
             try:
