@@ -58,7 +58,7 @@ def gpupool_command() -> list[str]:
 @contextlib.contextmanager
 def running_head(
     *,
-    nodes: int = 4,
+    nodes: int | None = 4,
     gpus: int = 8,
     interval: float = 0.5,
     kill_grace: float = 1.0,
@@ -76,8 +76,7 @@ def running_head(
         str(port),
         "--data-dir",
         str(data_dir),
-        "--fake-nodes",
-        str(nodes),
+        *(["--fake-nodes", str(nodes)] if nodes is not None else []),
         "--fake-gpus",
         str(gpus),
         "--interval",
