@@ -150,10 +150,23 @@ class RayExecutor:
         out: list[Node] = []
         with self._lock:
             known = set(self._agents) | set(self._down)
-            for name, info in sorted(alive.items()):
-                node = self._describe(name, info["NodeID"])
-                if node is not None:
-                    out.append(node)
+            # Every actor is asked at once, so a silent node costs one timeout, not one per node.
+            asked = {name: self._ensure_agent(name, info["NodeID"]).describe.remote() for name, info in alive.items()}
+            ready, _ = (
+                ray.wait(list(asked.values()), num_returns=len(asked), timeout=self._call_s) if asked else ([], [])
+            )
+            answered = set(ready)
+            for name, ref in sorted(asked.items()):
+                try:
+                    if ref not in answered:
+                        raise GetTimeoutError(f"no answer within {self._call_s:g}s")
+                    out.append(ray.get(ref))
+                except (GetTimeoutError, RayActorError) as exc:
+                    self._silent(name, exc)
+                    continue
+                self._silent_since.pop(name, None)
+                self._down.pop(name, None)
+                self._down_since.pop(name, None)
             for name in sorted(known - set(alive)):
                 self._mark_down(name, "Ray reports the node dead")
             out.extend(self._down[name] for name in sorted(self._down) if name not in {n.name for n in out})
@@ -205,7 +218,8 @@ class RayExecutor:
         """Disconnect; the detached actors and their workers keep running for the next head."""
         ray.shutdown()
 
-    def _describe(self, name: str, ray_node_id: str) -> Node | None:
+    def _ensure_agent(self, name: str, ray_node_id: str) -> Any:
+        """The node's actor: re-attached by name after a head restart, else created on it."""
         actor_name = f"node-{name}-{ray_node_id[:16]}"
         agent = self._agents.get(name)
         if agent is None or self._actor_names.get(name) != actor_name:
@@ -224,16 +238,13 @@ class RayExecutor:
                 ).remote(name)
             self._agents[name] = agent
             self._actor_names[name] = actor_name
-        try:
-            node: Node = ray.get(agent.describe.remote(), timeout=self._call_s)
-        except (GetTimeoutError, RayActorError) as exc:
-            first = self._silent_since.setdefault(name, time.monotonic())
-            if isinstance(exc, RayActorError) or time.monotonic() - first >= self._timeout_s:
-                self._mark_down(name, f"its node runtime does not answer ({type(exc).__name__})")
-            return None
-        self._silent_since.pop(name, None)
-        self._down.pop(name, None)
-        return node
+        return agent
+
+    def _silent(self, name: str, exc: Exception) -> None:
+        """A dead actor means a dead node at once; a slow one gets the node timeout."""
+        first = self._silent_since.setdefault(name, time.monotonic())
+        if isinstance(exc, RayActorError) or time.monotonic() - first >= self._timeout_s:
+            self._mark_down(name, f"its node runtime does not answer ({type(exc).__name__})")
 
     def _mark_down(self, name: str, why: str) -> None:
         if name in self._agents:

@@ -18,7 +18,7 @@ import pytest
 
 from gpupool.client import ClientError, GpupoolClient
 from tests.e2e.headproc import wait_for, wait_state
-from tests.ray.conftest import RayCluster
+from tests.multinode.conftest import RayCluster
 
 # Generous: the first test also pays for starting the shared Ray cluster on a slow 2-core machine.
 pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.timeout(420)]
