@@ -50,6 +50,9 @@ def test_secrets_are_private_and_a_join_token_only_joins(cluster: RayCluster) ->
             c.jobs()
         assert refused.value.status == 403
         assert c.join("w9")["ray_address"]
+        with pytest.raises(ClientError) as taken:
+            c.join("w1")  # two live nodes may not share a name
+        assert taken.value.status == 409 and "pick another --name" in taken.value.message
     with GpupoolClient(cluster.head.url, "gp_not-a-token") as c, pytest.raises(ClientError) as bad:
         c.join("w9")
     assert bad.value.status == 401

@@ -3,9 +3,11 @@
 It needs one address, the head's, and the join token (from ``--token-file`` or
 ``GPUPOOL_JOIN_TOKEN``, never the command line where ``ps`` would show it). The head answers
 with the Ray address and Ray token; ``join`` keeps the token in a 0600 file and runs a Ray
-worker node in the foreground, in its own process group: SIGTERM (or Ctrl-C) takes the node out
-cleanly, stopping the workers it ran; SIGKILL of the process group is a node crash, which the
-head detects and whose workers stop themselves (self-fencing).
+worker node in the foreground as its child, in its process group (a shell started it in a group of
+its own): SIGTERM (or Ctrl-C) takes the node out cleanly, stopping the workers it ran; SIGKILL of
+the process group is a node crash, which the head detects and whose workers stop themselves
+(self-fencing). The Ray token lets its holder run code on every node: the join token that buys it
+is as precious as the admin token, and over a network the head's URL should be https.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def join(
     """Join this machine to a head's cluster (Ray backend) and serve it until stopped."""
     node = check_name(name or socket.gethostname().split(".")[0])
     token = _join_token(token_file)
+    if head_url.startswith("http://") and not head_url.startswith(("http://127.", "http://localhost")):
+        err_console.print("warning: the join token and the Ray token cross the network unencrypted; prefer https")
     with GpupoolClient(head_url, token) as c:
         answer = c.join(node)
     node_dir = (data_dir or default_data_dir(dict(os.environ)) / "nodes" / node).resolve()

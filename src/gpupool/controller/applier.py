@@ -36,10 +36,16 @@ class Applier:
         with self._db.tx() as s:
             ticket = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
         attempt, job_id = ticket.attempt, decision.job_id
-        rendezvous = self._executor.rendezvous(decision.placements[0].node)
         launched: list[tuple[int, dict[str, Any]]] = []
         failed: list[tuple[int, str]] = []
-        for worker_id, p in ticket.workers:
+        try:
+            rendezvous = self._executor.rendezvous(decision.placements[0].node)
+        except Exception as exc:  # the node went away since the snapshot: nothing is launched
+            log.exception("rendezvous for job %s failed", job_id)
+            failed = [
+                (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
+            ]
+        for worker_id, p in ticket.workers if not failed else ():
             env = worker_env(
                 job_id=job_id,
                 spec=spec,

@@ -132,9 +132,9 @@ class Controller:
             return False
         if not force and nodes == self._nodes_seen:
             return False
-        self._nodes_seen = nodes
         with self._db.tx() as s:
             node_repo.register_nodes(s, nodes, self._clock.now())
+        self._nodes_seen = nodes  # only once recorded: a failed write is retried at the next sync
         return True
 
     def _accrue_usage(self) -> None:

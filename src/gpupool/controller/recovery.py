@@ -31,7 +31,11 @@ def recover(db: Database, executor: Executor, clock: Clock) -> set[int]:
         if w.handle is not None:
             adopted += 1
             continue
-        handle = executor.find(w.placement.node, w.job_id, w.attempt, w.placement.worker)
+        try:
+            handle = executor.find(w.placement.node, w.job_id, w.attempt, w.placement.worker)
+        except Exception:  # its node is gone: the worker never ran, or was fenced with its node
+            log.exception("looking up worker %s of job %s failed; counting it lost", w.placement.worker, w.job_id)
+            handle = None
         with db.tx() as s:
             if handle is not None:
                 worker_repo.mark_launched(s, w.id, handle, now)

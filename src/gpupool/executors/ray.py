@@ -17,6 +17,7 @@ head's requeued copy can start elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gpupool.domain.errors import NotFound, Unavailable
@@ -73,11 +74,18 @@ class NodeAgent:
         )
         self.cleaned = self.runtime.clean()
         self.runtime.renew_lease()
+        self.lease_timeout_s = timeout_s / 2
         self._every_s = max(0.2, timeout_s / 10)
         threading.Thread(target=self._keep_lease, name="gpupool-lease", daemon=True).start()
 
     def describe(self) -> Node:
-        return self.runtime.describe()
+        """Refused while the lease is stale: such a node would fence every worker it started,
+        so the head must see it silent (and in time down), not up."""
+        if self.runtime.lease_age() > self.lease_timeout_s:
+            raise RuntimeError(f"node {self.runtime.name} lost contact with the cluster (stale lease)")
+        node = self.runtime.describe()
+        node.labels["lease_timeout_s"] = str(self.lease_timeout_s)
+        return node
 
     def free_port(self) -> int:
         return self.runtime.free_port()
@@ -104,7 +112,10 @@ class NodeAgent:
             except Exception:  # GCS unreachable: the node is cut off, let the lease go stale
                 alive = False
             if alive:
-                self.runtime.renew_lease()
+                try:
+                    self.runtime.renew_lease()
+                except OSError:
+                    log.exception("renewing the lease failed; the workers will fence themselves")
             time.sleep(self._every_s)
 
 
@@ -138,6 +149,9 @@ class RayExecutor:
         lease_s = node_timeout_s / 2
         self.fence_wait_s = lease_s + lease_s / 4 + 0.5 + 1.0
         self._actor_names: dict[str, str] = {}
+        self._last: dict[str, Node] = {}
+        self._lease_s: dict[str, float] = {}  # each node's own lease timeout (fixed when it joined)
+        self._fenced: set[str] = set()  # actor names declared down while Ray still listed their node
         self._lock = threading.RLock()
 
     def nodes(self) -> list[Node]:
@@ -151,7 +165,12 @@ class RayExecutor:
         with self._lock:
             known = set(self._agents) | set(self._down)
             # Every actor is asked at once, so a silent node costs one timeout, not one per node.
-            asked = {name: self._ensure_agent(name, info["NodeID"]).describe.remote() for name, info in alive.items()}
+            asked: dict[str, Any] = {}
+            for name, info in alive.items():
+                try:
+                    asked[name] = self._ensure_agent(name, info["NodeID"]).describe.remote()
+                except RayError as exc:
+                    self._silent(name, exc)
             ready, _ = (
                 ray.wait(list(asked.values()), num_returns=len(asked), timeout=self._call_s) if asked else ([], [])
             )
@@ -160,16 +179,19 @@ class RayExecutor:
                 try:
                     if ref not in answered:
                         raise GetTimeoutError(f"no answer within {self._call_s:g}s")
-                    out.append(ray.get(ref))
-                except (GetTimeoutError, RayActorError) as exc:
+                    node: Node = ray.get(ref)
+                except RayError as exc:
                     self._silent(name, exc)
                     continue
-                self._silent_since.pop(name, None)
-                self._down.pop(name, None)
-                self._down_since.pop(name, None)
+                self._answered(name, node)
+                out.append(node)
             for name in sorted(known - set(alive)):
                 self._mark_down(name, "Ray reports the node dead")
-            out.extend(self._down[name] for name in sorted(self._down) if name not in {n.name for n in out})
+            listed = {n.name for n in out}
+            # A silent node keeps its last description until it is declared down (no flapping).
+            out.extend(self._last[n] for n in sorted(self._silent_since) if n in self._last and n not in listed)
+            listed = {n.name for n in out}
+            out.extend(self._down[name] for name in sorted(self._down) if name not in listed)
         return out
 
     def rendezvous(self, node: str) -> Rendezvous:
@@ -191,7 +213,9 @@ class RayExecutor:
         """Lost once the node is down and its supervisors have surely fenced their workers."""
         with self._lock:
             if node in self._down:
-                fenced = time.monotonic() - self._down_since.get(node, 0.0) >= self.fence_wait_s
+                lease_s = max(self._lease_s.get(node, 0.0), self._timeout_s / 2)
+                wait_s = max(self.fence_wait_s, lease_s * 1.25 + 1.5)
+                fenced = time.monotonic() - self._down_since.get(node, 0.0) >= wait_s
                 return WorkerExit(exit_code=None, lost=True) if fenced else None
             if node not in self._agents and not self._lookup(node):
                 self._mark_down(node, "it is not part of the Ray cluster")  # e.g. it died while no head ran
@@ -209,8 +233,8 @@ class RayExecutor:
         self._call(node, self._agent(node).kill.remote(dict(handle)))
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
-        if node in self._down:
-            return b""
+        if node in self._down or node not in self._agents:
+            return b""  # its logs are on a machine that left; never sweep the cluster for a log request
         data: bytes = self._call(node, self._agent(node).read_log.remote(job_id, worker, offset))
         return data
 
@@ -219,32 +243,58 @@ class RayExecutor:
         ray.shutdown()
 
     def _ensure_agent(self, name: str, ray_node_id: str) -> Any:
-        """The node's actor: re-attached by name after a head restart, else created on it."""
-        actor_name = f"node-{name}-{ray_node_id[:16]}"
-        agent = self._agents.get(name)
-        if agent is None or self._actor_names.get(name) != actor_name:
-            try:  # re-attach to the actor a previous head created
-                agent = ray.get_actor(actor_name, namespace=NAMESPACE)
-            except ValueError:
-                agent = _Agent.options(
-                    num_cpus=0,  # an actor reserving a CPU can starve a small node
-                    max_restarts=0,
-                    max_concurrency=8,
-                    name=actor_name,
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    get_if_exists=True,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=ray_node_id, soft=False),
-                ).remote(name)
-            self._agents[name] = agent
-            self._actor_names[name] = actor_name
+        """The node's actor: re-attached by name after a head restart, else created on it. A node
+        this head declared down gets a new actor (a new generation), whose start cleans up."""
+        prefix = f"node-{name}-{ray_node_id[:16]}-"
+        current = self._actor_names.get(name, "")
+        if name in self._agents and current.startswith(prefix) and current not in self._fenced:
+            return self._agents[name]
+        names = [n for n in ray.util.list_named_actors() if n.startswith(prefix) and n[len(prefix) :].isdigit()]
+        latest = max(names, key=lambda n: int(n[len(prefix) :]), default="")
+        if latest and latest not in self._fenced:
+            agent = ray.get_actor(latest, namespace=NAMESPACE)  # re-attach to what a previous head made
+            actor_name = latest
+        else:
+            actor_name = f"{prefix}{int(latest[len(prefix) :]) + 1 if latest else 1}"
+            agent = _Agent.options(
+                num_cpus=0,  # an actor reserving a CPU can starve a small node
+                max_restarts=0,
+                max_concurrency=8,
+                name=actor_name,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=ray_node_id, soft=False),
+            ).remote(name)
+            self._fenced.discard(actor_name)
+        self._agents[name] = agent
+        self._actor_names[name] = actor_name
         return agent
 
+    def _answered(self, name: str, node: Node) -> None:
+        self._silent_since.pop(name, None)
+        self._down.pop(name, None)
+        self._down_since.pop(name, None)
+        self._last[name] = node
+        self._lease_s[name] = float(node.labels.get("lease_timeout_s", self._timeout_s / 2))
+
     def _silent(self, name: str, exc: Exception) -> None:
-        """A dead actor means a dead node at once; a slow one gets the node timeout."""
+        """A dead actor means a dead node at once; a silent or failing one gets the node timeout.
+
+        A node declared down while Ray still lists it may still be renewing its lease: its actor
+        is killed, so the renewals stop and its workers fence themselves before the head's
+        fence wait ends, and the node's Ray id is remembered, so that if it answers again it
+        gets a new actor, which cleans up before it takes work."""
         first = self._silent_since.setdefault(name, time.monotonic())
-        if isinstance(exc, RayActorError) or time.monotonic() - first >= self._timeout_s:
-            self._mark_down(name, f"its node runtime does not answer ({type(exc).__name__})")
+        if not isinstance(exc, ActorDiedError) and time.monotonic() - first < self._timeout_s:
+            return
+        agent = self._agents.get(name)
+        if agent is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(agent, no_restart=True)
+        actor_name = self._actor_names.get(name, "")
+        if actor_name:
+            self._fenced.add(actor_name)
+        self._mark_down(name, f"its node runtime does not answer ({type(exc).__name__})")
 
     def _mark_down(self, name: str, why: str) -> None:
         if name in self._agents:

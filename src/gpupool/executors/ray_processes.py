@@ -8,10 +8,11 @@ No ``import ray`` here: Ray is driven as a program, so its processes outlive the
 Security, as Ray 2.6x behaves (checked on this kind of machine): token authentication is turned on
 explicitly with ``RAY_AUTH_MODE=token`` and a token that gpupool generates and keeps in a 0600 file
 named by ``RAY_AUTH_TOKEN_PATH`` (Ray's own ``~/.ray/auth_token`` is written 0644); Ray's
-dashboard and its job API are not started (``--include-dashboard=false``), nor is the Ray client
-server. Ray's GCS and raylet still listen on all interfaces whatever ``--node-ip-address`` says,
-so every Ray port refuses callers without the token, and ``open_ports`` reports which of them
-are reachable from beyond loopback, for the head to warn about.
+dashboard and its job API are not started (``--include-dashboard=false``); the Ray client server
+listens on a port of its own and, like every Ray port, needs the token. Ray's GCS and raylet
+still listen on all interfaces whatever ``--node-ip-address`` says, so every Ray port refuses
+callers without the token, and ``open_ports`` reports which of them are reachable from beyond
+loopback, for the head to warn about.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def ray_program() -> str:
 
 
 def write_secret(path: Path, value: str) -> None:
-    """Write a token 0600 from the first byte (never world-readable, even briefly)."""
+    """Write a token 0600 from its first byte: a new file, renamed over the old one, so a looser
+    mode on an existing file never shows the new secret."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(value)
-    os.chmod(path, 0o600)
+    os.replace(tmp, path)
 
 
 def ensure_ray_token(path: Path) -> str:

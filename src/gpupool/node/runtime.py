@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,12 @@ class NodeRuntime:
 
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return read_log(self.log_path(job_id, worker), offset, limit)
+
+    def lease_age(self) -> float:
+        try:
+            return time.time() - self.lease_path.stat().st_mtime
+        except OSError:
+            return float("inf")
 
     def renew_lease(self) -> None:
         """Say "this node is still part of the cluster" to the supervisors of its workers."""

@@ -4,7 +4,9 @@ holders of the join token, so a worker machine needs only the head's URL and tha
 from __future__ import annotations
 
 from gpupool.domain.errors import Conflict, Forbidden
+from gpupool.domain.nodes import NodeState
 from gpupool.services.context import HeadContext, RayCluster
+from gpupool.store.orm import NodeRow
 from gpupool.store.tokens import Principal
 
 
@@ -16,4 +18,12 @@ def join(ctx: HeadContext, who: Principal, name: str) -> RayCluster:
             "this head runs the local backend; start it with gpupool up --backend ray to let nodes join",
             code="not_ray_backend",
         )
+    with ctx.db.tx() as s:
+        row = s.get(NodeRow, name)
+        if row is not None and row.state != NodeState.DOWN.value:
+            raise Conflict(
+                f"node {name} is {row.state}: two nodes may not share a name; pick another --name, or wait "
+                f"until the head sees the old {name} down (at most the node timeout, {ctx.ray.node_timeout_s:g}s)",
+                code="node_name_taken",
+            )
     return ctx.ray
