@@ -72,7 +72,8 @@ class HeadProcess:
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"head exited early with {self.proc.wait()}")
+                said = "".join(self.output[-20:])
+                raise RuntimeError(f"head exited early with {self.proc.wait()}: {said}")
             self.output.append(line)
             if line.startswith("gpupool head ready"):
                 self.ready_line = line.strip()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 import secrets
 import shutil
@@ -167,6 +168,9 @@ def start_head(*, ray_dir: Path, host: str, options: NodeOptions, log: Path) -> 
     token_path = ray_dir / "auth_token"
     ensure_ray_token(token_path)
     port, client_port = free_ports(2)
+    # With its client extras installed Ray starts a Ray Client server, on the fixed port 10001
+    # unless told otherwise (two heads on one machine would collide); minimal Ray refuses the flag.
+    client = [f"--ray-client-server-port={client_port}"] if importlib.util.find_spec("grpc") else []
     env = auth_env(token_path)
     env.update(health_env(options.node_timeout_s))
     env.update(options.env())
@@ -177,7 +181,7 @@ def start_head(*, ray_dir: Path, host: str, options: NodeOptions, log: Path) -> 
         f"--port={port}",
         f"--node-ip-address={host}",
         "--include-dashboard=false",
-        f"--ray-client-server-port={client_port}",
+        *client,
         f"--temp-dir={ray_temp_dir(ray_dir)}",
         *options.args(),
     ]
