@@ -25,7 +25,7 @@ accrual is off), and schedules at every event (every controller tick is a full c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.clock import FakeClock
+from gpupool.clock import Clock, FakeClock
 from gpupool.controller import loop
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.decisions import CycleResult
@@ -41,7 +41,9 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import Snapshot
+from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.node.gpu.simulated import SimulatedSensors
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
 from gpupool.services import jobs as job_service
@@ -133,10 +135,13 @@ def spy_on_schedule(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list
 class FakeExecutor:
     """Serves fixed nodes and launches nothing: a worker runs until the test says it exited."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
+    def __init__(self, nodes: Iterable[Node], clock: Clock | None = None) -> None:
         self._nodes = list(nodes)
         self.launched: list[tuple[str, LaunchRequest]] = []
         self._exits: dict[tuple[int, int, int], WorkerExit] = {}
+        self.clock = clock  # with a clock, telemetry is simulated readings at its time; without, none
+        self.sensors = SimulatedSensors()
+        self.sampled: list[tuple[str, frozenset[int]]] = []
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -166,6 +171,13 @@ class FakeExecutor:
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
         return b""
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        self.sampled.append((node, frozenset(busy)))
+        if self.clock is None:
+            return []
+        gpus = next((n.gpus for n in self.nodes() if n.name == node), ())
+        return self.sensors.read(node, gpus, busy, self.clock.now())
 
     def close(self) -> None:
         pass

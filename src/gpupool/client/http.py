@@ -81,6 +81,24 @@ class GpupoolClient:
     def nodes(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/nodes"))
 
+    def telemetry(
+        self,
+        node: str,
+        gpu: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        resolution: str | None = None,
+    ) -> dict[str, Any]:
+        """A node's GPU history; ``since``/``until``: ISO 8601 times or durations ago (``15m``)."""
+        given = {"gpu": gpu, "since": since, "until": until, "resolution": resolution}
+        params = {k: v for k, v in given.items() if v is not None}
+        return dict(self._call("GET", f"/api/v1/nodes/{node}/telemetry", params=params))
+
+    def latest_telemetry(self, since: str | None = None) -> list[dict[str, Any]]:
+        """The newest reading of every GPU; ``since``: only readings this recent (``1m``, ISO 8601)."""
+        params = {"since": since} if since is not None else {}
+        return list(self._call("GET", "/api/v1/telemetry/latest", params=params))
+
     def drain(self, name: str, gpu: int | None = None, reason: str | None = None) -> dict[str, Any]:
         """Drain a node, or with ``gpu`` take that GPU out of service (admin only)."""
         return dict(self._call("POST", f"/api/v1/nodes/{name}/drain", json={"gpu": gpu, "reason": reason}))

@@ -30,8 +30,9 @@ class Applier:
         self._clock = clock
         self._grace = kill_grace_s
 
-    def start(self, decision: StartJob, spec: JobSpec) -> None:
-        """Start one job the scheduler placed; ``spec`` comes from the cycle's snapshot."""
+    def start(self, decision: StartJob, spec: JobSpec) -> int:
+        """Start one job the scheduler placed; ``spec`` comes from the cycle's snapshot.
+        Returns the attempt started (1: the job's first start)."""
         now = self._clock.now()
         with self._db.tx() as s:
             ticket = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
@@ -83,3 +84,4 @@ class Applier:
             row = job_repo.job_row(s, job_id, lock=True)
             if row.state == JobState.STARTING.value:
                 transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
+        return attempt

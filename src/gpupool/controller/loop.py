@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sqlalchemy import or_, select
 
@@ -14,8 +15,10 @@ from gpupool.clock import Clock
 from gpupool.controller.applier import Applier
 from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
+from gpupool.controller.telemetry import TelemetrySampler
 from gpupool.domain.decisions import CycleResult, Reason
 from gpupool.domain.nodes import Node
+from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.executors.base import Executor
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.store import drain as drain_repo
@@ -40,12 +43,30 @@ class ControllerSettings:
     usage_every_s: float = 10.0
     # How often the executor is asked which nodes it serves (joins, deaths on the Ray backend).
     node_sync_s: float = 1.0
+    # GPU telemetry: every node that is not down is read this often (clock time), and kept so long.
+    telemetry_every_s: float = 5.0
+    telemetry_retention: TelemetryRetention = field(default_factory=TelemetryRetention)
+
+
+def _unobserved(_seconds: float) -> None:
+    """The default observer: a controller nobody measures."""
 
 
 class Controller:
     def __init__(
-        self, db: Database, executor: Executor, clock: Clock, config: SchedulerConfig, settings: ControllerSettings
+        self,
+        db: Database,
+        executor: Executor,
+        clock: Clock,
+        config: SchedulerConfig,
+        settings: ControllerSettings,
+        *,
+        on_cycle: Callable[[float], None] = _unobserved,
+        on_first_start: Callable[[float], None] = _unobserved,
     ) -> None:
+        """``on_cycle`` hears the seconds of each cycle that scheduled; ``on_first_start`` the
+        seconds a job waited from its submission to its first start (the head feeds both to
+        ``/metrics``). Both are called in the loop's thread, so they must be quick and never raise."""
         self._db = db
         self._executor = executor
         self._clock = clock
@@ -63,7 +84,12 @@ class Controller:
         self._last_usage = 0.0
         self._last_sync = 0.0
         self._nodes_seen: list[Node] = []
+        self._telemetry = TelemetrySampler(
+            db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention
+        )
         self._thread: threading.Thread | None = None
+        self._on_cycle = on_cycle
+        self._on_first_start = on_first_start
         self.last_cycle_s = 0.0
 
     def start(self) -> None:
@@ -98,6 +124,7 @@ class Controller:
             touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
         self._accrue_usage()
+        self._telemetry.maybe_sample()
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
         if not (self._dirty or touched or due):
             return None
@@ -107,8 +134,11 @@ class Controller:
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}
+        submitted = {job.id: job.submitted_at for job in snapshot.pending}
         for decision in result.starts:
-            self._applier.start(decision, specs[decision.job_id])
+            waited_s = (self._clock.now() - submitted[decision.job_id]).total_seconds()
+            if self._applier.start(decision, specs[decision.job_id]) == 1:
+                self._on_first_start(waited_s)
         if result.preemptions:
             with self._db.tx() as s:
                 for victim in result.preemptions:
@@ -117,6 +147,7 @@ class Controller:
             self._dirty = True  # the next cycle sees the new placements and the stopping jobs
         self._write_reasons(result.pending)
         self.last_cycle_s = time.perf_counter() - started
+        self._on_cycle(self.last_cycle_s)
         return result
 
     def _sync_nodes(self, force: bool = False) -> bool:

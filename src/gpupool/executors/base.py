@@ -3,10 +3,11 @@ so a restarted head can hand them back to a new executor and re-adopt the worker
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from gpupool.domain.nodes import Node
+from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 
@@ -26,6 +27,11 @@ class Executor(Protocol):
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
         """Up to 1 MiB of a worker's log from ``offset``; the log lives on the worker's node."""
+        ...
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        """A reading of every GPU of ``node``; ``busy``: the GPU indices its live workers hold.
+        Empty for a node that is down or silent: a reading is never worth waiting on."""
         ...
 
     def close(self) -> None: ...

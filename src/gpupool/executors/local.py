@@ -6,11 +6,12 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpupool.domain.errors import NotFound
 from gpupool.domain.nodes import Node
+from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
 
@@ -40,6 +41,9 @@ class LocalExecutor:
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
         return self._runtime(node).read_log(job_id, worker, offset)
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        return self._runtime(node).sample(busy)
 
     def close(self) -> None:
         for runtime in self._runtimes.values():

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gpupool.domain.errors import NotFound, Unavailable
 from gpupool.domain.nodes import Node, NodeState
+from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
@@ -104,6 +105,9 @@ class NodeAgent:
 
     def read_log(self, job_id: int, worker: int, offset: int) -> bytes:
         return self.runtime.read_log(job_id, worker, offset)
+
+    def sample(self, busy: list[int]) -> list[GpuSample]:
+        return self.runtime.sample(busy)
 
     def _keep_lease(self) -> None:
         while True:
@@ -237,6 +241,15 @@ class RayExecutor:
             return b""  # its logs are on a machine that left; never sweep the cluster for a log request
         data: bytes = self._call(node, self._agent(node).read_log.remote(job_id, worker, offset))
         return data
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        """A down node has nothing to read and a silent one would only cost a timeout."""
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return []
+        samples: list[GpuSample] = self._call(node, agent.sample.remote(sorted(busy)))
+        return samples
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""

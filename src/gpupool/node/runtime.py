@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.telemetry import GpuSample
 from gpupool.node.gpu.probe import GpuProbe
 
 
@@ -62,6 +64,7 @@ class NodeRuntime:
         python: str = sys.executable,
         lease_timeout_s: float | None = None,
         detach: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self.address = address
@@ -81,11 +84,17 @@ class NodeRuntime:
         # (a Ray worker does) cannot take them down.
         self._detach = detach
         self._launching: dict[str, subprocess.Popen[bytes]] = {}
+        self._clock = clock or SystemClock()
 
     def describe(self) -> Node:
         if self._gpus is None:
             self._gpus = self._probe.gpus()
         return Node(self.name, NodeState.UP, self.address, tuple(self._gpus), self._cpus, self._memory_mib)
+
+    def sample(self, busy: Collection[int]) -> list[GpuSample]:
+        """A telemetry reading of every GPU of the node, stamped with the node's clock. ``busy``:
+        the GPU indices its live workers hold (the head knows; simulated GPUs follow it)."""
+        return self._probe.sample(self.name, frozenset(busy), self._clock.now())
 
     def free_port(self) -> int:
         with socket.socket() as sock:

@@ -80,6 +80,12 @@ def count_jobs(session: Session, *, include_finished: bool) -> int:
     return int(session.scalar(query) or 0)
 
 
+def count_by_state_and_project(session: Session) -> dict[tuple[str, str], int]:
+    """How many jobs are in each (state, project): every job the store holds, finished ones too."""
+    query = select(JobRow.state, JobRow.project, func.count(JobRow.id)).group_by(JobRow.state, JobRow.project)
+    return {(state, project): int(n) for state, project, n in session.execute(query)}
+
+
 def list_jobs(session: Session, *, include_finished: bool, limit: int = 1000) -> list[JobRecord]:
     """The newest ``limit`` jobs, oldest first."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)

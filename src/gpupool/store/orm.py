@@ -165,3 +165,48 @@ class ProjectRow(Base):
     limit: Mapped[float | None] = mapped_column(Float, nullable=True)
     weight: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column()
+
+
+class GpuSampleRow(Base):
+    """Raw telemetry, every reading, kept for the recent window (0005). No foreign key to the
+    node: the history outlives a node's rows, and samples are written in bulk, unchecked."""
+
+    __tablename__ = "gpu_samples"
+    __table_args__ = (Index("ix_gpu_samples_node_gpu_time", "node", "gpu", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(128))
+    gpu: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str] = mapped_column(String(128))
+    time: Mapped[datetime] = mapped_column(index=True)
+    memory_used_mib: Mapped[int] = mapped_column(Integer)
+    memory_total_mib: Mapped[int] = mapped_column(Integer)
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    utilization_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    temperature_c: Mapped[float | None] = mapped_column(Float, nullable=True)
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    energy_j: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ecc_errors: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    xid_errors: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_xid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class GpuMinuteRow(Base):
+    """One GPU's minute, aggregated from its raw samples as they age out; kept for days (0005)."""
+
+    __tablename__ = "gpu_minutes"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu: Mapped[int] = mapped_column(Integer, primary_key=True)
+    minute: Mapped[datetime] = mapped_column(primary_key=True, index=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    memory_used_mib: Mapped[float] = mapped_column(Float)  # average
+    memory_total_mib: Mapped[int] = mapped_column(Integer)
+    utilization_pct: Mapped[float | None] = mapped_column(Float, nullable=True)  # average
+    utilization_max_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    temperature_c: Mapped[float | None] = mapped_column(Float, nullable=True)  # peak
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)  # average
+    energy_j: Mapped[float | None] = mapped_column(Float, nullable=True)  # the counter at the last sample
+    # How many samples each average is over: a reading the GPU refused (None) is not a zero.
+    utilization_samples: Mapped[int] = mapped_column(Integer)
+    power_samples: Mapped[int] = mapped_column(Integer)

@@ -1,12 +1,14 @@
-"""/api/v1/nodes: list, show, and (admin) drain and undrain a node or one GPU."""
+"""/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.nodes import DrainRequest, NodeOut
+from gpupool.api.schemas.nodes import DrainRequest, NodeOut, TelemetryOut
+from gpupool.domain.telemetry import Resolution
 from gpupool.services import nodes as node_service
+from gpupool.services import telemetry as telemetry_service
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 
@@ -19,6 +21,22 @@ def listing(ctx: Ctx, who: Caller) -> list[NodeOut]:
 @router.get("/{name}", response_model=NodeOut)
 def show(name: str, ctx: Ctx, who: Caller) -> NodeOut:
     return NodeOut.of(node_service.show(ctx, name))
+
+
+@router.get("/{name}/telemetry", response_model=TelemetryOut)
+def telemetry(
+    name: str,
+    ctx: Ctx,
+    who: Caller,
+    gpu: int | None = Query(None, ge=0, description="only this GPU (its index on the node)"),
+    since: str | None = Query(None, description="ISO 8601 time, or a duration ago (15m, 2h, 1d); default 15m"),
+    until: str | None = Query(None, description="ISO 8601 time, or a duration ago; default now"),
+    resolution: Resolution = Query(
+        Resolution.AUTO, description="raw, minute, or auto: raw unless part of the window is downsampled"
+    ),
+) -> TelemetryOut:
+    """The GPUs' history: utilisation, memory, temperature, power and the energy counter."""
+    return TelemetryOut.of(telemetry_service.history(ctx, name, gpu, since, until, resolution))
 
 
 @router.post("/{name}/drain", response_model=NodeOut)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.domain.records import NodeRecord
+from gpupool.domain.telemetry import TelemetryPoint
+from gpupool.services.telemetry import History
 
 
 class DrainRequest(BaseModel):
@@ -65,4 +69,56 @@ class NodeOut(BaseModel):
             gpus_free=r.gpus_free,
             drain_requested=r.drain_requested,
             jobs=list(r.jobs),
+        )
+
+
+class TelemetryPointOut(BaseModel):
+    gpu: int
+    time: datetime = Field(description="the sample's time, or the start of the minute")
+    samples: int = Field(description="1 for a raw sample; how many samples a minute aggregates")
+    utilization_pct: float | None = Field(description="average; null where the GPU does not report it")
+    utilization_max_pct: float | None
+    memory_used_mib: float = Field(description="average")
+    memory_total_mib: int
+    temperature_c: float | None = Field(description="peak")
+    power_w: float | None = Field(description="average")
+    energy_j: float | None = Field(description="the energy counter (only grows) at the last sample")
+    ecc_errors: int | None = Field(None, description="raw samples: volatile uncorrected ECC errors")
+    xid_errors: int | None = Field(None, description="raw samples: XID errors seen since the probe started")
+
+    @classmethod
+    def of(cls, p: TelemetryPoint) -> TelemetryPointOut:
+        return cls(
+            gpu=p.index,
+            time=p.time,
+            samples=p.samples,
+            utilization_pct=p.utilization_pct,
+            utilization_max_pct=p.utilization_max_pct,
+            memory_used_mib=p.memory_used_mib,
+            memory_total_mib=p.memory_total_mib,
+            temperature_c=p.temperature_c,
+            power_w=p.power_w,
+            energy_j=p.energy_j,
+            ecc_errors=p.ecc_errors,
+            xid_errors=p.xid_errors,
+        )
+
+
+class TelemetryOut(BaseModel):
+    node: str
+    gpu: int | None = Field(description="the GPU asked for; null: every GPU of the node")
+    since: datetime
+    until: datetime
+    resolution: str = Field(description="raw (every sample) or minute (per-minute aggregates)")
+    points: list[TelemetryPointOut] = Field(description="ordered by GPU, then time")
+
+    @classmethod
+    def of(cls, h: History) -> TelemetryOut:
+        return cls(
+            node=h.node,
+            gpu=h.gpu,
+            since=h.since,
+            until=h.until,
+            resolution=h.resolution.value,
+            points=[TelemetryPointOut.of(p) for p in h.points],
         )

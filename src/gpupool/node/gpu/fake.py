@@ -1,15 +1,20 @@
 """Simulated GPUs for machines without any. Every GPU it reports says ``simulated=True`` and
-its model name starts with "Simulated" so nobody mistakes a demo cluster for hardware."""
+its model name starts with "Simulated" so nobody mistakes a demo cluster for hardware; so does
+every telemetry sample (see ``simulated.py`` for how the readings are made up)."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import GpuInfo
+from gpupool.domain.telemetry import GpuSample
+from gpupool.node.gpu.simulated import SimulatedSensors
 
 DEFAULT_MODEL = "Simulated-H100"
 DEFAULT_MEMORY_MIB = 81559
@@ -21,6 +26,7 @@ class FakeProbe:
     count: int
     model: str = DEFAULT_MODEL
     memory_mib: int = DEFAULT_MEMORY_MIB
+    sensors: SimulatedSensors = field(default_factory=SimulatedSensors, compare=False, repr=False)
 
     def gpus(self) -> list[GpuInfo]:
         return [
@@ -34,6 +40,9 @@ class FakeProbe:
             for i in range(self.count)
         ]
 
+    def sample(self, node: str, busy: Collection[int], now: datetime) -> list[GpuSample]:
+        return self.sensors.read(node, self.gpus(), busy, now)
+
 
 @dataclass(frozen=True, slots=True)
 class ListedProbe:
@@ -41,9 +50,13 @@ class ListedProbe:
 
     node: str
     listed: tuple[GpuInfo, ...]
+    sensors: SimulatedSensors = field(default_factory=SimulatedSensors, compare=False, repr=False)
 
     def gpus(self) -> list[GpuInfo]:
         return list(self.listed)
+
+    def sample(self, node: str, busy: Collection[int], now: datetime) -> list[GpuSample]:
+        return self.sensors.read(node, self.listed, busy, now)
 
 
 def load_hardware(path: Path) -> list[ListedProbe]:

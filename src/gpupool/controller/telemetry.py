@@ -1,0 +1,69 @@
+"""The controller's telemetry step: every ``every_s`` of clock time, ask the executor for a reading
+of every node that is not down, and write them all to the store (which downsamples and prunes).
+
+Load → process → apply: one short read (which nodes, which GPUs their live workers hold), the
+executor calls with no session open, one short write. A node that cannot be read is logged (once
+until it can be read again) and skipped; nothing here may stop the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from gpupool.clock import Clock
+from gpupool.domain.telemetry import GpuSample, TelemetryRetention
+from gpupool.executors.base import Executor
+from gpupool.store import telemetry as telemetry_repo
+from gpupool.store.db import Database
+
+log = logging.getLogger("gpupool.controller")
+
+
+class TelemetrySampler:
+    def __init__(
+        self, db: Database, executor: Executor, clock: Clock, every_s: float, retention: TelemetryRetention
+    ) -> None:
+        self._db = db
+        self._executor = executor
+        self._clock = clock
+        self._every_s = every_s
+        self._retention = retention
+        self._last: datetime | None = None
+        self._failing: set[str] = set()
+
+    def maybe_sample(self) -> int:
+        """Sample when due; how many readings were written (0 when not due or on failure)."""
+        now = self._clock.now()
+        if self._last is not None and 0 <= (now - self._last).total_seconds() < self._every_s:
+            return 0
+        self._last = now
+        try:
+            return self.sample()
+        except Exception:
+            log.exception("writing GPU telemetry failed; trying again at the next sampling")
+            return 0
+
+    def sample(self) -> int:
+        with self._db.tx() as s:
+            busy = telemetry_repo.busy_gpus(s)
+        samples: list[GpuSample] = []
+        for node, held in sorted(busy.items()):
+            samples.extend(self._read(node, held))
+        with self._db.tx() as s:
+            telemetry_repo.write_samples(s, samples, self._clock.now(), self._retention)
+        return len(samples)
+
+    def _read(self, node: str, held: frozenset[int]) -> list[GpuSample]:
+        try:
+            samples = self._executor.telemetry(node, held)
+        except Exception as exc:
+            if node not in self._failing:
+                log.warning("cannot read the GPUs of node %s: %s", node, exc)
+                self._failing.add(node)
+            return []
+        if node in self._failing:
+            log.info("reading the GPUs of node %s works again", node)
+            self._failing.discard(node)
+        # A node reports only its own GPUs; anything else is dropped rather than misfiled.
+        return [s for s in samples if s.node == node]

@@ -1,0 +1,133 @@
+"""A real controller over a real store, a fake executor with simulated GPUs and a virtual clock:
+every ``telemetry_every_s`` it reads every node that is not down, telling each which GPUs its live
+workers hold, and writes the readings; a node that cannot be read never stops the loop."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection
+from datetime import timedelta
+
+import pytest
+
+from gpupool.clock import FakeClock
+from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.nodes import Node
+from gpupool.domain.telemetry import GpuSample, TelemetryRetention
+from gpupool.scheduler import SchedulerConfig
+from gpupool.services import jobs as job_service
+from gpupool.services.context import HeadContext
+from gpupool.sim.cluster import uniform
+from gpupool.store import nodes as node_repo
+from gpupool.store import telemetry as telemetry_repo
+from gpupool.store.db import Database
+from tests.store.test_sim_matches_controller import USER, FakeExecutor
+
+SETTINGS = ControllerSettings(
+    full_cycle_s=0.0, usage_every_s=math.inf, telemetry_every_s=5.0, telemetry_retention=TelemetryRetention()
+)
+
+
+class Harness:
+    def __init__(self, db: Database, executor_class: type[FakeExecutor] = FakeExecutor) -> None:
+        self.db = db
+        self.clock = FakeClock()
+        self.executor = executor_class(uniform(2, 2), self.clock)
+        self.controller = Controller(db, self.executor, self.clock, SchedulerConfig(), SETTINGS)
+        self.ctx = HeadContext(db, self.clock, self.executor, self.controller.wake)
+        with db.tx() as s:  # what Controller.start() does before its thread runs the ticks
+            node_repo.register_nodes(s, uniform(2, 2), self.clock.now())
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.clock.advance(seconds)
+        self.controller.tick()
+
+    def latest(self) -> dict[tuple[str, int], GpuSample]:
+        with self.db.tx() as s:
+            return {(r.node, r.index): r for r in telemetry_repo.latest(s)}
+
+
+def test_every_node_is_read_as_often_as_asked_with_the_gpus_its_jobs_hold(db: Database) -> None:
+    h = Harness(db)
+    h.tick()  # the first cycle reads at once; nothing runs yet
+    assert h.executor.sampled == [("node-1", frozenset()), ("node-2", frozenset())]
+    job = job_service.submit(h.ctx, JobSpec.create(command=["train"], gpus=2), USER)
+    for _ in range(4):
+        h.tick()  # the job starts; no reading is due
+    assert len(h.executor.sampled) == 2
+    h.tick()  # 5 s after the first reading
+    node = job_service.get(h.ctx, job.id).placements[0].node
+    other = "node-2" if node == "node-1" else "node-1"
+    assert sorted(h.executor.sampled[2:]) == sorted([(node, frozenset({0, 1})), (other, frozenset())])
+
+    latest = h.latest()
+    assert len(latest) == 4 and all(s.time == h.clock.now() and s.simulated for s in latest.values())
+    assert all((latest[(node, i)].utilization_pct or 0) >= 60 for i in (0, 1))
+    assert all(latest[(other, i)].utilization_pct == 0 for i in (0, 1))
+    with db.tx() as s:
+        _, points = telemetry_repo.history(s, node, 0, h.clock.now() - timedelta(seconds=10), h.clock.now())
+    assert [p.utilization_pct == 0 for p in points] == [True, False]  # idle before the job, busy since
+
+    job_service.cancel(h.ctx, job.id, USER)
+    h.executor.exit(job.id, -15)
+    for _ in range(5):
+        h.tick()
+    assert h.executor.sampled[-2:] == [("node-1", frozenset()), ("node-2", frozenset())]
+
+
+class OneNodeLeft(FakeExecutor):
+    def nodes(self) -> list[Node]:
+        return super().nodes()[:1]  # node-2 is no longer served: the first node sync marks it down
+
+
+def test_a_node_that_is_down_is_not_read(db: Database) -> None:
+    h = Harness(db, OneNodeLeft)
+    h.tick()
+    assert h.executor.sampled == [("node-1", frozenset())]
+    assert {node for node, _ in h.latest()} == {"node-1"}
+
+
+class Failing(FakeExecutor):
+    """node-1's runtime does not answer until ``heal``; node-2 reports a GPU of another node."""
+
+    broken = True
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        samples = super().telemetry(node, busy)
+        if node == "node-1" and self.broken:
+            raise TimeoutError("node node-1 did not answer")
+        if node == "node-2":
+            samples.append(GpuSample("node-9", 0, "GPU-x", samples[0].time, 0, 1, True))
+        return samples
+
+
+def test_a_node_that_cannot_be_read_is_logged_once_and_the_others_are_still_written(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(db, Failing)
+    with caplog.at_level(logging.INFO, logger="gpupool.controller"):
+        for _ in range(11):
+            h.tick()  # reads at 1, 6 and 11 s
+        assert {node for node, _ in h.latest()} == {"node-2"}  # and nothing misfiled under node-9
+        assert caplog.text.count("cannot read the GPUs of node node-1: node node-1 did not answer") == 1
+        h.executor.broken = False
+        h.tick(5)
+        assert "reading the GPUs of node node-1 works again" in caplog.text
+    assert {node for node, _ in h.latest()} == {"node-1", "node-2"}
+
+
+def test_a_failing_write_is_logged_and_the_loop_goes_on(
+    db: Database, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(db)
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(telemetry_repo, "write_samples", broken)
+    job = job_service.submit(h.ctx, JobSpec.create(command=["train"], gpus=1), USER)
+    h.tick()
+    assert "writing GPU telemetry failed" in caplog.text
+    assert job_service.get(h.ctx, job.id).state is not JobState.PENDING  # the cycle scheduled all the same
