@@ -20,6 +20,7 @@ from typing import IO
 import uvicorn
 
 from gpupool.api.app import create_app
+from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.errors import InvalidInput, Unavailable
@@ -99,6 +100,7 @@ class Head:
             raise InvalidInput(f"--backend must be local or ray, not {settings.backend!r}")
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
+        self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
         self.controller = Controller(
             self.db,
             self.executor,
@@ -107,9 +109,11 @@ class Head:
             ControllerSettings(
                 settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
             ),
+            on_cycle=self.metrics.observe_cycle,
+            on_first_start=self.metrics.observe_first_start,
         )
         self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray)
-        self.app = create_app(self.ctx)
+        self.app = create_app(self.ctx, self.metrics)
 
     def _local_executor(self, settings: Settings) -> LocalExecutor:
         self.topology = plan_nodes(settings, NvmlProbe())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.services.access import require_admin
@@ -30,10 +32,16 @@ class ProjectView:
 
 def listing(ctx: HeadContext) -> list[ProjectView]:
     with ctx.db.tx() as s:
-        configured = project_repo.list_projects(s)
-        allocated, pending, pending_jobs = project_repo.usage(s)
-        recent = project_repo.recent_usage(s)
-        capacity = sum(1 for n in node_repo.load_nodes(s) if n.schedulable for g in n.gpus if g.healthy)
+        return views(s)
+
+
+def views(session: Session) -> list[ProjectView]:
+    """Every project with its usage and fair share, read in the caller's transaction (``/metrics``
+    reads them together with jobs and nodes)."""
+    configured = project_repo.list_projects(session)
+    allocated, pending, pending_jobs = project_repo.usage(session)
+    recent = project_repo.recent_usage(session)
+    capacity = sum(1 for n in node_repo.load_nodes(session) if n.schedulable for g in n.gpus if g.healthy)
     projects = effective_projects(configured, capacity)
     shares = fair_shares(projects, capacity)
     return [
