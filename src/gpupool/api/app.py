@@ -9,21 +9,27 @@ from fastapi import FastAPI
 from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.routers import cluster, jobs, nodes, projects
+from gpupool.api.prometheus import SchedulerMetrics, build_registry
+from gpupool.api.routers import cluster, jobs, metrics, nodes, projects, telemetry
 from gpupool.services import nodes as node_service
 from gpupool.services.context import HeadContext
 
 
-def create_app(ctx: HeadContext) -> FastAPI:
+def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = None) -> FastAPI:
+    """``scheduler_metrics``: what the head's controller observes (cycle and pending times), shown
+    at ``/metrics``; without it, those histograms stay empty."""
     app = FastAPI(
         title="gpupool", version=__version__, description="Pool the GPUs of many machines into one shared cluster."
     )
     app.state.ctx = ctx
+    app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics())
     errors.install(app)
     app.include_router(jobs.router)
     app.include_router(nodes.router)
     app.include_router(projects.router)
     app.include_router(cluster.router)
+    app.include_router(metrics.router)
+    app.include_router(telemetry.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:
