@@ -12,11 +12,16 @@ is as precious as the admin token, and over a network the head's URL should be h
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -82,7 +87,8 @@ def join(
     env = auth_env(token_path)
     env.update(options.env())
     log_path = node_dir / "ray-node.log"
-    with open(log_path, "ab") as log:
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with _one_start_at_a_time(), open(log_path, "ab") as log:
         child = subprocess.Popen(
             worker_command(answer["ray_address"], options),
             env=env,
@@ -90,6 +96,7 @@ def join(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        _wait_started(child, log_path, start)
     stopping = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -112,6 +119,30 @@ def join(
         return
     err_console.print(f"error: the Ray node process exited with code {code}; see {log_path}")
     raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Several joins on one machine start their Ray nodes one after the other: a raylet binds ports
+    of its own choosing while it starts, and two starting together can pick the same one."""
+    lock_path = Path(tempfile.gettempdir()) / f"gpupool-join-{os.getuid()}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _wait_started(child: subprocess.Popen[bytes], log_path: Path, offset: int, timeout_s: float = 180) -> None:
+    """Until ``ray start --block`` says the node is up (or gives up), so the next join may start."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and child.poll() is None:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            if b"block forever" in f.read():
+                return
+        time.sleep(0.2)
 
 
 def _stop_workers(node: str, node_dir: Path) -> int:
