@@ -99,6 +99,11 @@ class GpupoolClient:
         params = {"since": since} if since is not None else {}
         return list(self._call("GET", "/api/v1/telemetry/latest", params=params))
 
+    def report(self, since: str | None = None, until: str | None = None, by: str | None = None) -> dict[str, Any]:
+        """Accounting per project, user or job; ``since``/``until``: ISO 8601 or a duration ago (``7d``)."""
+        given = {"since": since, "until": until, "by": by}
+        return dict(self._call("GET", "/api/v1/report", params={k: v for k, v in given.items() if v is not None}))
+
     def drain(self, name: str, gpu: int | None = None, reason: str | None = None) -> dict[str, Any]:
         """Drain a node, or with ``gpu`` take that GPU out of service (admin only)."""
         return dict(self._call("POST", f"/api/v1/nodes/{name}/drain", json={"gpu": gpu, "reason": reason}))

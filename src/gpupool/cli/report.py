@@ -1,0 +1,107 @@
+"""`gpupool report`: GPU-hours allocated and used, energy and queue times per project, user or job.
+
+``render_table`` and ``to_csv`` turn the head's answer (``GET /api/v1/report``) into output, so
+both are testable without a head."""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpupool.cli.common import DEFAULT_URL, UrlOpt, client, console, print_json
+
+COLUMNS = [
+    "key",
+    "gpu_hours",
+    "used_gpu_hours",
+    "coverage",
+    "energy_kwh",
+    "queue_count",
+    "queue_mean_s",
+    "queue_p50_s",
+    "queue_p95_s",
+    "queue_max_s",
+]
+
+
+class ReportOutput(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+class By(enum.StrEnum):
+    PROJECT = "project"
+    USER = "user"
+    JOB = "job"
+
+
+def report(
+    since: Annotated[str | None, typer.Option(help="ISO 8601 time or a duration ago (7d); default 7 days ago")] = None,
+    until: Annotated[str | None, typer.Option(help="ISO 8601 time or a duration ago; default now")] = None,
+    by: Annotated[By, typer.Option("--by", help="group by project, user or job")] = By.PROJECT,
+    url: UrlOpt = DEFAULT_URL,
+    output: Annotated[ReportOutput, typer.Option("-o", "--output", help="table, json or csv")] = ReportOutput.TABLE,
+) -> None:
+    """GPU-hours allocated and used (utilisation-weighted; coverage: the part of the allocated hours
+    with utilisation readings), energy in kWh and queue times (started - submitted) per group."""
+    with client(url) as c:
+        data = c.report(since=since, until=until, by=by.value)
+    if output is ReportOutput.JSON:
+        print_json(data)
+    elif output is ReportOutput.CSV:
+        print(to_csv(data), end="")
+    else:
+        console.print(render_table(data))
+
+
+def to_csv(data: dict[str, Any]) -> str:
+    """One header row (``group`` first, the grouping's name in the title), then a row per group."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([data["by"], *COLUMNS[1:]])
+    for g in data["groups"]:
+        writer.writerow(["" if g[c] is None else g[c] for c in COLUMNS])
+    return out.getvalue()
+
+
+def render_table(data: dict[str, Any]) -> Table:
+    table = Table(title=f"GPU accounting {data['since']} → {data['until']}", title_justify="left")
+    for name in (
+        data["by"],
+        "GPU-h",
+        "used GPU-h",
+        "coverage",
+        "kWh",
+        "jobs started",
+        "queue mean",
+        "p50",
+        "p95",
+        "max",
+    ):
+        table.add_column(name, justify="left" if name == data["by"] else "right")
+    for g in data["groups"]:
+        cov = "-" if g["coverage"] is None else f"{g['coverage']:.0%}"
+        table.add_row(
+            g["key"],
+            f"{g['gpu_hours']:.2f}",
+            f"{g['used_gpu_hours']:.2f}",
+            cov,
+            f"{g['energy_kwh']:.3f}",
+            str(g["queue_count"]),
+            *(_secs(g[k]) for k in ("queue_mean_s", "queue_p50_s", "queue_p95_s", "queue_max_s")),
+        )
+    return table
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 120:
+        return f"{value:.0f}s"
+    return f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"

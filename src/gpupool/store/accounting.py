@@ -1,0 +1,65 @@
+"""Accounting reads: the worker intervals, job starts and GPU readings a report needs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.accounting import JobStart, Reading, WorkerSpan
+from gpupool.domain.telemetry import Resolution
+from gpupool.store import telemetry as telemetry_repo
+from gpupool.store.orm import JobRow, WorkerRow
+
+
+def worker_spans(session: Session, since: datetime, until: datetime) -> list[WorkerSpan]:
+    """Every worker that held GPUs at some time in [since, until], with its job's project and owner."""
+    query = (
+        select(WorkerRow, JobRow.project, JobRow.owner)
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .where(
+            WorkerRow.started_at.is_not(None),
+            WorkerRow.started_at < until,
+            or_(WorkerRow.finished_at.is_(None), WorkerRow.finished_at > since),
+        )
+        .order_by(WorkerRow.id)
+    )
+    spans = []
+    for w, project, owner in session.execute(query):
+        if not w.gpus or w.started_at is None:
+            continue
+        share = w.gpu_share if w.gpu_share > 0 else 1.0
+        spans.append(WorkerSpan(w.job_id, project, owner, w.node, tuple(w.gpus), share, w.started_at, w.finished_at))
+    return spans
+
+
+def job_starts(session: Session, since: datetime, until: datetime) -> list[JobStart]:
+    """Jobs whose (latest) start lies in [since, until]."""
+    query = select(JobRow.id, JobRow.project, JobRow.owner, JobRow.submitted_at, JobRow.started_at).where(
+        JobRow.started_at.is_not(None), JobRow.started_at >= since, JobRow.started_at <= until
+    )
+    return [
+        JobStart(job_id, project, owner, submitted, started)
+        for job_id, project, owner, submitted, started in session.execute(query.order_by(JobRow.id))
+        if started is not None
+    ]
+
+
+def readings(
+    session: Session, spans: list[WorkerSpan], since: datetime, until: datetime
+) -> dict[tuple[str, int], list[Reading]]:
+    """The readings of every GPU the workers held, by (node, index), sorted by time: raw samples
+    where the window is still at full rate, else minute aggregates (stamped at the minute's start,
+    with the minute's mean utilisation and its last energy reading)."""
+    wanted = {(s.node, i) for s in spans for i in s.gpus}
+    out: dict[tuple[str, int], list[Reading]] = {}
+    for node in sorted({n for n, _ in wanted}):
+        used, points = telemetry_repo.history(session, node, None, since, until, Resolution.AUTO)
+        span = 60.0 if used is Resolution.MINUTE else 0.0
+        for p in points:
+            if (node, p.index) in wanted:
+                out.setdefault((node, p.index), []).append(Reading(p.time, p.utilization_pct, p.energy_j, span))
+    for series in out.values():
+        series.sort(key=lambda r: r.time)
+    return out
