@@ -26,6 +26,7 @@ from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.errors import InvalidInput, Unavailable
 from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.ray_processes import write_secret
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
@@ -140,10 +141,7 @@ class Head:
             if tokens.has_role(s, role) and path.exists():
                 return None
             token = tokens.create_token(s, role, role, SystemClock().now())
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        os.chmod(path, 0o600)
+        write_secret(path, token + "\n")
         return token
 
     def summary(self) -> str:

@@ -113,7 +113,7 @@ def join(
     )
     sys.stdout.flush()
     code = child.wait()
-    stopped = _stop_workers(node, node_dir)
+    stopped = _stop_workers(node_dir)
     if stopping:
         console.print(f"node {node} left the cluster; {stopped} workers stopped")
         return
@@ -145,19 +145,8 @@ def _wait_started(child: subprocess.Popen[bytes], log_path: Path, offset: int, t
         time.sleep(0.2)
 
 
-def _stop_workers(node: str, node_dir: Path) -> int:
+def _stop_workers(node_dir: Path) -> int:
     """The node is leaving: its workers stop now rather than when their lease runs out."""
-    from gpupool.node.gpu.fake import FakeProbe
-    from gpupool.node.runtime import NodeRuntime
+    from gpupool.node.runtime import stop_leftovers
 
-    runtime = NodeRuntime(
-        name=node,
-        address="127.0.0.1",
-        probe=FakeProbe(node, 0),
-        data_dir=node_dir,
-        base_env={},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=[0],
-    )
-    return runtime.clean()
+    return stop_leftovers(node_dir, "stopped as the node left the cluster")

@@ -200,18 +200,7 @@ class NodeRuntime:
     def clean(self) -> int:
         """Stop every worker left over from before this runtime started (a node that comes back
         after it was declared dead): its jobs were already counted lost and requeued elsewhere."""
-        stopped = 0
-        runs = self.data_dir / "runs"
-        for run_dir in sorted(runs.glob("job-*/attempt-*/worker-*")) if runs.exists() else []:
-            if _read_exit(run_dir) is not None:
-                continue
-            handle = self.find_in(run_dir)
-            if handle is not None and self._supervisor_alive(int(handle["pid"]), run_dir):
-                _signal(int(handle["pid"]), signal.SIGKILL)
-            self._kill_worker_group(run_dir, signal.SIGKILL)
-            _write_exit(run_dir, None, "stopped when the node came back: the job was requeued elsewhere")
-            stopped += 1
-        return stopped
+        return stop_leftovers(self.data_dir, "stopped when the node came back: the job was requeued elsewhere")
 
     @staticmethod
     def find_in(run_dir: Path) -> dict[str, Any] | None:
@@ -255,14 +244,7 @@ class NodeRuntime:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        # The pid may have been reused by an unrelated process: check it is our supervisor.
-        state = stat.rsplit(")", 1)[-1].split()[0]
-        return str(run_dir).encode() in cmdline and state != "Z"
+        return _supervisor_running(pid, run_dir)
 
     @staticmethod
     def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
@@ -272,6 +254,35 @@ class NodeRuntime:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(int(child["pgid"]), sig)
+
+
+def stop_leftovers(data_dir: Path, note: str) -> int:
+    """Kill every supervisor and worker under ``data_dir`` that has no recorded exit, and record
+    each as fenced (the head sees it lost). Needs no runtime: ``gpupool join`` calls it as its
+    node leaves."""
+    stopped = 0
+    runs = data_dir / "runs"
+    for run_dir in sorted(runs.glob("job-*/attempt-*/worker-*")) if runs.exists() else []:
+        if _read_exit(run_dir) is not None:
+            continue
+        handle = NodeRuntime.find_in(run_dir)
+        if handle is not None and _supervisor_running(int(handle["pid"]), run_dir):
+            _signal(int(handle["pid"]), signal.SIGKILL)
+        NodeRuntime._kill_worker_group(run_dir, signal.SIGKILL)
+        _write_exit(run_dir, None, note)
+        stopped += 1
+    return stopped
+
+
+def _supervisor_running(pid: int, run_dir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The pid may have been reused by an unrelated process: check it is our supervisor.
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return str(run_dir).encode() in cmdline and state != "Z"
 
 
 def _read_exit(run_dir: Path) -> WorkerExit | None:
