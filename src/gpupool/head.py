@@ -23,7 +23,9 @@ from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.domain.alerts import AlertRules
 from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.ray_processes import write_secret
@@ -102,18 +104,24 @@ class Head:
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
+        idle = IdleSettings(settings.idle_threshold_pct, settings.idle_after_s)
         self.controller = Controller(
             self.db,
             self.executor,
             clock,
             SchedulerConfig(placement=settings.placement),
             ControllerSettings(
-                settings.interval_s, settings.kill_grace_s, fair_share_half_life_s=settings.fair_share_half_life_s
+                settings.interval_s,
+                settings.kill_grace_s,
+                fair_share_half_life_s=settings.fair_share_half_life_s,
+                telemetry_every_s=settings.telemetry_every_s,
+                idle=idle,
+                alerts=AlertRules(temperature_c=settings.alert_temperature_c),
             ),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
         )
-        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray)
+        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray, idle)
         self.app = create_app(self.ctx, self.metrics)
 
     def _local_executor(self, settings: Settings) -> LocalExecutor:

@@ -47,6 +47,11 @@ class Settings:
     node_name: str | None = None
     # A node silent this long is declared down; its workers fence themselves after half of it.
     node_timeout_s: float = 10.0
+    # GPU readings every this long; an allocated GPU below idle_threshold_pct for idle_after_s is idle.
+    telemetry_every_s: float = 5.0
+    idle_threshold_pct: float = 5.0
+    idle_after_s: float = 600.0
+    alert_temperature_c: float = 85.0
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

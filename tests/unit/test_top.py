@@ -74,6 +74,7 @@ def test_snapshot_joins_jobs_and_readings_and_sums_up() -> None:
         "nodes_up": 1,
         "gpus": 4,
         "gpus_allocated": 2,
+        "gpus_idle": 0,
         "gpus_sampled": 2,
         "mean_utilization_pct": 25.0,
         "power_w": 470.0,
@@ -121,3 +122,26 @@ def test_no_readings_at_all_shows_dashes_in_the_header() -> None:
     nodes = [{"name": "node-1", "state": "up", "simulated": False, "gpus": [gpu(0, [])]}]
     header, *_ = render(snapshot(nodes, [], [], NOW))
     assert "1 node · 1 GPU · 0 allocated · mean utilisation - · power -" in header
+
+
+IDLE = [{"node": "node-1", "gpu": 0, "job_id": 7, "idle_for_s": 754.0}]
+ALERTS = [
+    {
+        "kind": "node_down",
+        "node": "node-2",
+        "gpu": None,
+        "job_id": None,
+        "message": "node node-2 is down: lost; its jobs were requeued or failed",
+        "raised_at": "2026-03-14T15:50:00+00:00",
+    }
+]
+
+
+def test_idle_gpus_and_active_alerts_are_marked() -> None:
+    snap = snapshot(NODES, JOBS, SAMPLES, NOW, IDLE, ALERTS)
+    assert snap["totals"]["gpus_idle"] == 1 and snap["alerts"] == ALERTS
+    assert [g["idle_for_s"] for g in snap["nodes"][0]["gpus"]] == [754.0, None, None]
+    header, _, busy, *_, last = render(snap)
+    assert "2 allocated (1 idle)" in header and "· 1 alert ·" in header
+    assert busy.rstrip().endswith("train idle 12m")
+    assert last == "! node node-2 is down: lost; its jobs were requeued or failed"

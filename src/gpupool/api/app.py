@@ -10,7 +10,7 @@ from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
-from gpupool.api.routers import accounting, cluster, jobs, metrics, nodes, projects, telemetry
+from gpupool.api.routers import accounting, alerts, cluster, jobs, metrics, nodes, projects, telemetry
 from gpupool.services import nodes as node_service
 from gpupool.services.context import HeadContext
 
@@ -22,7 +22,7 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
         title="gpupool", version=__version__, description="Pool the GPUs of many machines into one shared cluster."
     )
     app.state.ctx = ctx
-    app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics())
+    app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
     errors.install(app)
     app.include_router(jobs.router)
     app.include_router(nodes.router)
@@ -31,6 +31,7 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
     app.include_router(metrics.router)
     app.include_router(telemetry.router)
     app.include_router(accounting.router)
+    app.include_router(alerts.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

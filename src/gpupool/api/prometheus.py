@@ -8,7 +8,9 @@ Two kinds:
   ``gpupool_jobs{state,project}``, ``gpupool_gpus_allocated{project}``, ``gpupool_gpu_quota{project}``,
   ``gpupool_gpu_limit{project}``, ``gpupool_gpu_fair_share{project}``, ``gpupool_nodes{state}``,
   ``gpupool_gpus{node,state}``; and per GPU, from its newest telemetry sample, dcgm-exporter's
-  ``DCGM_FI_DEV_*`` series with its labels (``dcgm_families``).
+  ``DCGM_FI_DEV_*`` series with its labels (``dcgm_families``); allocated-but-idle GPUs
+  (``gpupool_gpus_idle{project}``, ``gpupool_gpu_idle_seconds{node,gpu,job,project,user}``) and
+  alerts (``gpupool_alerts_active{kind}``, ``gpupool_alerts_total{kind}``).
 - **Observed as it happens** by the controller, through ``SchedulerMetrics``, whose methods it is
   given as plain callables (it knows nothing of Prometheus): ``gpupool_scheduler_cycle_seconds``
   and ``gpupool_pending_seconds``. Kept in the head's memory: they start from zero with the head,
@@ -20,13 +22,16 @@ so two heads (or two test apps) in one process never see each other's series.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from gpupool.clock import Clock
+from gpupool.domain.idle import IdleSettings
 from gpupool.domain.telemetry import GpuSample
 from gpupool.services import metrics as metrics_service
 from gpupool.services.metrics import ClusterFigures
@@ -84,14 +89,17 @@ class SchedulerMetrics:
 class StoreCollector(Collector):
     """Reads the store at every scrape and yields the cluster's gauges."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, clock: Clock, idle_after_s: float) -> None:
         self._db = db
+        self._clock = clock
+        self._idle_after_s = idle_after_s
 
     def collect(self) -> Iterator[Metric]:
-        figures = metrics_service.read(self._db)
+        figures = metrics_service.read(self._db, self._clock.now(), self._idle_after_s)
         yield from job_families(figures)
         yield from project_families(figures)
         yield from node_families(figures)
+        yield from idle_and_alert_families(figures)
         yield from dcgm_families(figures)
 
     def describe(self) -> Iterable[Metric]:
@@ -99,10 +107,12 @@ class StoreCollector(Collector):
         return ()
 
 
-def build_registry(db: Database, scheduler: SchedulerMetrics) -> CollectorRegistry:
+def build_registry(
+    db: Database, scheduler: SchedulerMetrics, clock: Clock, idle_after_s: float = IdleSettings().after_s
+) -> CollectorRegistry:
     """A registry of the app's own: the store's gauges and the controller's histograms."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(db))
+    registry.register(StoreCollector(db, clock, idle_after_s))
     registry.register(scheduler.cycle_seconds)
     registry.register(scheduler.pending_seconds)
     return registry
@@ -166,6 +176,35 @@ def node_families(figures: ClusterFigures) -> Iterator[Metric]:
         for state, count in metrics_service.gpu_states(record).items():
             gpus.add_metric([record.node.name, state], count)
     yield from (nodes, gpus)
+
+
+def idle_and_alert_families(figures: ClusterFigures) -> Iterator[Metric]:
+    """Allocated-but-idle GPUs (per project, zeros included, and per GPU with how long), and
+    alerts by kind: active now, and raised in all (cleared ones are kept 30 days, so a long-lived
+    counter can step down when old ones are forgotten; ``rate()`` treats that as a reset)."""
+    idle = GaugeMetricFamily(
+        "gpupool_gpus_idle",
+        "GPUs allocated to the project's jobs but idle: below the head's idle threshold for its idle time",
+        labels=["project"],
+    )
+    by_project = Counter(g.project for g in figures.idle)
+    for name in sorted({v.project.name for v in figures.projects} | set(by_project)):
+        idle.add_metric([name], by_project.get(name, 0))
+    seconds = GaugeMetricFamily(
+        "gpupool_gpu_idle_seconds",
+        "How long each idle allocated GPU has been below the idle threshold, with the job holding it",
+        labels=["node", "gpu", "job", "project", "user"],
+    )
+    for g in figures.idle:
+        seconds.add_metric([g.node, str(g.gpu), str(g.job_id), g.project, g.owner], g.idle_for_s)
+    active = GaugeMetricFamily(
+        "gpupool_alerts_active", "Alerts active now, by kind (gpupool alerts lists them)", labels=["kind"]
+    )
+    raised = CounterMetricFamily("gpupool_alerts", "Alerts raised, by kind", labels=["kind"])
+    for kind in sorted(set(metrics_service.ALERT_KINDS) | set(figures.alerts_raised)):
+        active.add_metric([kind], figures.alerts_active.get(kind, 0))
+        raised.add_metric([kind], figures.alerts_raised.get(kind, 0))
+    yield from (idle, seconds, active, raised)
 
 
 # dcgm-exporter's names, units and types, so that Grafana dashboards made for it work unchanged.

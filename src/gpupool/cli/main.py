@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import jobs, join, nodes, projects, report, simulate, top, up
+from gpupool.cli import alerts, jobs, join, nodes, projects, report, simulate, top, up
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
@@ -38,6 +38,8 @@ app.command()(nodes.drain)
 app.command()(nodes.undrain)
 app.command("top")(top.top)
 app.command("report")(report.report)
+app.command("alerts")(alerts.alerts)
+app.command("idle")(alerts.idle)
 app.command("projects")(projects.projects)
 app.add_typer(projects.project_app, name="project")
 app.command()(join.join)

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
-from gpupool.cli.render import STATE_STYLE
+from gpupool.cli.render import STATE_STYLE, span
 from gpupool.client import ClientError, GpupoolClient, HeadUnreachable
 
 STALE = "1m"  # readings older than this are not shown (the head samples every few seconds)
@@ -53,17 +53,24 @@ def fetch(c: GpupoolClient) -> dict[str, Any]:
     nodes = c.nodes()
     jobs = c.jobs()
     samples = c.latest_telemetry(since=STALE)
-    return snapshot(nodes, jobs, samples, datetime.now(UTC))
+    return snapshot(nodes, jobs, samples, datetime.now(UTC), c.idle_gpus(), c.alerts())
 
 
 def snapshot(
-    nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], samples: list[dict[str, Any]], now: datetime
+    nodes: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    now: datetime,
+    idle: list[dict[str, Any]] | None = None,
+    alerts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Join the nodes listing, the jobs listing and the latest readings into one snapshot:
-    ``{"time", "totals", "nodes": [{"name", "state", "simulated", "gpus": [...]}]}``; a GPU without
-    a current reading has null readings and ``sampled_at``."""
+    """Join the nodes listing, the jobs listing, the latest readings, the idle GPUs and the active
+    alerts into one snapshot: ``{"time", "totals", "nodes": [{"name", "state", "simulated",
+    "gpus": [...]}], "alerts": [...]}``; a GPU without a current reading has null readings and
+    ``sampled_at``, one that is not idle a null ``idle_for_s``."""
     by_id = {int(j["id"]): j for j in jobs}
     readings = {(str(s["node"]), int(s["gpu"])): s for s in samples}
+    idle_for = {(str(g["node"]), int(g["gpu"])): float(g["idle_for_s"]) for g in idle or []}
     out_nodes: list[dict[str, Any]] = []
     for n in nodes:
         gpus = []
@@ -84,10 +91,12 @@ def snapshot(
                     "power_w": None if s is None else s["power_w"],
                     "sampled_at": None if s is None else s["time"],
                     "jobs": [_job(job_id, by_id.get(job_id)) for job_id in g["jobs"]],
+                    "idle_for_s": idle_for.get((n["name"], g["index"])),
                 }
             )
         out_nodes.append({"name": n["name"], "state": n["state"], "simulated": n["simulated"], "gpus": gpus})
-    return {"time": now.isoformat(), "totals": _totals(out_nodes), "nodes": out_nodes}
+    active = [{k: a[k] for k in ("kind", "node", "gpu", "job_id", "message", "raised_at")} for a in alerts or []]
+    return {"time": now.isoformat(), "totals": _totals(out_nodes), "nodes": out_nodes, "alerts": active}
 
 
 def _job(job_id: int, job: dict[str, Any] | None) -> dict[str, Any]:
@@ -104,6 +113,7 @@ def _totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
         "nodes_up": sum(1 for n in nodes if n["state"] != "down"),
         "gpus": len(gpus),
         "gpus_allocated": sum(1 for g in gpus if g["jobs"]),
+        "gpus_idle": sum(1 for g in gpus if g["idle_for_s"] is not None),
         "gpus_sampled": sum(1 for g in gpus if g["sampled_at"] is not None),
         "mean_utilization_pct": round(sum(utils) / len(utils), 1) if utils else None,
         "power_w": round(sum(powers), 1) if powers else None,
@@ -112,7 +122,8 @@ def _totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def top_view(snap: dict[str, Any]) -> RenderableType:
     """The header line of totals, then one table: a row per GPU, grouped by node."""
-    return Group(header(snap), gpu_table(snap["nodes"]))
+    alerts = [Text(f"! {a['message']}", style="red") for a in snap.get("alerts", [])[:5]]
+    return Group(header(snap), gpu_table(snap["nodes"]), *alerts)
 
 
 def header(snap: dict[str, Any]) -> Text:
@@ -124,7 +135,11 @@ def header(snap: dict[str, Any]) -> Text:
     text = Text("gpupool top", style="bold")
     text.append(f" · {up} · {_count(t['gpus'], 'GPU')}{' (simulated)' if simulated else ''} · ")
     text.append(f"{t['gpus_allocated']} allocated", style="bold")
+    if t.get("gpus_idle"):
+        text.append(f" ({t['gpus_idle']} idle)", style="yellow")
     text.append(f" · mean utilisation {mean} · power {power}")
+    if snap.get("alerts"):
+        text.append(f" · {_count(len(snap['alerts']), 'alert')}", style="bold red")
     text.append(f" · {_clock(snap['time'])}", style="dim")
     return text
 
@@ -159,9 +174,16 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Table:
                 "-" if g["power_w"] is None else f"{g['power_w']:.0f}W",
                 ",".join(str(j["id"]) for j in g["jobs"]) or "-",
                 ",".join(j["user"] or "?" for j in g["jobs"]),
-                ",".join(j["name"] or "?" for j in g["jobs"]),
+                _names(g),
             )
     return table
+
+
+def _names(gpu: dict[str, Any]) -> Text:
+    text = Text(",".join(j["name"] or "?" for j in gpu["jobs"]))
+    if gpu.get("idle_for_s") is not None:
+        text.append(f" idle {span(int(gpu['idle_for_s']))}", style="yellow")
+    return text
 
 
 def util_bar(pct: float | None, width: int = BAR_WIDTH) -> Text:

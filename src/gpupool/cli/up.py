@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gpupool.cli.render import span
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.settings import DEFAULT_PORT, Settings
@@ -20,9 +21,13 @@ class Backend(enum.StrEnum):
 
 
 def _node_timeout(text: str) -> float:
+    return _bounded("--node-timeout", text, 2, 3600)
+
+
+def _bounded(flag: str, text: str, low: float, high: float) -> float:
     seconds = parse_duration(text)
-    if not 2 <= seconds <= 3600:
-        raise InvalidInput(f"--node-timeout must be between 2s and 1h, got {text}")
+    if not low <= seconds <= high:
+        raise InvalidInput(f"{flag} must be between {span(int(low))} and {span(int(high))}, got {text}")
     return seconds
 
 
@@ -61,6 +66,16 @@ def up(
     node_timeout: Annotated[
         str, typer.Option(help="Ray backend: a node silent this long is declared down and its jobs requeued")
     ] = "10s",
+    telemetry_every: Annotated[str, typer.Option(help="read every GPU this often (1s to 5m)")] = "5s",
+    idle_threshold: Annotated[
+        float, typer.Option(help="an allocated GPU below this utilisation (%) counts towards idle", min=0, max=100)
+    ] = 5.0,
+    idle_after: Annotated[
+        str, typer.Option(help="an allocated GPU below the idle threshold this long is reported idle")
+    ] = "10m",
+    alert_temperature: Annotated[
+        float, typer.Option(help="raise an alert when a GPU reaches this temperature (°C)", min=30, max=150)
+    ] = 85.0,
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
@@ -83,5 +98,9 @@ def up(
         ray_address=ray_address,
         node_name=node_name,
         node_timeout_s=_node_timeout(node_timeout),
+        telemetry_every_s=_bounded("--telemetry-every", telemetry_every, 1, 300),
+        idle_threshold_pct=idle_threshold,
+        idle_after_s=_bounded("--idle-after", idle_after, 10, 7 * 86400),
+        alert_temperature_c=alert_temperature,
     )
     Head(settings).serve()

@@ -71,8 +71,10 @@ class GpupoolClient:
     def projects(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/projects"))
 
-    def set_project(self, name: str, quota: float, limit: float | None, weight: float) -> dict[str, Any]:
-        body = {"quota": quota, "limit": limit, "weight": weight}
+    def set_project(
+        self, name: str, quota: float, limit: float | None, weight: float, idle_timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        body = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 
     def delete_project(self, name: str) -> None:
@@ -98,6 +100,14 @@ class GpupoolClient:
         """The newest reading of every GPU; ``since``: only readings this recent (``1m``, ISO 8601)."""
         params = {"since": since} if since is not None else {}
         return list(self._call("GET", "/api/v1/telemetry/latest", params=params))
+
+    def alerts(self, include_cleared: bool = False) -> list[dict[str, Any]]:
+        """Active alerts (with ``include_cleared``, cleared ones of the last 30 days too)."""
+        return list(self._call("GET", "/api/v1/alerts", params={"all": "true"} if include_cleared else {}))
+
+    def idle_gpus(self) -> list[dict[str, Any]]:
+        """GPUs allocated to a job but idle for the head's idle time."""
+        return list(self._call("GET", "/api/v1/gpus/idle"))
 
     def report(self, since: str | None = None, until: str | None = None, by: str | None = None) -> dict[str, Any]:
         """Accounting per project, user or job; ``since``/``until``: ISO 8601 or a duration ago (``7d``)."""

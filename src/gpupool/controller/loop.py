@@ -8,15 +8,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy import or_, select
 
 from gpupool.clock import Clock
+from gpupool.controller.alerts import AlertWatch
 from gpupool.controller.applier import Applier
+from gpupool.controller.idle import IdleWatch
 from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
 from gpupool.controller.telemetry import TelemetrySampler
-from gpupool.domain.decisions import CycleResult, Reason
+from gpupool.domain.alerts import AlertRules
+from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
+from gpupool.domain.idle import IdleSettings
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.executors.base import Executor
@@ -30,6 +36,7 @@ from gpupool.store.orm import JobRow
 from gpupool.store.snapshot import SpecCache, load_snapshot
 
 log = logging.getLogger("gpupool.controller")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,17 @@ class ControllerSettings:
     # GPU telemetry: every node that is not down is read this often (clock time), and kept so long.
     telemetry_every_s: float = 5.0
     telemetry_retention: TelemetryRetention = field(default_factory=TelemetryRetention)
+    # What makes an allocated GPU idle, and when GPU and node alerts are raised.
+    idle: IdleSettings = field(default_factory=IdleSettings)
+    alerts: AlertRules = field(default_factory=AlertRules)
+
+
+def _held_reason(until: datetime) -> Reason:
+    return Reason(
+        ReasonCode.IDLE_HOLD,
+        "preempted for sitting idle; the jobs that waited go first, and it is scheduled again from "
+        f"{until:%H:%M:%S} UTC",
+    )
 
 
 def _unobserved(_seconds: float) -> None:
@@ -87,6 +105,8 @@ class Controller:
         self._telemetry = TelemetrySampler(
             db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention
         )
+        self._idle = IdleWatch(db, clock, settings.idle)
+        self._alerts = AlertWatch(db, clock, settings.alerts)
         self._thread: threading.Thread | None = None
         self._on_cycle = on_cycle
         self._on_first_start = on_first_start
@@ -95,6 +115,7 @@ class Controller:
     def start(self) -> None:
         """Register nodes, recover from a previous run, then run the loop in a thread."""
         self._sync_nodes(force=True)
+        self._watch(self._alerts.nodes)
         self._monitor.settle(recover(self._db, self._executor, self._clock))
         self._thread = threading.Thread(target=self._run, name="gpupool-controller", daemon=True)
         self._thread.start()
@@ -116,6 +137,7 @@ class Controller:
         started = time.perf_counter()
         if self._sync_nodes():
             self._dirty = True
+            self._watch(self._alerts.nodes)
         touched = self._monitor.reap()
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
@@ -124,13 +146,20 @@ class Controller:
             touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
         self._accrue_usage()
-        self._telemetry.maybe_sample()
+        samples = self._telemetry.maybe_sample()
+        if samples is not None:
+            self._watch(lambda: self._alerts.observe(samples))
+            if self._watch(lambda: self._idle.observe(samples)):
+                self._dirty = True  # an idle job is being preempted
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
         if not (self._dirty or touched or due):
             return None
         self._dirty = False
         self._last_full = time.monotonic()
         with self._db.tx() as s:
+            held = job_repo.held_back(s, self._clock.now())
+            if held:
+                job_repo.set_reasons(s, {i: _held_reason(until) for i, until in held.items()})
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}
@@ -149,6 +178,15 @@ class Controller:
         self.last_cycle_s = time.perf_counter() - started
         self._on_cycle(self.last_cycle_s)
         return result
+
+    def _watch(self, step: Callable[[], T]) -> T | None:
+        """Run an alert or idle step; a failure is logged and retried at the next round, never
+        allowed to stop scheduling."""
+        try:
+            return step()
+        except Exception:
+            log.exception("an alert or idle-GPU step failed; trying again at the next round")
+            return None
 
     def _sync_nodes(self, force: bool = False) -> bool:
         """Record node joins and deaths the executor reports; True when anything changed.

@@ -32,19 +32,19 @@ class TelemetrySampler:
         self._last: datetime | None = None
         self._failing: set[str] = set()
 
-    def maybe_sample(self) -> int:
-        """Sample when due; how many readings were written (0 when not due or on failure)."""
+    def maybe_sample(self) -> list[GpuSample] | None:
+        """Sample when due; the readings written (None when not due or on failure)."""
         now = self._clock.now()
         if self._last is not None and 0 <= (now - self._last).total_seconds() < self._every_s:
-            return 0
+            return None
         self._last = now
         try:
             return self.sample()
         except Exception:
             log.exception("writing GPU telemetry failed; trying again at the next sampling")
-            return 0
+            return None
 
-    def sample(self) -> int:
+    def sample(self) -> list[GpuSample]:
         with self._db.tx() as s:
             busy = telemetry_repo.busy_gpus(s)
         samples: list[GpuSample] = []
@@ -52,7 +52,7 @@ class TelemetrySampler:
             samples.extend(self._read(node, held))
         with self._db.tx() as s:
             telemetry_repo.write_samples(s, samples, self._clock.now(), self._retention)
-        return len(samples)
+        return samples
 
     def _read(self, node: str, held: frozenset[int]) -> list[GpuSample]:
         try:

@@ -25,6 +25,7 @@ class ReasonCode(enum.StrEnum):
     RECLAIM = "reclaim"  # GPUs are being taken back for this job; it starts when they are free
     PREEMPTING = "preempting"  # lower-priority jobs of its project are being stopped for it
     BACKFILL = "backfill"  # it would fit, but in GPUs held for the job first in line
+    IDLE_HOLD = "idle_hold"  # preempted for sitting idle: the jobs that waited go first
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,18 @@ class Project:
     quota: float = 0.0
     limit: float | None = None  # None: no limit beyond the cluster
     weight: float = 1.0
+    # Interactive jobs whose GPUs sit idle this long are preempted while others wait (domain.idle).
+    idle_timeout_s: float | None = None
 
     @classmethod
-    def create(cls, name: str, quota: float = 0.0, limit: float | None = None, weight: float = 1.0) -> Project:
+    def create(
+        cls,
+        name: str,
+        quota: float = 0.0,
+        limit: float | None = None,
+        weight: float = 1.0,
+        idle_timeout_s: float | None = None,
+    ) -> Project:
         if not _NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
         for label, value in (("quota", quota), ("weight", weight)):
@@ -36,7 +45,20 @@ class Project:
                 raise InvalidInput(f"limit must be a number >= 0, got {limit!r}")
             if limit < quota:
                 raise InvalidInput(f"limit {limit:g} is below quota {quota:g}: a project may always use its quota")
-        return cls(name, float(quota), None if limit is None else float(limit), float(weight))
+        if idle_timeout_s is not None and not (math.isfinite(idle_timeout_s) and idle_timeout_s >= 60):
+            raise InvalidInput(
+                f"idle timeout must be at least 60 seconds (readings come every few seconds), got {idle_timeout_s!r}"
+            )
+        return cls(
+            name,
+            float(quota),
+            None if limit is None else float(limit),
+            float(weight),
+            None if idle_timeout_s is None else float(idle_timeout_s),
+        )
+
+    def describe_idle_timeout(self) -> str:
+        return "off" if self.idle_timeout_s is None else f"{self.idle_timeout_s:g}s"
 
     def describe_limit(self) -> str:
         return "none" if self.limit is None else f"{self.limit:g}"

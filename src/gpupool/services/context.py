@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
+from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.store.db import Database
 
@@ -26,3 +27,4 @@ class HeadContext:
     executor: Executor
     wake_controller: Callable[[], None]
     ray: RayCluster | None = None  # None on the local backend
+    idle: IdleSettings = field(default_factory=IdleSettings)  # what the head counts as an idle GPU

@@ -7,17 +7,23 @@ project holds add up to the GPUs the nodes show allocated).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from gpupool.domain.alerts import AlertKind
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import GpuInfo, NodeState
 from gpupool.domain.records import NodeRecord
 from gpupool.domain.telemetry import GpuSample
 from gpupool.services.projects import ProjectView, views
+from gpupool.store import alerts as alert_repo
+from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
+from gpupool.store.idle import IdleGpu
 
 # Each GPU is in exactly one of these, so that ``sum by (node)`` is the node's GPU count:
 #   unhealthy    its probe reports it unhealthy or an admin took it out of service (a job may still hold it)
@@ -28,6 +34,7 @@ from gpupool.store.db import Database
 GPU_STATES = ("allocated", "free", "unhealthy", "unavailable")
 NODE_STATES = tuple(s.value for s in NodeState)
 JOB_STATES = tuple(s.value for s in JobState)
+ALERT_KINDS = tuple(k.value for k in AlertKind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,9 @@ class ClusterFigures:
     # The newest telemetry sample of every GPU of a node that is not down (a dead node's last
     # readings are stale: like dcgm-exporter on a dead machine, its GPUs' series disappear).
     samples: list[GpuSample] = field(default_factory=list)
+    idle: list[IdleGpu] = field(default_factory=list)  # allocated GPUs idle for the head's idle time
+    alerts_active: Counter[str] = field(default_factory=Counter)  # by kind
+    alerts_raised: Counter[str] = field(default_factory=Counter)  # by kind, every alert kept
 
     def model_of(self, node: str, index: int) -> str:
         for record in self.nodes:
@@ -55,18 +65,28 @@ class ClusterFigures:
         return counts
 
 
-def read(db: Database) -> ClusterFigures:
+def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
     """One short read transaction; the arithmetic (fair shares, GPU states) happens after it."""
     with db.tx() as s:
         counts = job_repo.count_by_state_and_project(s)
         projects = views(s)
         nodes = node_repo.node_records(s)
         latest = telemetry_repo.latest(s)
+        idle = idle_repo.idle_gpus(s, now, idle_after_s)
+        active, raised = alert_repo.counts(s)
     down = {r.node.name for r in nodes if r.node.state is NodeState.DOWN}
     samples = [sample for sample in latest if sample.node not in down]
     names = sorted({v.project.name for v in projects} | {project for _, project in counts})
     jobs = {(state, name): counts.get((state, name), 0) for name in names for state in JOB_STATES}
-    return ClusterFigures(jobs=jobs, projects=projects, nodes=nodes, samples=samples)
+    return ClusterFigures(
+        jobs=jobs,
+        projects=projects,
+        nodes=nodes,
+        samples=samples,
+        idle=idle,
+        alerts_active=active,
+        alerts_raised=raised,
+    )
 
 
 def gpu_states(record: NodeRecord) -> dict[str, int]:

@@ -123,13 +123,17 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
     return get_job(session, job_id)
 
 
-def request_preempt(session: Session, job_id: int, now: datetime, message: str) -> bool:
-    """Mark a running job for preemption; the monitor stops it and requeues it. False if it is
-    no longer running or already being stopped."""
+def request_preempt(
+    session: Session, job_id: int, now: datetime, message: str, not_before: datetime | None = None
+) -> bool:
+    """Mark a running job for preemption; the monitor stops it and requeues it, to be scheduled
+    again from ``not_before`` (default: at once). False if it is no longer running or already
+    being stopped."""
     row = job_row(session, job_id, lock=True)
     if row.state != "running" or row.cancel_requested or row.preempt_requested:
         return False
     row.preempt_requested = True
+    row.not_before = not_before
     add_event(session, now, kind="preempt_requested", job_id=row.id, message=message)
     return True
 
@@ -155,6 +159,14 @@ def stop_overdue(session: Session, now: datetime) -> list[int]:
             )
             overdue.append(row.id)
     return overdue
+
+
+def held_back(session: Session, now: datetime) -> dict[int, datetime]:
+    """Pending jobs not to be scheduled yet (left out of the snapshot), with until when."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.not_before).where(JobRow.state == "pending", JobRow.not_before > now)
+    )
+    return {job_id: until for job_id, until in rows if until is not None}
 
 
 def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:

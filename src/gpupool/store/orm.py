@@ -65,6 +65,8 @@ class JobRow(Base):
     timed_out: Mapped[bool] = mapped_column(Boolean, default=False)  # stopped for exceeding max_runtime_s
     # server_default: migration 0002 added the column to tables that already had rows
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Not scheduled before this time: an idle job preempted for others yields to them first (0006).
+    not_before: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
@@ -165,6 +167,8 @@ class ProjectRow(Base):
     limit: Mapped[float | None] = mapped_column(Float, nullable=True)
     weight: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column()
+    # Preempt the project's interactive jobs idle this long while others wait (0006); null: never.
+    idle_timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class GpuSampleRow(Base):
@@ -210,3 +214,34 @@ class GpuMinuteRow(Base):
     # How many samples each average is over: a reading the GPU refused (None) is not a zero.
     utilization_samples: Mapped[int] = mapped_column(Integer)
     power_samples: Mapped[int] = mapped_column(Integer)
+
+
+class IdleSpellRow(Base):
+    """A held GPU's current run of low-utilisation readings (0006): one row per GPU at most,
+    kept across head restarts so an idle timeout is not reset by one."""
+
+    __tablename__ = "idle_spells"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    since: Mapped[datetime] = mapped_column()
+    utilization_pct: Mapped[float] = mapped_column(Float)
+
+
+class AlertRow(Base):
+    """An alert (0006): active while ``cleared_at`` is null. Cleared ones are kept a while as
+    history (and for the ``gpupool_alerts_total`` counter)."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    node: Mapped[str] = mapped_column(String(128))
+    gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), nullable=True)
+    message: Mapped[str] = mapped_column(Text)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    raised_at: Mapped[datetime] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column()
+    cleared_at: Mapped[datetime | None] = mapped_column(nullable=True, index=True)

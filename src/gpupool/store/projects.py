@@ -18,7 +18,7 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight)
+    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -45,12 +45,14 @@ def set_project(session: Session, project: Project, now: datetime) -> Project:
         row = ProjectRow(name=project.name, created_at=now)
         session.add(row)
     row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
+    row.idle_timeout_s = project.idle_timeout_s
     add_event(
         session,
         now,
         kind="project_set",
         message=f"project {project.name}: quota {project.quota:g}, "
-        f"limit {project.describe_limit()}, weight {project.weight:g}",
+        f"limit {project.describe_limit()}, weight {project.weight:g}, "
+        f"idle timeout {project.describe_idle_timeout()}",
     )
     return project
 

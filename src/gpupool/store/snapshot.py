@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobSpec
@@ -61,7 +61,11 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
     waiting = list(
         session.execute(
             select(JobRow.id, JobRow.submitted_at, JobRow.restarts)
-            .where(JobRow.state == "pending", JobRow.cancel_requested.is_(False))
+            .where(
+                JobRow.state == "pending",
+                JobRow.cancel_requested.is_(False),
+                or_(JobRow.not_before.is_(None), JobRow.not_before <= now),
+            )
             .order_by(JobRow.id)
         )
     )

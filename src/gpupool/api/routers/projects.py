@@ -28,7 +28,9 @@ def show(name: str, ctx: Ctx, who: Caller) -> ProjectOut:
 
 @router.put("/{name}", response_model=ProjectOut)
 def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOut:
-    project = Project.create(name, quota=body.quota, limit=body.limit, weight=body.weight)
+    project = Project.create(
+        name, quota=body.quota, limit=body.limit, weight=body.weight, idle_timeout_s=body.idle_timeout_s
+    )
     return ProjectOut.of(project_service.set_project(ctx, project, who))
 
 

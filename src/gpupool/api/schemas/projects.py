@@ -13,6 +13,11 @@ class ProjectSet(BaseModel):
     quota: float = Field(0.0, description="GPUs guaranteed to the project")
     limit: float | None = Field(None, description="most GPUs it may hold, borrowing included; null for no limit")
     weight: float = Field(1.0, description="its part of the GPUs beyond all quotas")
+    idle_timeout_s: float | None = Field(
+        None,
+        description="preempt its interactive jobs whose GPUs sat idle this long while others wait"
+        " (warned at half); null: never",
+    )
 
 
 class ProjectOut(BaseModel):
@@ -20,6 +25,7 @@ class ProjectOut(BaseModel):
     quota: float
     limit: float | None
     weight: float
+    idle_timeout_s: float | None
     allocated: float
     pending: float
     pending_jobs: int
@@ -35,6 +41,7 @@ class ProjectOut(BaseModel):
             quota=p.quota,
             limit=p.limit,
             weight=p.weight,
+            idle_timeout_s=p.idle_timeout_s,
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,

@@ -1,0 +1,82 @@
+"""`gpupool alerts` and `gpupool idle`: what needs an admin's attention, and which GPUs sit idle."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.render import ago, span
+
+
+def alerts(
+    all: Annotated[bool, typer.Option("--all", help="also alerts cleared in the last 30 days")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Active alerts: GPUs over the temperature threshold (gpupool up --alert-temperature), XID errors, nodes down."""
+    with client(url) as c:
+        listing = c.alerts(include_cleared=all)
+    if output is Output.JSON:
+        print_json(listing)
+        return
+    if not listing:
+        console.print("no alerts" if all else "no active alerts (gpupool alerts --all shows cleared ones)")
+        return
+    console.print(alerts_table(listing))
+
+
+def idle(url: UrlOpt = DEFAULT_URL, output: OutputOpt = Output.TABLE) -> None:
+    """GPUs allocated to a job but idle (below gpupool up's --idle-threshold for --idle-after)."""
+    with client(url) as c:
+        listing = c.idle_gpus()
+    if output is Output.JSON:
+        print_json(listing)
+        return
+    if not listing:
+        console.print("no idle allocated GPUs")
+        return
+    console.print(idle_table(listing))
+    console.print(
+        "[dim]a project's idle timeout preempts its idle interactive jobs while others wait: "
+        "gpupool project set NAME --idle-timeout 30m[/dim]"
+    )
+
+
+def alerts_table(listing: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("KIND", "NODE", "GPU", "JOB", "RAISED", "STATE", "MESSAGE"):
+        table.add_column(column, overflow="fold" if column == "MESSAGE" else "ellipsis")
+    for a in listing:
+        cleared = a.get("cleared_at")
+        table.add_row(
+            a["kind"],
+            a["node"],
+            "-" if a["gpu"] is None else str(a["gpu"]),
+            "-" if a["job_id"] is None else str(a["job_id"]),
+            f"{ago(a['raised_at'])} ago",
+            "[red]active[/red]" if cleared is None else f"cleared {ago(cleared)} ago",
+            a["message"],
+        )
+    return table
+
+
+def idle_table(listing: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NODE", "GPU", "JOB", "NAME", "USER", "PROJECT", "PRIORITY", "IDLE FOR", "UTIL"):
+        table.add_column(column, justify="right" if column in ("GPU", "JOB", "UTIL") else "left")
+    for g in listing:
+        table.add_row(
+            g["node"],
+            str(g["gpu"]),
+            str(g["job_id"]),
+            g["job_name"],
+            g["owner"],
+            g["project"],
+            g["priority"],
+            span(int(g["idle_for_s"])),
+            f"{g['utilization_pct']:.0f}%",
+        )
+    return table

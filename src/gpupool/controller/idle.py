@@ -1,0 +1,46 @@
+"""The controller's idle step, after each round of GPU readings: track idle spells of held GPUs,
+then apply projects' idle timeouts (warn, then preempt idle interactive jobs while others wait).
+
+Load → process → apply, in one short transaction: the readings are already in hand, and the
+decisions are ``domain.idle``'s pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpupool.clock import Clock
+from gpupool.domain.idle import IdlePreemption, IdleSettings, IdleWarning, idle_policy, update_spells
+from gpupool.domain.telemetry import GpuSample
+from gpupool.store import idle as idle_repo
+from gpupool.store import jobs as job_repo
+from gpupool.store.db import Database
+from gpupool.store.transitions import add_event
+
+
+class IdleWatch:
+    def __init__(self, db: Database, clock: Clock, settings: IdleSettings) -> None:
+        self._db = db
+        self._clock = clock
+        self._settings = settings
+
+    def observe(self, samples: Sequence[GpuSample]) -> list[IdleWarning | IdlePreemption]:
+        """Update spells from ``samples`` and act on idle timeouts; what was done."""
+        now = self._clock.now()
+        with self._db.tx() as s:
+            holders = idle_repo.holders(s)
+            spells = update_spells(idle_repo.load_spells(s), samples, holders, self._settings.threshold_pct)
+            idle_repo.save_spells(s, spells)
+            candidates = idle_repo.candidates(s)
+            if not candidates:
+                return []
+            warned = idle_repo.warned_since(s, [c.job_id for c in candidates])
+            actions = idle_policy(candidates, spells, warned, idle_repo.waiting(s), now, self._settings.threshold_pct)
+            done: list[IdleWarning | IdlePreemption] = []
+            for action in actions:
+                if isinstance(action, IdleWarning):
+                    add_event(s, now, kind=idle_repo.IDLE_WARNING, job_id=action.job_id, message=action.message)
+                    done.append(action)
+                elif job_repo.request_preempt(s, action.job_id, now, action.message, action.not_before):
+                    done.append(action)
+            return done

@@ -1,0 +1,142 @@
+"""Idle spells of held GPUs, and what the idle policy and the API need around them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, insert, or_, select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.decisions import ReasonCode
+from gpupool.domain.idle import GpuKey, IdleCandidate, IdleSpell
+from gpupool.domain.jobs import JobState, Priority
+from gpupool.domain.records import LIVE_WORKER_STATES
+from gpupool.store.orm import EventRow, IdleSpellRow, JobRow, ProjectRow, WorkerRow
+
+IDLE_WARNING = "idle_warning"
+# A pending job with one of these reasons would not start if GPUs were freed: it does not count
+# as waiting for the idle policy.
+_NOT_WAITING_FOR_GPUS = (ReasonCode.UNSATISFIABLE.value, ReasonCode.LIMIT.value, ReasonCode.NO_NODES.value)
+
+
+def holders(session: Session) -> dict[GpuKey, int]:
+    """The job on each GPU live workers hold. A GPU shared by fractional jobs is filed under the
+    oldest of them, so the choice is stable from round to round."""
+    rows = session.execute(
+        select(WorkerRow.node, WorkerRow.gpus, WorkerRow.job_id).where(WorkerRow.status.in_(LIVE_WORKER_STATES))
+    )
+    out: dict[GpuKey, int] = {}
+    for node, gpus, job_id in rows:
+        for gpu in gpus:
+            key = (node, int(gpu))
+            out[key] = min(out.get(key, job_id), job_id)
+    return out
+
+
+def load_spells(session: Session) -> dict[GpuKey, IdleSpell]:
+    return {
+        (r.node, r.gpu): IdleSpell(r.job_id, r.since, r.utilization_pct) for r in session.scalars(select(IdleSpellRow))
+    }
+
+
+def save_spells(session: Session, spells: Mapping[GpuKey, IdleSpell]) -> None:
+    """Replace every spell (one row per held GPU at most: the table stays small)."""
+    session.execute(delete(IdleSpellRow))
+    if spells:
+        session.execute(
+            insert(IdleSpellRow),
+            [
+                {"node": n, "gpu": g, "job_id": s.job_id, "since": s.since, "utilization_pct": s.utilization_pct}
+                for (n, g), s in sorted(spells.items())
+            ],
+        )
+
+
+def candidates(session: Session) -> list[IdleCandidate]:
+    """Running interactive jobs of projects with an idle timeout, with the GPUs they hold."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.project, ProjectRow.idle_timeout_s, WorkerRow.node, WorkerRow.gpus)
+        .join(ProjectRow, ProjectRow.name == JobRow.project)
+        .join(WorkerRow, WorkerRow.job_id == JobRow.id)
+        .where(
+            JobRow.state == JobState.RUNNING.value,
+            JobRow.priority == Priority.INTERACTIVE.value,
+            JobRow.preempt_requested.is_(False),
+            JobRow.cancel_requested.is_(False),
+            ProjectRow.idle_timeout_s.is_not(None),
+            WorkerRow.status.in_(LIVE_WORKER_STATES),
+        )
+    )
+    gpus: dict[int, set[GpuKey]] = {}
+    meta: dict[int, tuple[str, float]] = {}
+    for job_id, project, timeout, node, held in rows:
+        gpus.setdefault(job_id, set()).update((node, int(g)) for g in held)
+        meta[job_id] = (project, float(timeout or 0.0))
+    return [IdleCandidate(j, meta[j][0], meta[j][1], frozenset(keys)) for j, keys in gpus.items() if keys]
+
+
+def warned_since(session: Session, job_ids: list[int]) -> dict[int, datetime]:
+    """Each job's latest idle warning."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(EventRow.job_id, func.max(EventRow.time))
+        .where(EventRow.kind == IDLE_WARNING, EventRow.job_id.in_(job_ids))
+        .group_by(EventRow.job_id)
+    )
+    return {int(job_id): when for job_id, when in rows if job_id is not None}
+
+
+def waiting(session: Session) -> int:
+    """Pending jobs that wait for GPUs (freeing some could start them)."""
+    return int(
+        session.scalar(
+            select(func.count(JobRow.id)).where(
+                JobRow.state == JobState.PENDING.value,
+                or_(JobRow.reason_code.is_(None), JobRow.reason_code.not_in(_NOT_WAITING_FOR_GPUS)),
+            )
+        )
+        or 0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGpu:
+    """An allocated GPU idle for at least the head's idle time, with the job holding it."""
+
+    node: str
+    gpu: int
+    job_id: int
+    job_name: str
+    project: str
+    owner: str
+    priority: str
+    since: datetime
+    utilization_pct: float
+    idle_for_s: float
+
+
+def idle_gpus(session: Session, now: datetime, after_s: float) -> list[IdleGpu]:
+    rows = session.execute(
+        select(IdleSpellRow, JobRow.name, JobRow.project, JobRow.owner, JobRow.priority)
+        .join(JobRow, JobRow.id == IdleSpellRow.job_id)
+        .where(IdleSpellRow.since <= now - timedelta(seconds=after_s))
+        .order_by(IdleSpellRow.node, IdleSpellRow.gpu)
+    )
+    return [
+        IdleGpu(
+            spell.node,
+            spell.gpu,
+            spell.job_id,
+            name,
+            project,
+            owner,
+            priority,
+            spell.since,
+            spell.utilization_pct,
+            max(0.0, (now - spell.since).total_seconds()),
+        )
+        for spell, name, project, owner, priority in rows
+    ]
