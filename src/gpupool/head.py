@@ -163,6 +163,7 @@ class Head:
         line = (
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
+        line += f"\ndashboard: {url}/ui/ (gpupool dashboard prints a signed-in link)"
         if self.ray is not None:
             line += (
                 f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"

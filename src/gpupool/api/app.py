@@ -10,7 +10,7 @@ from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
-from gpupool.api.routers import accounting, alerts, cluster, jobs, metrics, nodes, projects, telemetry
+from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry
 from gpupool.services import nodes as node_service
 from gpupool.services.context import HeadContext
 
@@ -48,4 +48,5 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
     def whoami(who: Caller) -> dict[str, str]:
         return {"user": who.user, "role": who.role}
 
+    dashboard.mount(app)
     return app

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import alerts, jobs, join, nodes, projects, report, simulate, top, up
+from gpupool.cli import alerts, dashboard, jobs, join, nodes, projects, report, simulate, top, up
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
@@ -37,6 +37,7 @@ app.command("nodes")(nodes.nodes)
 app.command()(nodes.drain)
 app.command()(nodes.undrain)
 app.command("top")(top.top)
+app.command("dashboard")(dashboard.dashboard)
 app.command("report")(report.report)
 app.command("alerts")(alerts.alerts)
 app.command("idle")(alerts.idle)

@@ -1,0 +1,177 @@
+// The job page (#/jobs/ID): the job's fields, placements and events, refreshed every couple of
+// seconds, and its live log: GET /logs?worker=W&offset=N from the last offset, appended as text,
+// until the head says X-Gpupool-Finished: 1. A worker selector follows another worker of a gang.
+
+import { ApiError, AuthError, getJson, request } from "./api.js";
+import { emptyNote, fmtDuration, fmtGiB, fmtNum, fmtTime, h, pill, secondsSince, sleep, stateKind } from "./dom.js";
+
+const INTERVAL_MS = 2000;
+const LOG_LIMIT = 2_000_000; // characters kept on screen; older output is dropped from the top
+
+// The argument vector as a shell would need it typed: a job's command never runs through a shell,
+// but people read and copy it.
+function shellWords(argv) {
+  return argv.map((a) => (a !== "" && /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", "'\\''")}'`)).join(" ");
+}
+
+function facts(job) {
+  const ran = job.started_at ? fmtDuration(((job.finished_at ? Date.parse(job.finished_at) : Date.now()) - Date.parse(job.started_at)) / 1000) : "–";
+  const rows = [
+    ["Project", job.project],
+    ["Owner", job.owner],
+    ["Priority", job.priority],
+    ["GPUs", job.workers > 1 ? `${fmtNum(job.gpus, 2)} per worker × ${job.workers} workers` : fmtNum(job.gpus, 2)],
+    ["CPUs / memory", `${job.cpus || "any"} / ${job.memory_mib ? fmtGiB(job.memory_mib) : "no limit"}`],
+    ["Submitted", `${fmtTime(job.submitted_at)} (${fmtDuration(secondsSince(job.submitted_at))} ago)`],
+    ["Started", fmtTime(job.started_at)],
+    ["Finished", fmtTime(job.finished_at)],
+    ["Ran for", ran],
+    ["Exit code", job.exit_code ?? "–"],
+    ["Restarts", `${job.restarts} of ${job.max_restarts}`],
+    ["Work dir", job.workdir || "–"],
+    ["Command", shellWords(job.command)],
+  ];
+  if (job.reason) rows.push(["Reason", `${job.reason_code ? `${job.reason_code}: ` : ""}${job.reason}`]);
+  return rows.map(([k, v]) => h("div", { class: "fact", dataset: { fact: k.toLowerCase() } }, h("dt", {}, k), h("dd", {}, String(v))));
+}
+
+function placements(job) {
+  if (!job.placements.length) return emptyNote("Not placed on any GPU yet.", "job-no-placements");
+  return h(
+    "table",
+    { class: "table", testid: "job-placements" },
+    h("thead", {}, h("tr", {}, ["Worker", "Node", "GPUs", "Share"].map((t) => h("th", {}, t)))),
+    h(
+      "tbody",
+      {},
+      job.placements.map((p) =>
+        h(
+          "tr",
+          { testid: "placement-row" },
+          h("td", { class: "num" }, p.worker),
+          h("td", {}, h("a", { href: `#/gpu/${encodeURIComponent(p.node)}/${p.gpus[0] ?? 0}` }, p.node)),
+          h("td", {}, p.gpus.length ? p.gpus.join(", ") : "none"),
+          h("td", {}, p.gpu_share ? `${Math.round(p.gpu_share * 100)}%` : "whole"),
+        ),
+      ),
+    ),
+  );
+}
+
+function events(job) {
+  if (!job.events.length) return emptyNote("No events yet.");
+  return h(
+    "table",
+    { class: "table events", testid: "job-events" },
+    h("thead", {}, h("tr", {}, ["Time", "Event", "Node", "Message"].map((t) => h("th", {}, t)))),
+    h(
+      "tbody",
+      {},
+      job.events.map((e) =>
+        h(
+          "tr",
+          { testid: "event-row", dataset: { kind: e.kind } },
+          h("td", { class: "nowrap" }, fmtTime(e.time)),
+          h("td", {}, h("span", { class: "event-kind" }, e.kind)),
+          h("td", {}, e.node || ""),
+          h("td", {}, e.message),
+        ),
+      ),
+    ),
+  );
+}
+
+export function mountJob(container, id) {
+  const title = h("h1", { testid: "job-title" }, `Job #${id}`);
+  const state = h("span");
+  const factList = h("dl", { class: "facts", testid: "job-facts" });
+  const placementBox = h("div");
+  const eventBox = h("div");
+  const workerSelect = h("select", { testid: "log-worker", "aria-label": "worker" });
+  const logStatus = h("span", { class: "log-status", testid: "log-status" }, "connecting…");
+  const log = h("pre", { class: "log", testid: "job-log" });
+  let workers = 0;
+  let follow = 0;
+
+  container.replaceChildren(
+    h("a", { class: "back", href: "#/" }, "← Cluster"),
+    h("div", { class: "job-head" }, title, state),
+    h("section", { class: "panel" }, factList),
+    h("div", { class: "two-col" }, h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Placements")), placementBox), h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Events")), eventBox)),
+    h("section", { class: "panel", testid: "job-logs" }, h("div", { class: "panel-head" }, h("h2", {}, "Log"), h("div", { class: "panel-tools" }, logStatus, workerSelect)), log),
+  );
+
+  function append(text) {
+    if (!text) return;
+    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+    log.append(text);
+    if (log.textContent.length > LOG_LIMIT) log.textContent = log.textContent.slice(-LOG_LIMIT / 2);
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // One follower at a time: changing the worker (or leaving the page) ends the previous one.
+  async function followLog(worker) {
+    const mine = ++follow;
+    const decoder = new TextDecoder();
+    let offset = 0;
+    log.replaceChildren();
+    while (mine === follow && log.isConnected) {
+      let response;
+      try {
+        response = await request(`/api/v1/jobs/${id}/logs?worker=${worker}&offset=${offset}`);
+      } catch (err) {
+        if (err instanceof AuthError) return;
+        logStatus.textContent = `log: ${err.message}; retrying`;
+        await sleep(2000);
+        continue;
+      }
+      const bytes = await response.arrayBuffer();
+      if (mine !== follow) return;
+      append(decoder.decode(bytes, { stream: true }));
+      offset = Number(response.headers.get("X-Gpupool-Next-Offset") ?? offset + bytes.byteLength);
+      if (response.headers.get("X-Gpupool-Finished") === "1") {
+        append(decoder.decode());
+        logStatus.textContent = "finished";
+        logStatus.dataset.finished = "1";
+        if (!log.textContent) log.append("(no output)");
+        return;
+      }
+      logStatus.textContent = offset ? `following · ${offset.toLocaleString()} bytes` : "waiting for output…";
+      if (!bytes.byteLength) await sleep(1000);
+    }
+  }
+
+  function setWorkers(n) {
+    if (n === workers) return;
+    workers = n;
+    workerSelect.replaceChildren(...Array.from({ length: n }, (_, i) => h("option", { value: i }, `worker ${i}`)));
+    workerSelect.hidden = n < 2;
+  }
+  workerSelect.addEventListener("change", () => followLog(Number(workerSelect.value)));
+
+  async function refresh() {
+    let job;
+    try {
+      job = await getJson(`/api/v1/jobs/${id}`);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) {
+        title.textContent = `Job #${id}`;
+        factList.replaceChildren(emptyNote(err.message, "job-missing"));
+        return;
+      }
+      throw err;
+    }
+    title.replaceChildren(`#${job.id} `, h("span", { class: "job-name" }, job.name));
+    state.replaceChildren(pill(job.state, stateKind(job.state), "job-state"));
+    factList.replaceChildren(...facts(job));
+    placementBox.replaceChildren(placements(job));
+    eventBox.replaceChildren(events(job));
+    document.title = `#${job.id} ${job.name} · gpupool`;
+    if (!workers) {
+      setWorkers(job.workers);
+      followLog(0);
+    }
+  }
+
+  return { refresh, interval: INTERVAL_MS };
+}

@@ -1,0 +1,205 @@
+"""The web dashboard in a real headless Chromium (Debian's, through Playwright) against a real head:
+sign-in, the cluster map with the running job on its GPU, the queue with why a gang waits, the
+projects, a GPU's history charts, and a job page whose log grows while the job prints. The page
+must ask nothing of any host but the head; screenshots go to test-artifacts/ for people to look at."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+VENDOR = ROOT / "src" / "gpupool" / "dashboard" / "static" / "vendor" / "uPlot.iife.min.js"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# What may answer 404 without breaking the page: endpoints a head may not have yet (the page hides
+# their sections) and the chart library where npm was missing at install (no charts, a note).
+OPTIONAL = ("/api/v1/gpus/idle", "/api/v1/alerts", "/ui/vendor/")
+PRINTER = "import time\nfor i in range(600):\n    print(f'dashboard line {i}', flush=True)\n    time.sleep(0.1)\n"
+DONE = "import os\nprint(f'rank {os.environ[\"RANK\"]} done')\n"
+LINE = re.compile(r"dashboard line (\d+)")
+
+
+def need(what: str, how: str) -> None:
+    """Skip where the browser is missing (a developer's machine); fail in CI, where it must be."""
+    message = f"{what}; {how}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def playwright_api() -> Any:
+    if not CHROMIUM.exists():
+        need(f"no {CHROMIUM} to drive", "run scripts/chromium.sh (installs Debian's chromium; needs root)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        need("Playwright for Python is not installed", "run scripts/install.sh test")
+    return sync_api
+
+
+def start_jobs(head: HeadProcess) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """A running job that prints a line every 0.1 s, a gang of 2 x 4 GPUs that cannot start while
+    that job holds one of the 8 GPUs, and a CPU-only gang of 2 workers that has already ended."""
+    with head.client() as c:
+        done_id = int(c.submit(command=[sys.executable, "-c", DONE], name="two-ranks", gpus=0, workers=2)["id"])
+        wait_state(c, done_id, ("succeeded",))
+        running_id = int(c.submit(command=[sys.executable, "-c", PRINTER], name="printer", gpus=1)["id"])
+        running = wait_state(c, running_id, ("running",))
+        gang_id = int(c.submit(command=["sleep", "60"], name="big-gang", gpus=4, workers=2)["id"])
+        pending = wait_for(lambda: (j := c.job(gang_id))["reason_code"] == "gang" and j, what="the gang's reason")
+    assert pending["state"] == "pending"
+    return running, pending, done_id
+
+
+def test_dashboard_shows_cluster_queue_and_live_job_log(head: HeadProcess, playwright_api: Any) -> None:
+    expect = playwright_api.expect
+    running, pending, done_id = start_jobs(head)
+    (placement,) = running["placements"]
+    link = head.cli("dashboard").stdout.strip()
+    assert link == f"{head.url}/ui/#token={head.token()}"
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            urls: list[str] = []
+            problems: list[str] = []
+            page.on("request", lambda r: urls.append(r.url))
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("console", lambda m: m.type == "error" and problems.append(f"{m.text} ({m.location.get('url')})"))
+
+            # Without a token: the sign-in form, saying where a token comes from.
+            page.goto(f"{head.url}/")
+            expect(page.get_by_test_id("signin")).to_contain_text("gpupool dashboard")
+            assert urlsplit(page.url).path == "/ui/"
+
+            # The link `gpupool dashboard` prints signs in and leaves no token in the address bar.
+            page.goto(link)
+            expect(page.get_by_test_id("node-card")).to_have_count(2)
+            assert "token" not in page.url
+            expect(page.get_by_test_id("who")).to_contain_text(running["owner"])
+            expect(page.get_by_test_id("gpu-tile")).to_have_count(8)
+            tile = page.locator(
+                f'[data-testid="gpu-tile"][data-node="{placement["node"]}"][data-gpu="{placement["gpus"][0]}"]'
+            )
+            expect(tile.get_by_test_id("gpu-job")).to_contain_text(f"#{running['id']} printer")
+            expect(tile.get_by_test_id("gpu-job")).to_contain_text(running["owner"])
+            expect(page.locator('[data-testid="gpu-job"]')).to_have_count(1)
+            # The head reads every GPU every 5 s: every tile gets its utilisation within ~20 s.
+            expect(page.locator('[data-testid="gpu-tile"][data-has-reading="1"]')).to_have_count(8, timeout=20_000)
+            expect(tile.get_by_test_id("gpu-util")).to_have_text(re.compile(r"^\d+%$"))
+
+            row = page.locator(f'[data-testid="queue-row"][data-job-id="{pending["id"]}"]')
+            expect(row).to_contain_text("big-gang")
+            expect(row).to_contain_text("4 × 2 workers")
+            expect(row.get_by_test_id("queue-reason")).to_contain_text(pending["reason"])
+            expect(row.get_by_test_id("reason-code")).to_have_text(pending["reason_code"])
+            project = page.locator(f'[data-testid="project-row"][data-project="{running["project"]}"]')
+            expect(project.get_by_test_id("project-facts")).to_contain_text("1 held")
+
+            # A click on the tile opens the GPU's history: three charts with the readings so far.
+            tile.click()
+            expect(page.get_by_test_id("gpu-history")).to_be_visible()
+            if VENDOR.exists():
+                charts = page.get_by_test_id("gpu-chart")
+                expect(charts).to_have_count(3)
+                expect(page.locator('[data-testid="gpu-chart"] canvas')).to_have_count(3)
+                expect(charts.first).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"))
+            else:
+                expect(page.get_by_test_id("charts-note")).to_contain_text("scripts/install.sh")
+            page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+            # The job page: its events, and its log growing while the job prints.
+            tile.get_by_test_id("gpu-job").get_by_role("link").click()
+            expect(page.get_by_test_id("job-title")).to_contain_text("printer")
+            expect(page.get_by_test_id("job-state")).to_have_text("running")
+            with head.client() as c:
+                events = c.job(running["id"])["events"]
+            assert events
+            for event in events:
+                expect(page.get_by_test_id("job-events")).to_contain_text(event["message"])
+            expect(page.get_by_test_id("placement-row")).to_contain_text(placement["node"])
+            log = page.get_by_test_id("job-log")
+            expect(log).to_contain_text("dashboard line 0")
+            seen = max(int(n) for n in LINE.findall(log.text_content() or ""))
+            expect(log).to_contain_text(f"dashboard line {seen + 10}\n", timeout=10_000)
+            text = log.text_content() or ""
+            numbers = [int(n) for n in LINE.findall(text)]
+            assert numbers == list(range(len(numbers))), "the log lost or repeated lines"
+            expect(page.get_by_test_id("log-status")).to_contain_text("following")
+            page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)
+
+            # A gang that ended: each worker's whole log, then "finished" (polling stops).
+            page.goto(f"{head.url}/ui/#/jobs/{done_id}")
+            expect(page.get_by_test_id("job-state")).to_have_text("succeeded")
+            expect(page.get_by_test_id("log-status")).to_have_text("finished")
+            expect(log).to_contain_text("rank 0 done\n")
+            page.get_by_test_id("log-worker").select_option("1")
+            expect(log).to_contain_text("rank 1 done\n")
+            expect(log).not_to_contain_text("rank 0")
+            expect(page.get_by_test_id("log-status")).to_have_text("finished")
+            problems = [p for p in problems if not ("404" in p and any(o in p for o in OPTIONAL))]
+            assert not problems, f"the browser reported errors: {problems}"
+
+            # Signing out forgets the token; a wrong one comes back to the form with the head's
+            # message (the browser logs those 401s, as it should); the right one signs in again.
+            page.get_by_test_id("sign-out").click()
+            expect(page.get_by_test_id("signin-error")).to_have_text("Signed out.")
+            page.get_by_test_id("signin-token").fill("gp_not-a-token")
+            page.get_by_test_id("signin-submit").click()
+            expect(page.get_by_test_id("signin-error")).to_contain_text("invalid token")
+            page.get_by_test_id("signin-token").fill(head.token())
+            page.get_by_test_id("signin-submit").click()
+            expect(page.get_by_test_id("job-title")).to_contain_text("two-ranks")
+        finally:
+            browser.close()
+
+    head_origin = urlsplit(head.url).netloc
+    elsewhere = [u for u in urls if urlsplit(u).scheme != "data" and urlsplit(u).netloc != head_origin]
+    assert not elsewhere, f"the page fetched from outside the head: {elsewhere}"
+    assert not any(head.token() in u for u in urls), "the token must never be in a request URL"
+
+
+def test_the_head_serves_the_dashboard_files_without_a_token_and_the_data_only_with_one(head: HeadProcess) -> None:
+    """The static files hold no data, so they need no token; they carry a CSP that keeps the page
+    on the head; the data stays behind the token."""
+    with httpx.Client(base_url=head.url) as http:
+        root = http.get("/")
+        assert root.status_code == 307
+        assert root.headers["location"] == "/ui/"
+        page = http.get("/ui/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert 'src="js/app.js"' in page.text
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert "connect-src 'self'" in page.headers["content-security-policy"]
+        script = http.get("/ui/js/app.js")
+        assert script.status_code == 200
+        assert "javascript" in script.headers["content-type"]
+        assert http.get("/api/v1/nodes").status_code == 401
+    announced = f"dashboard: {head.url}/ui/ (gpupool dashboard prints a signed-in link)\n"
+    wait_for(lambda: announced in head.output, 5, what="the head to announce the dashboard")
