@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.e2e.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +66,8 @@ def test_third_four_gpu_job_waits_with_a_reason_and_starts_when_one_ends(head: H
         wait_state(c, first, ("running",))
         wait_state(c, second, ("running",))
         pending = wait_state(c, third, ("pending",))
-        why = c.why(third)
+        # The reason is written at the end of the cycle that saw the job, after that cycle's launches.
+        why = wait_for(lambda: (w := c.why(third))["reason_code"] != "new" and w, what="a reason for job 3")
         assert why["reason_code"] == "resources", why
         assert "needs 4 GPUs" in why["reason"] and "0 of 8 GPUs are free" in why["reason"]
         assert pending["placements"] == []
