@@ -5,17 +5,15 @@ and stores, and never stops the loop."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from sqlalchemy import select
 
 from gpupool.clock import Clock
+from gpupool.controller.telemetry import Round
 from gpupool.domain.alerts import AlertRules, Verdicts, evaluate_gpus, evaluate_nodes
-from gpupool.domain.idle import GpuKey
 from gpupool.domain.nodes import NodeState
-from gpupool.domain.telemetry import GpuSample
+from gpupool.domain.telemetry import GpuKey
 from gpupool.store import alerts as alert_repo
-from gpupool.store import idle as idle_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import NodeRow
 
@@ -29,16 +27,16 @@ class AlertWatch:
         self._rules = rules
         self._xid_seen: dict[GpuKey, float] | None = None  # loaded from the store at first use
 
-    def observe(self, samples: Sequence[GpuSample]) -> Verdicts:
+    def observe(self, readings: Round) -> Verdicts:
         now = self._clock.now()
         with self._db.tx() as s:
             if self._xid_seen is None:
                 self._xid_seen = alert_repo.xid_seen(s)
             verdicts = evaluate_gpus(
-                alert_repo.active(s), samples, idle_repo.holders(s), self._xid_seen, now, self._rules
+                alert_repo.active(s), readings.samples, readings.holders, self._xid_seen, now, self._rules
             )
             alert_repo.apply(s, verdicts, now)
-        for sample in samples:
+        for sample in readings.samples:
             self._xid_seen[(sample.node, sample.index)] = float(sample.xid_errors or 0)
         return verdicts
 

@@ -7,11 +7,9 @@ decisions are ``domain.idle``'s pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gpupool.clock import Clock
+from gpupool.controller.telemetry import Round
 from gpupool.domain.idle import IdlePreemption, IdleSettings, IdleWarning, idle_policy, update_spells
-from gpupool.domain.telemetry import GpuSample
 from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store.db import Database
@@ -24,13 +22,13 @@ class IdleWatch:
         self._clock = clock
         self._settings = settings
 
-    def observe(self, samples: Sequence[GpuSample]) -> list[IdleWarning | IdlePreemption]:
-        """Update spells from ``samples`` and act on idle timeouts; what was done."""
+    def observe(self, readings: Round) -> list[IdleWarning | IdlePreemption]:
+        """Update spells from a round of readings and act on idle timeouts; what was done."""
         now = self._clock.now()
         with self._db.tx() as s:
-            holders = idle_repo.holders(s)
-            spells = update_spells(idle_repo.load_spells(s), samples, holders, self._settings.threshold_pct)
-            idle_repo.save_spells(s, spells)
+            before = idle_repo.load_spells(s)
+            spells = update_spells(before, readings.samples, readings.holders, self._settings.threshold_pct)
+            idle_repo.save_spells(s, before, spells)
             candidates = idle_repo.candidates(s)
             if not candidates:
                 return []

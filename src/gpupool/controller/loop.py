@@ -146,10 +146,10 @@ class Controller:
             touched |= set(s.scalars(select(JobRow.id).where(stopping)))
         self._monitor.settle(touched)
         self._accrue_usage()
-        samples = self._telemetry.maybe_sample()
-        if samples is not None:
-            self._watch(lambda: self._alerts.observe(samples))
-            if self._watch(lambda: self._idle.observe(samples)):
+        readings = self._telemetry.maybe_sample()
+        if readings is not None:
+            self._watch(lambda: self._alerts.observe(readings))
+            if self._watch(lambda: self._idle.observe(readings)):
                 self._dirty = True  # an idle job is being preempted
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
         if not (self._dirty or touched or due):

@@ -9,15 +9,25 @@ until it can be read again) and skipped; nothing here may stop the loop.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from gpupool.clock import Clock
-from gpupool.domain.telemetry import GpuSample, TelemetryRetention
+from gpupool.domain.telemetry import GpuKey, GpuSample, TelemetryRetention
 from gpupool.executors.base import Executor
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.controller")
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One round of readings, and which job held each GPU when it was read: the idle and alert
+    steps that follow use the same view instead of reading the workers again."""
+
+    samples: list[GpuSample]
+    holders: dict[GpuKey, int]
 
 
 class TelemetrySampler:
@@ -32,8 +42,8 @@ class TelemetrySampler:
         self._last: datetime | None = None
         self._failing: set[str] = set()
 
-    def maybe_sample(self) -> list[GpuSample] | None:
-        """Sample when due; the readings written (None when not due or on failure)."""
+    def maybe_sample(self) -> Round | None:
+        """Sample when due; the round written (None when not due or on failure)."""
         now = self._clock.now()
         if self._last is not None and 0 <= (now - self._last).total_seconds() < self._every_s:
             return None
@@ -44,15 +54,16 @@ class TelemetrySampler:
             log.exception("writing GPU telemetry failed; trying again at the next sampling")
             return None
 
-    def sample(self) -> list[GpuSample]:
+    def sample(self) -> Round:
         with self._db.tx() as s:
-            busy = telemetry_repo.busy_gpus(s)
+            holders = telemetry_repo.holders(s)
+            busy = telemetry_repo.busy_gpus(s, holders)
         samples: list[GpuSample] = []
         for node, held in sorted(busy.items()):
             samples.extend(self._read(node, held))
         with self._db.tx() as s:
             telemetry_repo.write_samples(s, samples, self._clock.now(), self._retention)
-        return samples
+        return Round(samples, holders)
 
     def _read(self, node: str, held: frozenset[int]) -> list[GpuSample]:
         try:

@@ -19,9 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpupool.domain.telemetry import GpuSample
-
-GpuKey = tuple[str, int]  # (node, GPU index)
+from gpupool.domain.telemetry import GpuKey, GpuSample
 
 
 @dataclass(frozen=True, slots=True)

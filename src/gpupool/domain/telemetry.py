@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+GpuKey = tuple[str, int]  # (node, GPU index)
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:

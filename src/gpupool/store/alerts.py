@@ -9,7 +9,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.alerts import Alert, AlertKind, Verdicts
-from gpupool.domain.idle import GpuKey
+from gpupool.domain.telemetry import GpuKey
 from gpupool.store.orm import AlertRow
 from gpupool.store.transitions import add_event
 

@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, or_, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.decisions import ReasonCode
-from gpupool.domain.idle import GpuKey, IdleCandidate, IdleSpell
+from gpupool.domain.idle import IdleCandidate, IdleSpell
 from gpupool.domain.jobs import JobState, Priority
 from gpupool.domain.records import LIVE_WORKER_STATES
+from gpupool.domain.telemetry import GpuKey
 from gpupool.store.orm import EventRow, IdleSpellRow, JobRow, ProjectRow, WorkerRow
 
 IDLE_WARNING = "idle_warning"
@@ -21,37 +22,25 @@ IDLE_WARNING = "idle_warning"
 _NOT_WAITING_FOR_GPUS = (ReasonCode.UNSATISFIABLE.value, ReasonCode.LIMIT.value, ReasonCode.NO_NODES.value)
 
 
-def holders(session: Session) -> dict[GpuKey, int]:
-    """The job on each GPU live workers hold. A GPU shared by fractional jobs is filed under the
-    oldest of them, so the choice is stable from round to round."""
-    rows = session.execute(
-        select(WorkerRow.node, WorkerRow.gpus, WorkerRow.job_id).where(WorkerRow.status.in_(LIVE_WORKER_STATES))
-    )
-    out: dict[GpuKey, int] = {}
-    for node, gpus, job_id in rows:
-        for gpu in gpus:
-            key = (node, int(gpu))
-            out[key] = min(out.get(key, job_id), job_id)
-    return out
-
-
 def load_spells(session: Session) -> dict[GpuKey, IdleSpell]:
     return {
         (r.node, r.gpu): IdleSpell(r.job_id, r.since, r.utilization_pct) for r in session.scalars(select(IdleSpellRow))
     }
 
 
-def save_spells(session: Session, spells: Mapping[GpuKey, IdleSpell]) -> None:
-    """Replace every spell (one row per held GPU at most: the table stays small)."""
-    session.execute(delete(IdleSpellRow))
-    if spells:
-        session.execute(
-            insert(IdleSpellRow),
-            [
-                {"node": n, "gpu": g, "job_id": s.job_id, "since": s.since, "utilization_pct": s.utilization_pct}
-                for (n, g), s in sorted(spells.items())
-            ],
-        )
+def save_spells(session: Session, before: Mapping[GpuKey, IdleSpell], after: Mapping[GpuKey, IdleSpell]) -> None:
+    """Write what changed from ``before`` (what ``load_spells`` read) to ``after``: a round in
+    which nothing started or ended being idle costs no writes."""
+    for node, gpu in sorted(before.keys() - after.keys()):
+        session.execute(delete(IdleSpellRow).where(IdleSpellRow.node == node, IdleSpellRow.gpu == gpu))
+    for (node, gpu), spell in sorted(after.items()):
+        if before.get((node, gpu)) == spell:
+            continue
+        row = session.get(IdleSpellRow, (node, gpu))
+        if row is None:
+            row = IdleSpellRow(node=node, gpu=gpu)
+            session.add(row)
+        row.job_id, row.since, row.utilization_pct = spell.job_id, spell.since, spell.utilization_pct
 
 
 def candidates(session: Session) -> list[IdleCandidate]:

@@ -10,7 +10,7 @@ SQLite and PostgreSQL behave alike (no ``date_trunc`` or ``strftime``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -19,21 +19,35 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES
-from gpupool.domain.telemetry import GpuSample, Resolution, TelemetryPoint, TelemetryRetention
+from gpupool.domain.telemetry import GpuKey, GpuSample, Resolution, TelemetryPoint, TelemetryRetention
 from gpupool.store.orm import GpuMinuteRow, GpuSampleRow, NodeRow, WorkerRow
 
 MINUTE = timedelta(minutes=1)
 
 
-def busy_gpus(session: Session) -> dict[str, frozenset[int]]:
-    """Every node that is not down, with the GPU indices its live workers hold (maybe none)."""
+def holders(session: Session) -> dict[GpuKey, int]:
+    """The job on each GPU live workers hold. A GPU shared by fractional jobs is filed under the
+    oldest of them, so the choice is stable from round to round."""
+    rows = session.execute(
+        select(WorkerRow.node, WorkerRow.gpus, WorkerRow.job_id).where(WorkerRow.status.in_(LIVE_WORKER_STATES))
+    )
+    out: dict[GpuKey, int] = {}
+    for node, gpus, job_id in rows:
+        for gpu in gpus:
+            key = (node, int(gpu))
+            out[key] = min(out.get(key, job_id), job_id)
+    return out
+
+
+def busy_gpus(session: Session, held: Mapping[GpuKey, int]) -> dict[str, frozenset[int]]:
+    """Every node that is not down, with the GPU indices its live workers hold (``held``, from
+    ``holders``; maybe none)."""
     nodes = session.scalars(select(NodeRow.name).where(NodeRow.state != NodeState.DOWN.value))
-    held: dict[str, set[int]] = {name: set() for name in nodes}
-    workers = select(WorkerRow.node, WorkerRow.gpus).where(WorkerRow.status.in_(LIVE_WORKER_STATES))
-    for node, gpus in session.execute(workers):
-        if node in held:
-            held[node].update(gpus)
-    return {name: frozenset(gpus) for name, gpus in held.items()}
+    busy: dict[str, set[int]] = {name: set() for name in nodes}
+    for node, gpu in held:
+        if node in busy:
+            busy[node].add(gpu)
+    return {name: frozenset(gpus) for name, gpus in busy.items()}
 
 
 def write_samples(session: Session, samples: Sequence[GpuSample], now: datetime, retention: TelemetryRetention) -> None:
