@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago, span
@@ -40,8 +41,9 @@ def idle(url: UrlOpt = DEFAULT_URL, output: OutputOpt = Output.TABLE) -> None:
         return
     console.print(idle_table(listing))
     console.print(
-        "[dim]a project's idle timeout preempts its idle interactive jobs while others wait: "
-        "gpupool project set NAME --idle-timeout 30m[/dim]"
+        "a project's idle timeout preempts its idle interactive jobs while others wait: "
+        "gpupool project set NAME --idle-timeout 30m",
+        style="dim",
     )
 
 
@@ -57,7 +59,7 @@ def alerts_table(listing: list[dict[str, Any]]) -> Table:
             "-" if a["gpu"] is None else str(a["gpu"]),
             "-" if a["job_id"] is None else str(a["job_id"]),
             f"{ago(a['raised_at'])} ago",
-            "[red]active[/red]" if cleared is None else f"cleared {ago(cleared)} ago",
+            Text("active", style="red") if cleared is None else f"cleared {ago(cleared)} ago",
             a["message"],
         )
     return table

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import typer
 
-from gpupool.cli.common import UrlOpt, console, err_console, resolve_token
+from gpupool.cli.common import DEFAULT_URL, UrlOpt, console, err_console, resolve_token
 
 OpenOpt = Annotated[bool, typer.Option("--open", help="also open it in the default web browser")]
 
@@ -21,7 +21,7 @@ def dashboard_link(url: str, token: str) -> str:
     return f"{url.rstrip('/')}/ui/#token={quote(token, safe='')}"
 
 
-def dashboard(url: UrlOpt = "http://127.0.0.1:7070", open_: OpenOpt = False) -> int:
+def dashboard(url: UrlOpt = DEFAULT_URL, open_: OpenOpt = False) -> int:
     """Print the dashboard's URL with your token (keep it private: it signs in as you); --open opens it."""
     token = resolve_token()
     if token is None:
