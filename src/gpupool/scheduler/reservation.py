@@ -6,19 +6,12 @@ Its start is estimated by giving back running jobs' GPUs in the order they are e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpupool.domain.jobs import Placement
 from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler.reserved import Reservation as Reservation  # defined apart (the session holds one)
 from gpupool.scheduler.session import Session
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    job_id: int
-    placements: tuple[Placement, ...]
-    until: datetime | None  # when the reserved job is expected to start; None if unknown
 
 
 def expected_end(job: RunningJob) -> datetime | None:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-
-if TYPE_CHECKING:
-    from gpupool.scheduler.reservation import Reservation
 from gpupool.scheduler import registry
 from gpupool.scheduler.capacity import ever_fits
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
@@ -20,6 +16,7 @@ from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.fit import build, can_fit
+from gpupool.scheduler.reserved import Reservation
 
 
 @dataclass(slots=True)
