@@ -19,7 +19,7 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
-from gpupool.sim.trace import TraceJob
+from gpupool.sim.trace_job import TraceJob
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 ROUNDS_PER_EVENT = 3  # preemptions free GPUs at once: schedule again at the same instant

@@ -18,7 +18,7 @@ from gpupool.scheduler import SchedulerConfig
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import summarize
-from gpupool.sim.trace import TraceJob
+from gpupool.sim.trace_job import TraceJob
 
 PERCENTILE = 95
 

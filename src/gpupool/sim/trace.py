@@ -11,28 +11,18 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpupool.domain.errors import GpupoolError, InvalidInput
 from gpupool.domain.jobs import JobSpec
-
-if TYPE_CHECKING:
-    from gpupool.sim.workload import Window
+from gpupool.sim.trace_job import TraceJob as TraceJob  # defined apart (workload needs it); importable here too
+from gpupool.sim.workload import Window
 
 GPUS_PER_NODE = 8  # what Philly, ITP and Tiresias' simulators model a node as
 REQUIRED = ("job_id", "submit_time", "duration", "gpus")
 DATED_FORMATS = frozenset({"philly"})  # submit times are dates (epoch seconds once loaded)
-
-
-@dataclass(frozen=True, slots=True)
-class TraceJob:
-    job_id: str
-    submit_time: float
-    duration: float | None  # None: never ends (placement studies)
-    spec: JobSpec
 
 
 def load(path: Path, fmt: str = "auto", window: Window | None = None) -> list[TraceJob]:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
-from gpupool.sim.trace import TraceJob
+from gpupool.sim.trace_job import TraceJob
 
 Bound = float | datetime | None  # seconds after the trace's first submission, a date, or open
 

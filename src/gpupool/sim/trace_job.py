@@ -1,0 +1,17 @@
+"""A job of a trace: what the loaders (``trace``) produce, the shaping knobs (``workload``)
+rewrite and the replay (``engine``, ``plan``) consumes. Its own module so that those import it
+without importing each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.jobs import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    job_id: str
+    submit_time: float
+    duration: float | None  # None: never ends (placement studies)
+    spec: JobSpec
