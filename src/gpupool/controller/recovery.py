@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
-
 from gpupool.clock import Clock
-from gpupool.domain.jobs import JobState
 from gpupool.executors.base import Executor
+from gpupool.store import recovery as recovery_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
-from gpupool.store.orm import JobRow
-from gpupool.store.transitions import add_event, transition_job
 
 log = logging.getLogger("gpupool.controller")
 
@@ -44,25 +40,7 @@ def recover(db: Database, executor: Executor, clock: Clock) -> set[int]:
                 worker_repo.record_exit(s, w.id, None, True, now, reason="never launched: the head restarted first")
                 lost += 1
     with db.tx() as s:
-        active = list(s.scalars(select(JobRow).where(JobRow.state.in_(("starting", "running")))))
-        for row in active:
-            if row.state == JobState.STARTING.value:
-                attempt = worker_repo.attempt_workers(s, row.id, row.starts)
-                if attempt and all(w.status.value == "lost" and w.handle is None for w in attempt):
-                    # Nothing was launched: give the job back to the queue without counting a restart.
-                    message = "the head restarted before launching; requeued"
-                    transition_job(s, row, JobState.PENDING, now, message, kind="requeued")
-                    continue
-                transition_job(s, row, JobState.RUNNING, now, "re-adopted after a head restart")
-            else:
-                add_event(
-                    s,
-                    now,
-                    kind="readopted",
-                    job_id=row.id,
-                    message="re-adopted after a head restart: its workers kept running",
-                )
-        ids = {r.id for r in active}
+        ids = recovery_repo.settle_active_jobs(s, now)
     if live:
         log.info("recovery: %d workers re-adopted, %d never launched", adopted, lost)
     return ids
