@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
-
 from gpupool.clock import Clock
 from gpupool.controller.telemetry import Round
 from gpupool.domain.alerts import AlertRules, Verdicts, evaluate_gpus, evaluate_nodes
-from gpupool.domain.nodes import NodeState
 from gpupool.domain.telemetry import GpuKey
 from gpupool.store import alerts as alert_repo
+from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
-from gpupool.store.orm import NodeRow
 
 log = logging.getLogger("gpupool.controller")
 
@@ -43,8 +40,6 @@ class AlertWatch:
     def nodes(self) -> Verdicts:
         now = self._clock.now()
         with self._db.tx() as s:
-            rows = s.execute(select(NodeRow.name, NodeRow.labels).where(NodeRow.state == NodeState.DOWN.value))
-            down = {name: str((labels or {}).get("reason", "")) for name, labels in rows}
-            verdicts = evaluate_nodes(alert_repo.active(s), down, now)
+            verdicts = evaluate_nodes(alert_repo.active(s), node_repo.down_nodes(s), now)
             alert_repo.apply(s, verdicts, now)
         return verdicts

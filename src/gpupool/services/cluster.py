@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpupool.domain.errors import Conflict, Forbidden
 from gpupool.domain.nodes import NodeState
 from gpupool.services.context import HeadContext, RayCluster
-from gpupool.store.orm import NodeRow
+from gpupool.store import nodes as node_repo
 from gpupool.store.tokens import Principal
 
 
@@ -19,11 +19,11 @@ def join(ctx: HeadContext, who: Principal, name: str) -> RayCluster:
             code="not_ray_backend",
         )
     with ctx.db.tx() as s:
-        row = s.get(NodeRow, name)
-        if row is not None and row.state != NodeState.DOWN.value:
-            raise Conflict(
-                f"node {name} is {row.state}: two nodes may not share a name; pick another --name, or wait "
-                f"until the head sees the old {name} down (at most the node timeout, {ctx.ray.node_timeout_s:g}s)",
-                code="node_name_taken",
-            )
+        state = node_repo.node_state(s, name)
+    if state is not None and state is not NodeState.DOWN:
+        raise Conflict(
+            f"node {name} is {state}: two nodes may not share a name; pick another --name, or wait "
+            f"until the head sees the old {name} down (at most the node timeout, {ctx.ray.node_timeout_s:g}s)",
+            code="node_name_taken",
+        )
     return ctx.ray

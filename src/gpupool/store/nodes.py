@@ -84,6 +84,18 @@ def load_nodes(session: Session) -> list[Node]:
     return [node for node, _, _ in _load(session)]
 
 
+def node_state(session: Session, name: str) -> NodeState | None:
+    """The node's state, or None if no node of that name ever registered."""
+    state = session.scalars(select(NodeRow.state).where(NodeRow.name == name)).first()
+    return NodeState(state) if state is not None else None
+
+
+def down_nodes(session: Session) -> dict[str, str]:
+    """Nodes that are down, each with the reason its labels record (empty if none)."""
+    rows = session.execute(select(NodeRow.name, NodeRow.labels).where(NodeRow.state == NodeState.DOWN.value))
+    return {name: str((labels or {}).get("reason", "")) for name, labels in rows}
+
+
 def node_records(session: Session) -> list[NodeRecord]:
     used: dict[str, dict[int, list[int]]] = {}
     jobs: dict[str, set[int]] = {}
