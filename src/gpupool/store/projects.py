@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
-from gpupool.domain.jobs import ACTIVE_JOB_STATES
+from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.usage import decayed_average
@@ -85,7 +85,9 @@ def usage(session: Session) -> tuple[dict[str, float], dict[str, float], dict[st
         allocated[project] += share if share else len(gpus)
     pending: dict[str, float] = defaultdict(float)
     pending_jobs: dict[str, int] = defaultdict(int)
-    waiting = session.execute(select(JobRow.project, JobRow.gpus, JobRow.workers).where(JobRow.state == "pending"))
+    waiting = session.execute(
+        select(JobRow.project, JobRow.gpus, JobRow.workers).where(JobRow.state == JobState.PENDING.value)
+    )
     for project, per_worker, workers in waiting:
         pending[project] += per_worker * workers
         pending_jobs[project] += 1
