@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.orm import Session
-
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.services.access import require_admin
 from gpupool.services.context import HeadContext
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
+from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
 
 
@@ -35,7 +34,7 @@ def listing(ctx: HeadContext) -> list[ProjectView]:
         return views(s)
 
 
-def views(session: Session) -> list[ProjectView]:
+def views(session: Tx) -> list[ProjectView]:
     """Every project with its usage and fair share, read in the caller's transaction (``/metrics``
     reads them together with jobs and nodes)."""
     configured = project_repo.list_projects(session)

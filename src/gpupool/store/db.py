@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from alembic import command
 from alembic.config import Config
@@ -18,6 +18,10 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from gpupool.domain.errors import InvalidInput, Unavailable
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+# One open transaction, as repo functions take it. Code outside the store names the type so and
+# never imports SQLAlchemy itself (``tests/unit/test_layers.py``).
+Tx: TypeAlias = Session
 
 
 def make_engine(url: str) -> Engine:
