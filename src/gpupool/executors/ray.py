@@ -82,7 +82,7 @@ class NodeAgent:
     def describe(self) -> Node:
         """Refused while the lease is stale: such a node would fence every worker it started,
         so the head must see it silent (and in time down), not up."""
-        if self.runtime.lease_age() > self.lease_timeout_s:
+        if self.runtime.lease_expired(self.lease_timeout_s):
             raise RuntimeError(f"node {self.runtime.name} lost contact with the cluster (stale lease)")
         node = self.runtime.describe()
         node.labels["lease_timeout_s"] = str(self.lease_timeout_s)

@@ -8,14 +8,12 @@ restartable: a new runtime over the same directory re-adopts whatever is still r
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
+from gpupool.node import rundir
 from gpupool.node.gpu.probe import GpuProbe
 
 
@@ -79,7 +78,7 @@ class NodeRuntime:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # Self-fencing (Ray backend): supervisors stop their workers when this file goes stale.
         self._lease_timeout_s = lease_timeout_s
-        self.lease_path = data_dir / "lease"
+        self.lease_path = data_dir / rundir.LEASE
         # Detached supervisors are nobody's child: a host that kills its children on exit
         # (a Ray worker does) cannot take them down.
         self._detach = detach
@@ -105,7 +104,7 @@ class NodeRuntime:
         return self.data_dir / "logs" / f"job-{job_id}" / f"worker-{worker}.log"
 
     def run_dir(self, job_id: int, attempt: int, worker: int) -> Path:
-        return self.data_dir / "runs" / f"job-{job_id}" / f"attempt-{attempt}" / f"worker-{worker}"
+        return rundir.run_dir(self.data_dir, job_id, attempt, worker)
 
     def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
@@ -118,23 +117,21 @@ class NodeRuntime:
         log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(self._base_env)
         env.update(req.env)
-        spec = {
-            "argv": list(req.argv),
-            "env": env,
-            "cwd": req.workdir,
-            "log": str(log),
-            "cpus": sorted({self._host_cpus[c % len(self._host_cpus)] for c in req.cpus}),
-            "memory_mib": req.memory_mib,
-            "grace_s": req.grace_s,
-            "header": req.header,
-        }
-        if self._lease_timeout_s is not None:
-            spec["lease"] = str(self.lease_path)
-            spec["lease_timeout_s"] = self._lease_timeout_s
-        spec_path = run_dir / "spec.json"
-        spec_path.write_text(json.dumps(spec))
+        spec = rundir.RunSpec(
+            argv=req.argv,
+            env=env,
+            cwd=req.workdir,
+            log=str(log),
+            cpus=tuple(sorted({self._host_cpus[c % len(self._host_cpus)] for c in req.cpus})),
+            memory_mib=req.memory_mib,
+            grace_s=req.grace_s,
+            header=req.header,
+            lease=None if self._lease_timeout_s is None else rundir.Lease(str(self.lease_path), self._lease_timeout_s),
+        )
+        spec_path = run_dir / rundir.SPEC
+        spec_path.write_text(spec.to_json())
         detach = ["--detach"] if self._detach else []
-        with open(run_dir / "supervisor.err", "wb") as err:
+        with open(run_dir / rundir.SUPERVISOR_ERR, "wb") as err:
             child = subprocess.Popen(
                 [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
                 stdin=subprocess.DEVNULL,
@@ -151,7 +148,7 @@ class NodeRuntime:
             threading.Thread(target=child.wait, name="gpupool-reap", daemon=True).start()
             return {"pid": 0, "run_dir": str(run_dir)}
         self._children[child.pid] = child
-        (run_dir / "supervisor.pid").write_text(str(child.pid))
+        (run_dir / rundir.SUPERVISOR_PID).write_text(str(child.pid))
         return {"pid": child.pid, "run_dir": str(run_dir)}
 
     def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
@@ -186,11 +183,8 @@ class NodeRuntime:
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return read_log(self.log_path(job_id, worker), offset, limit)
 
-    def lease_age(self) -> float:
-        try:
-            return time.time() - self.lease_path.stat().st_mtime
-        except OSError:
-            return float("inf")
+    def lease_expired(self, timeout_s: float) -> bool:
+        return rundir.lease_expired(self.lease_path, timeout_s)
 
     def renew_lease(self) -> None:
         """Say "this node is still part of the cluster" to the supervisors of its workers."""
@@ -204,9 +198,8 @@ class NodeRuntime:
 
     @staticmethod
     def find_in(run_dir: Path) -> dict[str, Any] | None:
-        try:
-            pid = int((run_dir / "supervisor.pid").read_text())
-        except (OSError, ValueError):
+        pid = rundir.read_pid(run_dir)
+        if pid is None:
             return None
         return {"pid": pid, "run_dir": str(run_dir)}
 
@@ -225,10 +218,8 @@ class NodeRuntime:
         if starting is not None and starting.poll() is None:
             return None
         self._launching.pop(run_dir, None)
-        try:
-            return int((Path(run_dir) / "supervisor.pid").read_text())
-        except (OSError, ValueError):
-            return 0  # it never started: seen as lost
+        pid = rundir.read_pid(Path(run_dir))
+        return 0 if pid is None else pid  # 0: it never started, seen as lost
 
     def _reap(self, pid: int | None) -> None:
         if pid is None:
@@ -248,12 +239,11 @@ class NodeRuntime:
 
     @staticmethod
     def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
-        try:
-            child = json.loads((run_dir / "child.json").read_text())
-        except (OSError, ValueError):
+        child = rundir.read_child(run_dir)
+        if child is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(child["pgid"]), sig)
+            os.killpg(child.pgid, sig)
 
 
 def stop_leftovers(data_dir: Path, note: str) -> int:
@@ -261,15 +251,14 @@ def stop_leftovers(data_dir: Path, note: str) -> int:
     each as fenced (the head sees it lost). Needs no runtime: ``gpupool join`` calls it as its
     node leaves."""
     stopped = 0
-    runs = data_dir / "runs"
-    for run_dir in sorted(runs.glob("job-*/attempt-*/worker-*")) if runs.exists() else []:
-        if _read_exit(run_dir) is not None:
+    for run_dir in rundir.all_run_dirs(data_dir):
+        if rundir.read_exit(run_dir) is not None:
             continue
-        handle = NodeRuntime.find_in(run_dir)
-        if handle is not None and _supervisor_running(int(handle["pid"]), run_dir):
-            _signal(int(handle["pid"]), signal.SIGKILL)
+        pid = rundir.read_pid(run_dir)
+        if pid is not None and _supervisor_running(pid, run_dir):
+            _signal(pid, signal.SIGKILL)
         NodeRuntime._kill_worker_group(run_dir, signal.SIGKILL)
-        _write_exit(run_dir, None, note)
+        rundir.write_exit(run_dir, rundir.ExitRecord(None, fenced=True, note=note))
         stopped += 1
     return stopped
 
@@ -286,21 +275,13 @@ def _supervisor_running(pid: int, run_dir: Path) -> bool:
 
 
 def _read_exit(run_dir: Path) -> WorkerExit | None:
-    try:
-        data = json.loads((run_dir / "exit.json").read_text())
-    except (OSError, ValueError):
+    record = rundir.read_exit(run_dir)
+    if record is None:
         return None
-    code = data.get("exit_code")
-    if data.get("fenced") or code is None:
+    if record.lost:
         # Stopped by the node itself (self-fencing, or cleaned on return): the head sees it lost.
         return WorkerExit(exit_code=None, lost=True)
-    return WorkerExit(exit_code=int(code))
-
-
-def _write_exit(run_dir: Path, code: int | None, note: str) -> None:
-    tmp = run_dir / "exit.json.tmp"
-    tmp.write_text(json.dumps({"exit_code": code, "fenced": True, "note": note}))
-    os.replace(tmp, run_dir / "exit.json")
+    return WorkerExit(exit_code=record.exit_code)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

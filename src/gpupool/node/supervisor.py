@@ -11,6 +11,9 @@ been cut off (or its runtime died) and the head has given, or is about to give, 
 job to other nodes: the supervisor stops the worker at once and records it as fenced, so a
 requeued gang never runs twice.
 
+What it reads and writes in the run directory (the spec, its pid, the worker's process group,
+the exit record) and the lease rule are defined once, in ``node/rundir.py``.
+
 Exit codes follow the shell: 128+N for a worker ended by signal N, 127 when the command does not
 exist, 126 when it cannot be run (not executable, missing working directory).
 """
@@ -18,67 +21,63 @@ exist, 126 when it cannot be run (not executable, missing working directory).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gpupool.node import rundir
+
 
 def main(spec_path: str) -> int:
-    spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
-    run_dir = Path(spec_path).parent
-    pid_file = run_dir / "supervisor.pid"
-    if not pid_file.exists() or pid_file.read_text().strip() != str(os.getpid()):
-        pid_file.write_text(str(os.getpid()))
-    with open(spec["log"], "ab", buffering=0) as log:
-        log.write((spec["header"] + "\n").encode())
-        code, fenced = _run(spec, run_dir, log)
-    record: dict[str, Any] = {"exit_code": code, "finished_at": datetime.now(UTC).isoformat()}
-    if fenced:
-        record["fenced"] = True
-    _write_json(run_dir / "exit.json", record)
+    run = Path(spec_path).parent
+    spec = rundir.RunSpec.from_json(Path(spec_path).read_text())
+    if rundir.read_pid(run) != os.getpid():
+        rundir.write_pid(run, os.getpid())
+    with open(spec.log, "ab", buffering=0) as log:
+        log.write((spec.header + "\n").encode())
+        code, fenced = _run(spec, run, log)
+    rundir.write_exit(run, rundir.ExitRecord(code, fenced=fenced, finished_at=datetime.now(UTC).isoformat()))
     return 0
 
 
-def _run(spec: dict[str, Any], run_dir: Path, log: Any) -> tuple[int, bool]:
-    cwd = spec.get("cwd")
+def _run(spec: rundir.RunSpec, run: Path, log: Any) -> tuple[int, bool]:
+    cwd = spec.cwd
     if cwd and not os.path.isdir(cwd):
         log.write(f"gpupool: working directory {cwd} does not exist on this node\n".encode())
         return 126, False
-    lease = _Lease.of(spec)
+    lease = None if spec.lease is None else _Lease(spec.lease)
     if lease is not None and lease.expired():
         log.write(f"gpupool: {lease.why()}; not starting the worker\n".encode())
         return 128 + signal.SIGTERM, True
-    killer = _Killer(float(spec.get("grace_s", 10)))
+    killer = _Killer(spec.grace_s)
     if killer.requested:
         return 128 + signal.SIGTERM, False
     try:
         child = subprocess.Popen(
-            spec["argv"],
-            env=spec["env"],
-            cwd=cwd or None,
+            list(spec.argv),
+            env=dict(spec.env),
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(spec.get("cpus") or [], int(spec.get("memory_mib") or 0)),
+            preexec_fn=_limits(list(spec.cpus), spec.memory_mib),
         )
     except FileNotFoundError:
-        log.write(f"gpupool: command not found: {spec['argv'][0]}\n".encode())
+        log.write(f"gpupool: command not found: {spec.argv[0]}\n".encode())
         return 127, False
     except PermissionError as exc:
-        log.write(f"gpupool: cannot run {spec['argv'][0]}: {exc.strerror}\n".encode())
+        log.write(f"gpupool: cannot run {spec.argv[0]}: {exc.strerror}\n".encode())
         return 126, False
     killer.attach(child.pid)
-    _write_json(run_dir / "child.json", {"pid": child.pid, "pgid": child.pid})
+    rundir.write_child(run, rundir.ChildRecord(pid=child.pid, pgid=child.pid))
     fenced = False
     while True:
         try:
@@ -96,25 +95,13 @@ def _run(spec: dict[str, Any], run_dir: Path, log: Any) -> tuple[int, bool]:
 
 
 class _Lease:
-    def __init__(self, path: Path, timeout_s: float) -> None:
-        self.path = path
-        self.timeout_s = max(timeout_s, 0.1)
+    def __init__(self, lease: rundir.Lease) -> None:
+        self.path = lease.path
+        self.timeout_s = max(lease.timeout_s, 0.1)
         self.check_every_s = min(0.5, self.timeout_s / 4)
 
-    @classmethod
-    def of(cls, spec: dict[str, Any]) -> _Lease | None:
-        if not spec.get("lease"):
-            return None
-        return cls(Path(spec["lease"]), float(spec.get("lease_timeout_s") or 10))
-
-    def age(self) -> float:
-        try:
-            return time.time() - self.path.stat().st_mtime
-        except OSError:
-            return float("inf")
-
     def expired(self) -> bool:
-        return self.age() > self.timeout_s
+        return rundir.lease_expired(self.path, self.timeout_s)
 
     def why(self) -> str:
         return f"this node lost contact with the cluster for more than {self.timeout_s:g}s"
@@ -170,21 +157,13 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def _detach(spec_path: str) -> None:
     """Fork once more and let the parent exit: the supervisor is then nobody's child, so no
     host process (a Ray worker cleaning up its children as it dies) can take it down with it.
     The parent writes the pid before exiting, so whoever launched it knows whom to watch."""
     pid = os.fork()
     if pid > 0:
-        tmp = Path(spec_path).parent / "supervisor.pid.tmp"
-        tmp.write_text(str(pid))
-        os.replace(tmp, tmp.with_suffix(""))
+        rundir.write_pid(Path(spec_path).parent, pid)
         os._exit(0)
 
 

@@ -1,0 +1,209 @@
+"""The run directory: what the node runtime and a worker's supervisor tell each other, on disk.
+
+One directory per worker attempt (``runs/job-J/attempt-A/worker-W`` under the node's data dir).
+The runtime writes the spec and starts the supervisor; the supervisor writes its pid, then the
+worker's process group, and last the exit record; a restarted head reads them back. Every file
+that is read while another process may write it is replaced atomically.
+
+The lease (Ray backend) is a file in the node's data dir that the runtime touches while its node
+is part of the cluster; ``lease_expired`` is the one rule both sides apply to it.
+
+Standard library only: the supervisor imports this module on every launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPEC = "spec.json"  # written by the runtime before the supervisor starts
+SUPERVISOR_PID = "supervisor.pid"  # the supervisor's pid (for a detached one, written by its parent)
+SUPERVISOR_ERR = "supervisor.err"  # the supervisor's own stderr
+CHILD = "child.json"  # the worker's pid and process group, once it started
+EXIT = "exit.json"  # how the worker ended; its presence means "ended"
+LEASE = "lease"  # in the node's data dir, not in a run dir
+DEFAULT_GRACE_S = 10.0
+DEFAULT_LEASE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The node's lease file, and how old it may grow before the supervisor fences its worker."""
+
+    path: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What the supervisor runs, and how (``spec.json``)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log: str  # the worker's log file; the supervisor appends the header, then the worker's output
+    header: str
+    cwd: str | None = None
+    cpus: tuple[int, ...] = ()  # host CPU indices for the worker's affinity; () leaves it alone
+    memory_mib: int = 0  # 0: no limit
+    grace_s: float = DEFAULT_GRACE_S  # between SIGTERM and SIGKILL
+    lease: Lease | None = None  # None: no self-fencing
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "log": self.log,
+            "cpus": list(self.cpus),
+            "memory_mib": self.memory_mib,
+            "grace_s": self.grace_s,
+            "header": self.header,
+        }
+        if self.lease is not None:
+            data["lease"] = self.lease.path
+            data["lease_timeout_s"] = self.lease.timeout_s
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        data = json.loads(text)
+        lease = None
+        if data.get("lease"):
+            lease = Lease(str(data["lease"]), float(data.get("lease_timeout_s") or DEFAULT_LEASE_TIMEOUT_S))
+        return cls(
+            argv=tuple(str(a) for a in data["argv"]),
+            env={str(k): str(v) for k, v in data["env"].items()},
+            log=str(data["log"]),
+            header=str(data["header"]),
+            cwd=data.get("cwd") or None,
+            cpus=tuple(int(c) for c in data.get("cpus") or ()),
+            memory_mib=int(data.get("memory_mib") or 0),
+            grace_s=float(data.get("grace_s", DEFAULT_GRACE_S)),
+            lease=lease,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExitRecord:
+    """How a worker ended (``exit.json``). ``fenced``: stopped by its own node (self-fencing, or
+    cleaned when the node came back), so the head counts it lost whatever its exit code."""
+
+    exit_code: int | None
+    fenced: bool = False
+    note: str | None = None
+    finished_at: str | None = None  # ISO 8601, UTC
+
+    @property
+    def lost(self) -> bool:
+        return self.fenced or self.exit_code is None
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"exit_code": self.exit_code}
+        if self.finished_at is not None:
+            data["finished_at"] = self.finished_at
+        if self.fenced:
+            data["fenced"] = True
+        if self.note is not None:
+            data["note"] = self.note
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExitRecord:
+        data = json.loads(text)
+        code = data.get("exit_code")
+        return cls(
+            exit_code=None if code is None else int(code),
+            fenced=bool(data.get("fenced")),
+            note=data.get("note"),
+            finished_at=data.get("finished_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """The worker process (``child.json``); it leads its own process group."""
+
+    pid: int
+    pgid: int
+
+    def to_json(self) -> str:
+        return json.dumps({"pid": self.pid, "pgid": self.pgid})
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildRecord:
+        data = json.loads(text)
+        return cls(pid=int(data["pid"]), pgid=int(data["pgid"]))
+
+
+def run_dir(data_dir: Path, job_id: int, attempt: int, worker: int) -> Path:
+    return data_dir / "runs" / f"job-{job_id}" / f"attempt-{attempt}" / f"worker-{worker}"
+
+
+def all_run_dirs(data_dir: Path) -> list[Path]:
+    runs = data_dir / "runs"
+    return sorted(runs.glob("job-*/attempt-*/worker-*")) if runs.exists() else []
+
+
+def lease_age(path: Path | str, now: float | None = None) -> float:
+    """Seconds since the lease was last renewed; infinite when it was never written."""
+    try:
+        renewed = os.stat(path).st_mtime
+    except OSError:
+        return float("inf")
+    return (time.time() if now is None else now) - renewed
+
+
+def lease_expired(path: Path | str, timeout_s: float, now: float | None = None) -> bool:
+    """The node lost contact with the cluster: the runtime refuses to describe itself as up, and
+    the supervisor does not start (or stops) its worker."""
+    return lease_age(path, now) > timeout_s
+
+
+def read_spec(run: Path) -> RunSpec:
+    return RunSpec.from_json((run / SPEC).read_text())
+
+
+def read_exit(run: Path) -> ExitRecord | None:
+    """None while no exit is recorded (or the record cannot be read)."""
+    try:
+        return ExitRecord.from_json((run / EXIT).read_text())
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def write_exit(run: Path, record: ExitRecord) -> None:
+    _replace(run / EXIT, record.to_json())
+
+
+def read_child(run: Path) -> ChildRecord | None:
+    try:
+        return ChildRecord.from_json((run / CHILD).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def write_child(run: Path, record: ChildRecord) -> None:
+    _replace(run / CHILD, record.to_json())
+
+
+def read_pid(run: Path) -> int | None:
+    try:
+        return int((run / SUPERVISOR_PID).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_pid(run: Path, pid: int) -> None:
+    _replace(run / SUPERVISOR_PID, str(pid))
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write then rename: a reader sees the old content or the new, never half of it."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
