@@ -1,5 +1,14 @@
-"""The executor interface the controller is given. Handles are JSON-able dicts the store keeps,
-so a restarted head can hand them back to a new executor and re-adopt the workers."""
+"""The backend interface the controller is given: where workers run.
+
+Every call names a node and a worker: launch one (``launch``), find one a dead head launched
+(``find``), ask whether it ended (``poll``), stop it (``kill``), read its log (``read_log``); and
+for the cluster: which nodes there are (``nodes``), where a gang meets (``rendezvous``), GPU
+readings (``telemetry``). Handles are JSON-able dicts the store keeps, so a restarted head can
+hand them back to a new executor and re-adopt the workers. What a backend can do beyond that
+(several machines, nodes joining, self-fencing) it declares in ``capabilities``.
+
+Backends are chosen by name from the table in ``gpupool/backends.py``.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +18,14 @@ from typing import Any, Protocol
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.executors.capabilities import Capabilities
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 
 
 class Executor(Protocol):
+    @property
+    def capabilities(self) -> Capabilities: ...
+
     def nodes(self) -> list[Node]: ...
 
     def rendezvous(self, node: str) -> Rendezvous: ...

@@ -13,10 +13,13 @@ from gpupool.domain.errors import NotFound
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.executors.capabilities import LOCAL
 from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
 
 
 class LocalExecutor:
+    capabilities = LOCAL
+
     def __init__(self, runtimes: list[NodeRuntime]) -> None:
         self._runtimes = {r.name: r for r in runtimes}
 

@@ -34,6 +34,7 @@ from gpupool.domain.errors import NotFound, Unavailable
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.executors.capabilities import RAY
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
 from gpupool.node.gpu.nvml import NvmlProbe
@@ -128,6 +129,8 @@ _Agent: Any = ray.remote(NodeAgent)
 
 class RayExecutor:
     """The head's side: which nodes are alive, and one actor call per operation."""
+
+    capabilities = RAY
 
     def __init__(self, address: str, *, node_timeout_s: float = 10.0) -> None:
         try:
