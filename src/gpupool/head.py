@@ -13,26 +13,23 @@ import signal
 import socket
 import sys
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 import uvicorn
 
+from gpupool import backends
 from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
+from gpupool.backends import Topology
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.alerts import AlertRules
-from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.domain.errors import Unavailable
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
-from gpupool.executors.local import LocalExecutor
 from gpupool.executors.ray_processes import write_secret
-from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
-from gpupool.node.gpu.nvml import NvmlProbe
-from gpupool.node.gpu.probe import GpuProbe
-from gpupool.node.runtime import NodeRuntime
 from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.settings import JOIN_TOKEN_FILE, Settings
@@ -40,37 +37,6 @@ from gpupool.store import tokens
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.head")
-DEMO_NODES, DEMO_GPUS = 2, 4
-
-
-@dataclass(frozen=True, slots=True)
-class Topology:
-    probes: list[tuple[str, GpuProbe]]
-    simulated: bool
-    note: str
-
-
-def plan_nodes(settings: Settings, nvml: GpuProbe) -> Topology:
-    """Fake nodes when asked; else the real GPUs as one node; else a simulated demo cluster."""
-    if settings.fake_hardware is not None:
-        return Topology([(p.node, p) for p in load_hardware(settings.fake_hardware)], True, "")
-    if settings.fake_nodes is not None or settings.fake_gpus is not None:
-        count = settings.fake_nodes if settings.fake_nodes is not None else 1
-        gpus = settings.fake_gpus if settings.fake_gpus is not None else DEMO_GPUS
-        if count < 1 or gpus < 0:
-            raise InvalidInput("--fake-nodes must be >= 1 and --fake-gpus >= 0")
-        model = settings.fake_gpu_model or DEFAULT_MODEL
-        return Topology([(f"node-{i + 1}", FakeProbe(f"node-{i + 1}", gpus, model)) for i in range(count)], True, "")
-    if nvml.gpus():
-        return Topology([(socket.gethostname(), nvml)], False, "")
-    probes: list[tuple[str, GpuProbe]] = [
-        (f"node-{i + 1}", FakeProbe(f"node-{i + 1}", DEMO_GPUS)) for i in range(DEMO_NODES)
-    ]
-    return Topology(probes, True, "no NVIDIA GPU found, so this is a demo cluster")
-
-
-def _host_memory_mib() -> int:
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
 
 
 class Head:
@@ -82,25 +48,11 @@ class Head:
         self.db.migrate()
         self.admin_token = self._ensure_token(settings.token_file, "admin")
         self._ensure_token(settings.data_dir / JOIN_TOKEN_FILE, "join")
-        self.ray: RayCluster | None = None
-        self.notes: list[str] = []
-        if settings.backend == "ray":
-            from gpupool import head_ray
-
-            if settings.fake_nodes is not None or settings.fake_hardware is not None:
-                raise InvalidInput(
-                    "--fake-nodes and --fake-hardware are for the local backend; on Ray, nodes join with "
-                    "gpupool join HEAD_URL --num-gpus N (and --fake-gpus N gives the head's own node simulated GPUs)"
-                )
-            backend = head_ray.build(settings)
-            self.executor: Executor = backend.executor
-            self.ray = backend.cluster
-            self.topology = Topology([], True, "")
-            self.notes = [n for n in [head_ray.describe_exposure(backend.exposed)] if n]
-        elif settings.backend == "local":
-            self.executor = self._local_executor(settings)
-        else:
-            raise InvalidInput(f"--backend must be local or ray, not {settings.backend!r}")
+        backend = backends.build(settings)  # the table of backends, by name
+        self.executor: Executor = backend.executor
+        self.ray: RayCluster | None = backend.cluster
+        self.topology: Topology = backend.topology
+        self.notes: list[str] = backend.notes
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
@@ -124,24 +76,6 @@ class Head:
         self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray, idle)
         self.app = create_app(self.ctx, self.metrics)
 
-    def _local_executor(self, settings: Settings) -> LocalExecutor:
-        self.topology = plan_nodes(settings, NvmlProbe())
-        host_cpus = sorted(os.sched_getaffinity(0))
-        runtimes = [
-            NodeRuntime(
-                name=name,
-                address="127.0.0.1",
-                probe=probe,
-                data_dir=settings.data_dir / "nodes" / name,
-                base_env=settings.base_env,
-                cpus=len(host_cpus),
-                memory_mib=_host_memory_mib(),
-                host_cpus=host_cpus,
-            )
-            for name, probe in self.topology.probes
-        ]
-        return LocalExecutor(runtimes)
-
     def _ensure_token(self, path: Path, role: str) -> str | None:
         """Create the admin (or join) token at first start, and again if its file was deleted;
         the database keeps only its hash."""
@@ -164,7 +98,7 @@ class Head:
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
         line += f"\ndashboard: {url}/ui/ (gpupool dashboard prints a signed-in link)"
-        if self.ray is not None:
+        if self.executor.capabilities.node_join and self.ray is not None:
             line += (
                 f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"
                 f" `gpupool join {url} --token-file FILE` (FILE: a copy of {self.settings.data_dir / JOIN_TOKEN_FILE})"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.backends import plan_nodes
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import GpuInfo
-from gpupool.head import plan_nodes
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.settings import Settings
 
