@@ -13,7 +13,7 @@ from gpupool.store.tokens import Principal
 def join(ctx: HeadContext, who: Principal, name: str) -> RayCluster:
     if who.role not in ("join", "admin"):
         raise Forbidden("joining a node needs the join token of the head's data dir (file join-token)")
-    if ctx.ray is None:
+    if ctx.ray is None or not ctx.executor.capabilities.node_join:
         raise Conflict(
             "this head runs the local backend; start it with gpupool up --backend ray to let nodes join",
             code="not_ray_backend",
