@@ -8,6 +8,7 @@ import typer
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import nodes_table
+from gpupool.domain.nodes import NodeState
 
 NodeArg = Annotated[str, typer.Argument(help="the node's name, as gpupool nodes lists it")]
 GpuOpt = Annotated[int | None, typer.Option("--gpu", help="only this GPU (its index on the node)")]
@@ -62,7 +63,7 @@ def undrain(
         if not _gpu(record, gpu)["healthy"]:
             back = "mark cleared, but its probe reports it unhealthy: still out of service"
         console.print(f"node {node} GPU {gpu}: {back}")
-    elif record["state"] == "down":
+    elif record["state"] == NodeState.DOWN:
         console.print(f"node {node}: down; it takes new jobs when it is back")
     else:
         console.print(f"node {node}: {record['state']}; it takes new jobs")
@@ -70,9 +71,9 @@ def undrain(
 
 def _drain_state(record: dict[str, Any]) -> str:
     name, state = record["name"], record["state"]
-    if state == "down":
+    if state == NodeState.DOWN:
         return "down; it stays drained when it is back (gpupool undrain cancels that)"
-    if state == "draining":
+    if state == NodeState.DRAINING:
         jobs = record["jobs"]
         which = f"job {jobs[0]} ends" if len(jobs) == 1 else f"jobs {', '.join(map(str, jobs))} end"
         return f"draining; nothing new starts on it, and it becomes drained when {which}"

@@ -8,18 +8,23 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-STATE_STYLE = {
-    "pending": "yellow",
-    "starting": "cyan",
-    "running": "green",
-    "succeeded": "bold green",
-    "failed": "bold red",
-    "cancelled": "magenta",
-    "preempted": "yellow",
-    "lost": "red",
-    "draining": "yellow",
-    "drained": "magenta",
-    "down": "red",
+from gpupool.domain.jobs import JobState
+from gpupool.domain.nodes import NodeState
+
+J, N = JobState, NodeState
+# Keyed by the enums, looked up by the API's strings: a StrEnum member hashes as its value.
+STATE_STYLE: dict[str, str] = {
+    J.PENDING: "yellow",
+    J.STARTING: "cyan",
+    J.RUNNING: "green",
+    J.SUCCEEDED: "bold green",
+    J.FAILED: "bold red",
+    J.CANCELLED: "magenta",
+    J.PREEMPTED: "yellow",
+    J.LOST: "red",
+    N.DRAINING: "yellow",
+    N.DRAINED: "magenta",
+    N.DOWN: "red",
 }
 
 
@@ -71,8 +76,8 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     for column in ("ID", "NAME", "PROJECT", "STATE", "GPUS", "WHERE / WHY", "AGE"):
         table.add_column(column, overflow="fold")
     for j in jobs:
-        where = placement_text(j) if j["placements"] and j["state"] in ("starting", "running") else (j["reason"] or "")
-        if j["state"] in ("succeeded", "failed", "cancelled"):
+        where = placement_text(j) if j["placements"] and j["state"] in (J.STARTING, J.RUNNING) else (j["reason"] or "")
+        if j["state"] in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
             where = f"exit {j['exit_code']}" if j["exit_code"] is not None else ""
         table.add_row(
             str(j["id"]), j["name"], j["project"], state_text(j["state"]), gpus_text(j), where, ago(j["submitted_at"])
@@ -88,8 +93,8 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
         models = sorted({g["model"] for g in n["gpus"]}) or ["-"]
         use = " ".join(_gpu_use(g) for g in n["gpus"]) or "-"
         model = ", ".join(models) + (" (simulated)" if n["simulated"] else "")
-        state = state_text(n["state"]) if n["state"] != "up" else Text("up", style="green")
-        if n.get("drain_requested") and n["state"] == "down":
+        state = state_text(n["state"]) if n["state"] != N.UP else Text(N.UP.value, style="green")
+        if n.get("drain_requested") and n["state"] == N.DOWN:
             state.append(" (drained when back)")
         table.add_row(
             n["name"],
@@ -135,7 +140,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         ("started", job["started_at"] or "-"),
         ("finished", job["finished_at"] or "-"),
     ]
-    if job["state"] == "pending":
+    if job["state"] == J.PENDING:
         rows.insert(2, ("reason", f"[{job['reason_code']}] {job['reason']}"))
     for key, value in rows:
         table.add_row(key, value)

@@ -24,6 +24,7 @@ from rich.text import Text
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import STATE_STYLE, span
 from gpupool.client import ClientError, GpupoolClient, HeadUnreachable
+from gpupool.domain.nodes import NodeState
 
 STALE = "1m"  # readings older than this are not shown (the head samples every few seconds)
 BAR_WIDTH = 10
@@ -75,7 +76,7 @@ def snapshot(
     for n in nodes:
         gpus = []
         for g in n["gpus"]:
-            s = readings.get((n["name"], g["index"])) if n["state"] != "down" else None
+            s = readings.get((n["name"], g["index"])) if n["state"] != NodeState.DOWN else None
             gpus.append(
                 {
                     "index": g["index"],
@@ -110,7 +111,7 @@ def _totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     powers = [g["power_w"] for g in gpus if g["power_w"] is not None]
     return {
         "nodes": len(nodes),
-        "nodes_up": sum(1 for n in nodes if n["state"] != "down"),
+        "nodes_up": sum(1 for n in nodes if n["state"] != NodeState.DOWN),
         "gpus": len(gpus),
         "gpus_allocated": sum(1 for g in gpus if g["jobs"]),
         "gpus_idle": sum(1 for g in gpus if g["idle_for_s"] is not None),
@@ -159,7 +160,7 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Table:
     table.add_column("NAME", overflow="ellipsis", min_width=4)
     for n in nodes:
         name = Text(n["name"], style="bold")
-        if n["state"] != "up":
+        if n["state"] != NodeState.UP:
             name.append(f" ({n['state']})", style=STATE_STYLE.get(n["state"], ""))
         if not n["gpus"]:
             table.add_row(name, "-", "no GPU", *["" for _ in range(7)])
