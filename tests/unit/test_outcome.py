@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 
 from gpupool.domain.jobs import Placement
-from gpupool.domain.outcome import Verdict, judge
+from gpupool.domain.outcome import StopReason, Verdict, judge
 from gpupool.domain.records import WorkerRecord, WorkerStatus
 from tests.unit.builders import T0
 
@@ -51,15 +51,17 @@ def test_judge(
     verdict: Verdict,
     code: int | None,
 ) -> None:
-    outcome = judge(workers(*states), cancel_requested=cancel, restarts=restarts, max_restarts=max_restarts)
+    outcome = judge(
+        workers(*states), stop=StopReason.CANCEL if cancel else None, restarts=restarts, max_restarts=max_restarts
+    )
     assert outcome.verdict is verdict
     assert outcome.exit_code == code
 
 
 def test_the_first_failure_names_the_exit_code_not_the_killed_peers() -> None:
-    outcome = judge(workers((E, 143), (E, 7)), cancel_requested=False, restarts=0, max_restarts=0)
+    outcome = judge(workers((E, 143), (E, 7)), stop=None, restarts=0, max_restarts=0)
     # worker 0 finished first in time (T0+0s) with 143, so it is the first failure
     assert outcome.exit_code == 143
     later_first = workers((E, 143), (E, 7))
     swapped = [later_first[1], later_first[0]]
-    assert judge(swapped, cancel_requested=False, restarts=0, max_restarts=0).exit_code == 143
+    assert judge(swapped, stop=None, restarts=0, max_restarts=0).exit_code == 143

@@ -14,6 +14,7 @@ from gpupool.cli.render import events_table, job_detail, jobs_table, state_text,
 from gpupool.client import ClientError
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.jobs import JobSpec
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -54,24 +55,25 @@ def submit(
         if not sep or not key:
             raise InvalidInput(f"--env {item!r} is not K=V")
         env_map[key] = value
+    spec = JobSpec.create(
+        command=list(command),
+        name=name,
+        project=project,
+        gpus=gpus,
+        workers=workers,
+        cpus=cpus,
+        memory=memory,
+        priority=priority,
+        max_restarts=max_restarts,
+        env=env_map,
+        workdir=str(Path(workdir or ".").resolve()),
+        gpu_model=gpu_model,
+        max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
+        gpu_memory=gpu_memory,
+        checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
+    )
     with client(url) as c:
-        job = c.submit(
-            command=list(command),
-            name=name,
-            project=project,
-            gpus=gpus,
-            workers=workers,
-            cpus=cpus,
-            memory=memory,
-            priority=priority,
-            max_restarts=max_restarts,
-            env=env_map,
-            workdir=str(Path(workdir or ".").resolve()),
-            gpu_model=gpu_model,
-            max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
-            gpu_memory=gpu_memory,
-            checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
-        )
+        job = c.submit(spec)
     if output is Output.JSON:
         print_json(job)
         return

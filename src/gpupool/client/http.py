@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
+
+from gpupool.domain.jobs import JobSpec, Submission
+
+
+def _plain(value: object) -> object:
+    """JSON-ready: a sequence (the command) as a list, a mapping (the environment) as a dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    return value
 
 
 class ClientError(Exception):
@@ -46,8 +58,16 @@ class GpupoolClient:
     def health(self) -> dict[str, Any]:
         return dict(self._call("GET", "/healthz"))
 
-    def submit(self, **fields: Any) -> dict[str, Any]:
-        body = {k: v for k, v in fields.items() if v is not None}
+    def submit(self, spec: JobSpec | None = None, **fields: Unpack[Submission]) -> dict[str, Any]:
+        """Submit a job; returns it as the API shows it (``id``, ``state``, ...).
+
+        Give a ``JobSpec`` (``JobSpec.create(...)`` checks it here, with the head's own rules)
+        or the same keywords directly, which the head checks: ``submit(command=[...], gpus=2)``.
+        """
+        if spec is not None and fields:
+            raise TypeError("submit() takes a JobSpec or keyword fields, not both")
+        plain = {k: _plain(v) for k, v in fields.items() if v is not None}
+        body = spec.submission() if spec is not None else plain
         return dict(self._call("POST", "/api/v1/jobs", json=body))
 
     def jobs(self, include_finished: bool = False, limit: int = 1000) -> list[dict[str, Any]]:

@@ -1,17 +1,25 @@
-"""Carry out a cycle's decisions: write placements first, then launch, then mark running.
+"""Carry out a cycle's decisions: starts, preemptions and kills. The one component that acts.
 
-The write comes first so that a head killed mid-launch restarts knowing which GPUs it gave
-away; recovery (``controller/recovery.py``) finishes or rolls back what was half done.
+Each decision was made on a snapshot, so each is written guarded by what the snapshot saw: a
+job cancelled since is not started, a job that ended since is not preempted (``Stale``), and a
+dropped decision never takes the rest of the cycle's decisions with it.
+
+A start writes placements first, then launches, then marks running: a head killed mid-launch
+restarts knowing which GPUs it gave away, and recovery (``controller/recovery.py``) finishes or
+rolls back what was half done.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain.decisions import StartJob
+from gpupool.domain.decisions import Preempt, StartJob
+from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.records import WorkerRecord
 from gpupool.domain.worker_env import worker_env
 from gpupool.executors.base import Executor
 from gpupool.node.runtime import LaunchRequest
@@ -29,13 +37,28 @@ class Applier:
         self._executor = executor
         self._clock = clock
         self._grace = kill_grace_s
+        self._signalled: set[int] = set()  # worker ids already sent SIGTERM
 
-    def start(self, decision: StartJob, spec: JobSpec) -> int:
-        """Start one job the scheduler placed; ``spec`` comes from the cycle's snapshot.
-        Returns the attempt started (1: the job's first start)."""
+    def start_all(self, starts: Iterable[StartJob], specs: Mapping[int, JobSpec]) -> dict[int, int]:
+        """Start the jobs the scheduler placed; ``specs`` come from the cycle's snapshot.
+        Returns the attempt each started job is on; a start dropped as stale is left out."""
+        started: dict[int, int] = {}
+        for decision in starts:
+            attempt = self.start(decision, specs[decision.job_id])
+            if attempt is not None:
+                started[decision.job_id] = attempt
+        return started
+
+    def start(self, decision: StartJob, spec: JobSpec) -> int | None:
+        """Start one job. Returns the attempt started (1: the job's first start), or None when
+        the job is no longer pending as the snapshot saw it (cancelled since): nothing is done."""
         now = self._clock.now()
-        with self._db.tx() as s:
-            ticket = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
+        try:
+            with self._db.tx() as s:
+                ticket = worker_repo.begin_start(s, decision.job_id, decision.placements, now)
+        except Conflict as exc:  # Stale among them: the decision is dropped, the cycle goes on
+            log.info("not starting job %s: %s", decision.job_id, exc)
+            return None
         attempt, job_id = ticket.attempt, decision.job_id
         launched: list[tuple[int, dict[str, Any]]] = []
         failed: list[tuple[int, str]] = []
@@ -74,14 +97,53 @@ class Applier:
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
+        self._finish_start(job_id, attempt, launched, failed)
+        return attempt
+
+    def preempt_all(self, victims: Iterable[Preempt]) -> int:
+        """Ask each victim to stop and requeue, each in its own guarded write; how many were."""
+        done = 0
+        for victim in victims:
+            try:
+                with self._db.tx() as s:
+                    done += job_repo.request_preempt(s, victim.job_id, self._clock.now(), victim.message)
+            except Conflict as exc:
+                log.info("not preempting job %s: %s", victim.job_id, exc)
+        return done
+
+    def kill(self, workers: Iterable[WorkerRecord]) -> None:
+        """SIGTERM each worker's process group (the supervisor sends SIGKILL after the grace
+        period); once per worker, however often it is asked."""
+        for w in workers:
+            if w.handle is None or w.id in self._signalled:
+                continue
+            try:
+                self._executor.kill(w.placement.node, w.handle)
+                self._signalled.add(w.id)
+            except Exception:
+                log.exception("stopping worker %s of job %s failed", w.placement.worker, w.job_id)
+
+    def forget(self, worker_ids: Iterable[int]) -> None:
+        """Workers that ended: no more to stop."""
+        self._signalled.difference_update(worker_ids)
+
+    def _finish_start(
+        self, job_id: int, attempt: int, launched: list[tuple[int, dict[str, Any]]], failed: list[tuple[int, str]]
+    ) -> None:
+        """Record handles and failed launches, then starting -> running. The job may have been
+        asked to stop meanwhile; its state is still starting (only the controller moves it), and
+        the monitor stops what was launched."""
         now = self._clock.now()
-        with self._db.tx() as s:
+        with self._db.tx() as s:  # the handles first, on their own: they must never be lost
             for worker_id, handle in launched:
                 worker_repo.mark_launched(s, worker_id, handle, now)
             for worker_id, message in failed:
                 worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
                 job_repo.add_job_event(s, job_id, now, "launch_failed", message)
-            row = job_repo.job_row(s, job_id, lock=True)
-            if row.state == JobState.STARTING.value:
-                transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
-        return attempt
+        try:
+            with self._db.tx() as s:
+                row = job_repo.job_row(s, job_id, lock=True)
+                if row.state == JobState.STARTING.value:
+                    transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
+        except Stale as exc:  # moved by someone else: the monitor settles it from its workers
+            log.info("job %s changed while it started: %s", job_id, exc)

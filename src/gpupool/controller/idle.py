@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpupool.clock import Clock
 from gpupool.controller.telemetry import Round
 from gpupool.domain.idle import IdlePreemption, IdleSettings, IdleWarning, idle_policy, update_spells
+from gpupool.domain.jobs import StopReason
 from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store.db import Database
@@ -39,6 +40,8 @@ class IdleWatch:
                 if isinstance(action, IdleWarning):
                     add_event(s, now, kind=idle_repo.IDLE_WARNING, job_id=action.job_id, message=action.message)
                     done.append(action)
-                elif job_repo.request_preempt(s, action.job_id, now, action.message, action.not_before):
+                elif job_repo.request_preempt(
+                    s, action.job_id, now, action.message, action.not_before, reason=StopReason.IDLE
+                ):
                     done.append(action)
             return done

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import or_, select
-
 from gpupool.clock import Clock
 from gpupool.controller.alerts import AlertWatch
 from gpupool.controller.applier import Applier
@@ -32,7 +30,6 @@ from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
 from gpupool.store.db import Database
-from gpupool.store.orm import JobRow
 from gpupool.store.snapshot import SpecCache, load_snapshot
 
 log = logging.getLogger("gpupool.controller")
@@ -90,8 +87,8 @@ class Controller:
         self._clock = clock
         self._config = config
         self._settings = settings
-        self._monitor = Monitor(db, executor, clock)
         self._applier = Applier(db, executor, clock, settings.kill_grace_s)
+        self._monitor = Monitor(db, executor, clock, self._applier)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._specs = SpecCache()
@@ -142,8 +139,7 @@ class Controller:
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
             drain_repo.settle_drains(s, self._clock.now())
-            stopping = or_(JobRow.cancel_requested.is_(True), JobRow.preempt_requested.is_(True))
-            touched |= set(s.scalars(select(JobRow.id).where(stopping)))
+            touched |= job_repo.stopping(s)
         self._monitor.settle(touched)
         self._accrue_usage()
         readings = self._telemetry.maybe_sample()
@@ -164,14 +160,10 @@ class Controller:
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}
         submitted = {job.id: job.submitted_at for job in snapshot.pending}
-        for decision in result.starts:
-            waited_s = (self._clock.now() - submitted[decision.job_id]).total_seconds()
-            if self._applier.start(decision, specs[decision.job_id]) == 1:
-                self._on_first_start(waited_s)
-        if result.preemptions:
-            with self._db.tx() as s:
-                for victim in result.preemptions:
-                    job_repo.request_preempt(s, victim.job_id, self._clock.now(), victim.message)
+        for job_id, attempt in self._applier.start_all(result.starts, specs).items():
+            if attempt == 1:
+                self._on_first_start((self._clock.now() - submitted[job_id]).total_seconds())
+        self._applier.preempt_all(result.preemptions)
         if result.starts or result.preemptions:
             self._dirty = True  # the next cycle sees the new placements and the stopping jobs
         self._write_reasons(result.pending)

@@ -1,36 +1,30 @@
-"""Watch live workers: record exits, judge each touched job, stop the rest of a failed gang."""
+"""Watch live workers: record exits, settle each touched job, stop the rest of a failed gang.
+
+What an exit means is ``domain.outcome.settle``'s to say and the store's to write
+(``store.jobs.settle_job``); stopping workers is the applier's, the one component that acts on
+processes."""
 
 from __future__ import annotations
 
 import logging
 
 from gpupool.clock import Clock
-from gpupool.domain.jobs import JobState
-from gpupool.domain.outcome import Verdict, judge
-from gpupool.domain.records import WorkerRecord
+from gpupool.controller.applier import Applier
+from gpupool.domain.errors import Stale
 from gpupool.executors.base import Executor
 from gpupool.store import jobs as job_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
-from gpupool.store.transitions import transition_job
 
 log = logging.getLogger("gpupool.controller")
 
-_VERDICT_STATE = {
-    Verdict.SUCCEEDED: JobState.SUCCEEDED,
-    Verdict.FAILED: JobState.FAILED,
-    Verdict.CANCELLED: JobState.CANCELLED,
-    Verdict.REQUEUE: JobState.PENDING,
-    Verdict.PREEMPTED: JobState.PREEMPTED,
-}
-
 
 class Monitor:
-    def __init__(self, db: Database, executor: Executor, clock: Clock) -> None:
+    def __init__(self, db: Database, executor: Executor, clock: Clock, applier: Applier) -> None:
         self._db = db
         self._executor = executor
         self._clock = clock
-        self._signalled: set[int] = set()  # worker ids already sent SIGTERM
+        self._applier = applier
 
     def reap(self) -> set[int]:
         """Poll every live worker; record the exits found. Returns the ids of jobs touched."""
@@ -53,61 +47,17 @@ class Monitor:
         with self._db.tx() as s:
             for w, ended in exits:
                 worker_repo.record_exit(s, w.id, ended.exit_code, ended.lost, now)
-                self._signalled.discard(w.id)
+        self._applier.forget([w.id for w, _ in exits])
         return {w.job_id for w, _ in exits}
 
     def settle(self, job_ids: set[int]) -> None:
-        """Apply the outcome rule to each job: finish it, requeue it, or stop its other workers."""
+        """Apply the outcome rule to each job: finish it, requeue it, or stop its other workers.
+        A job that changed meanwhile (a cancel through the API) is settled again next tick."""
         for job_id in sorted(job_ids):
-            with self._db.tx() as s:
-                row = job_repo.job_row(s, job_id, lock=True)
-                state = JobState(row.state)
-                if not state.active:
-                    continue
-                workers = worker_repo.attempt_workers(s, job_id, row.starts)
-                outcome = judge(
-                    workers,
-                    cancel_requested=row.cancel_requested,
-                    restarts=row.restarts,
-                    max_restarts=row.max_restarts,
-                    preempt_requested=row.preempt_requested,
-                )
-                if outcome.verdict is Verdict.WAIT:
-                    continue
-                if outcome.verdict is Verdict.STOP_REST:
-                    to_stop = [w for w in workers if w.status.holds_resources]
-                else:
-                    to_stop = []
-                    if state is JobState.STARTING:
-                        transition_job(s, row, JobState.RUNNING, self._clock.now(), "running")
-                    target = _VERDICT_STATE[outcome.verdict]
-                    message = outcome.message
-                    if outcome.verdict is Verdict.CANCELLED and row.timed_out:
-                        target = JobState.FAILED
-                        message = f"stopped after its max runtime of {row.max_runtime_s}s"
-                    if outcome.verdict is Verdict.REQUEUE:
-                        row.restarts += 1
-                    row.exit_code = outcome.exit_code if target is not JobState.PENDING else row.exit_code
-                    row.cancel_requested = row.preempt_requested = False
-                    kind = "requeued" if target is JobState.PENDING else None
-                    if outcome.lost:  # its node died or its supervisor vanished: lost, then requeued or failed
-                        transition_job(s, row, JobState.LOST, self._clock.now(), f"job lost: {outcome.lost}")
-                    transition_job(s, row, target, self._clock.now(), message, kind=kind)
-                    if target is JobState.PREEMPTED:
-                        row.preempted = True
-                        requeued = (
-                            f"requeued after preemption (restarts stay {row.restarts} of {row.max_restarts}: "
-                            "a preemption does not count)"
-                        )
-                        transition_job(s, row, JobState.PENDING, self._clock.now(), requeued, kind="requeued")
-            self._stop(to_stop)
-
-    def _stop(self, workers: list[WorkerRecord]) -> None:
-        for w in workers:
-            if w.handle is None or w.id in self._signalled:
-                continue
             try:
-                self._executor.kill(w.placement.node, w.handle)
-                self._signalled.add(w.id)
-            except Exception:
-                log.exception("stopping worker %s of job %s failed", w.placement.worker, w.job_id)
+                with self._db.tx() as s:
+                    to_stop = job_repo.settle_job(s, job_id, self._clock.now())
+            except Stale:
+                log.info("job %s changed while it was being settled; settling it again next cycle", job_id)
+                continue
+            self._applier.kill(to_stop)

@@ -10,6 +10,7 @@ one handler (``api/errors.py``); the CLI maps any of them to exit code 2.
     ├── Forbidden                403  authenticated, but not allowed
     ├── NotFound                 404  no such job / node / project
     ├── Conflict                 409  the request clashes with the entity's state
+    │   └── Stale                409  the row changed after it was read: a guarded write was dropped
     ├── Unsatisfiable            422  well-formed, but this cluster can never run it
     └── Unavailable              503  the head cannot serve the request right now
 """
@@ -53,6 +54,13 @@ class NotFound(GpupoolError):
 class Conflict(GpupoolError):
     status = 409
     default_code = "conflict"
+
+
+class Stale(Conflict):
+    """A write guarded by what a reader saw (a job's state) found the row changed since. The
+    controller drops such a decision and decides again next cycle; a request may simply retry."""
+
+    default_code = "stale"
 
 
 class Unsatisfiable(GpupoolError):

@@ -10,7 +10,8 @@ import enum
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, TypedDict
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_memory, validate_gpus
@@ -63,9 +64,65 @@ TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCE
 # Not finished: what `gpupool jobs` lists and what keeps a project from being deleted.
 ACTIVE_JOB_STATES = tuple(s.value for s in JobState if s not in TERMINAL_STATES)
 
+
+class StopReason(enum.StrEnum):
+    """Why a job is being stopped, or why its last attempt was. Cleared when an attempt starts.
+
+    A worker that fails or is lost needs no reason here: its exit says it (``judge``)."""
+
+    CANCEL = "cancel"  # a person cancelled it
+    TIMEOUT = "timeout"  # it ran past its max runtime: it ends failed
+    PREEMPT = "preempt"  # the scheduler gave its GPUs to others (reclaim, priority): requeued
+    IDLE = "idle"  # its GPUs sat idle past its project's idle timeout: requeued, held back a while
+
+    @property
+    def requeues(self) -> bool:
+        """The job goes back to the queue, and its next attempt gets ``GPUPOOL_PREEMPTED=1``."""
+        return self in (StopReason.PREEMPT, StopReason.IDLE)
+
+    @property
+    def ends_job(self) -> bool:
+        return not self.requeues
+
+
+# Stored values of the stops that send a job back to the queue.
+REQUEUING_STOPS = tuple(r.value for r in StopReason if r.requeues)
+
+
+def may_replace(current: StopReason | None, new: StopReason) -> bool:
+    """Whether ``new`` overrides the stop already under way. Ending a job (cancel, timeout)
+    overrides a requeue (preempt, idle); otherwise the first reason stands, so a cancelled job
+    is not turned into a timed-out one, nor a job being preempted preempted twice."""
+    if current is None:
+        return True
+    return current.requeues and new.ends_job
+
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_WORKERS = 4096
+
+
+class Submission(TypedDict, total=False):
+    """A submission as people and scripts write it: the keyword arguments of ``JobSpec.create``,
+    the body of ``POST /api/v1/jobs`` and the typed keywords of ``GpupoolClient.submit``. Sizes
+    may be strings (``8G``); ``JobSpec`` holds them normalised (``memory_mib``)."""
+
+    command: Sequence[str]
+    name: str | None
+    project: str | None
+    gpus: float
+    workers: int
+    cpus: int
+    memory: str | int | None
+    priority: str
+    max_restarts: int
+    env: Mapping[str, str] | None
+    workdir: str | None
+    gpu_model: str | None
+    max_runtime_s: int | None
+    gpu_memory: str | int | None
+    checkpoint_dir: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +150,39 @@ class JobSpec:
     @property
     def total_gpus(self) -> float:
         return self.gpus * self.workers
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as plain data (lists, dicts, strings), named as the field: the store's
+        columns and the API's job fields are these names, so neither lists them by hand."""
+        out: dict[str, Any] = {}
+        for name in SPEC_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """The inverse of ``to_dict`` for data gpupool wrote itself (its own rows): not validated
+        again, so a job stored under older rules still loads."""
+        values = {name: data[name] for name in SPEC_FIELDS}
+        values["command"] = tuple(values["command"])
+        values["priority"] = Priority(values["priority"])
+        values["env"] = dict(values["env"])
+        return cls(**values)
+
+    def submission(self) -> dict[str, Any]:
+        """The body of ``POST /api/v1/jobs`` that asks for exactly this spec: the keyword
+        arguments of ``create`` (memory as MiB numbers), leaving out what is unset."""
+        body = self.to_dict()
+        body["memory"] = body.pop("memory_mib") or None
+        body["gpu_memory"] = body.pop("gpu_memory_mib") or None
+        return {k: v for k, v in body.items() if v is not None}
 
     @property
     def quota_bound(self) -> bool:
@@ -168,6 +258,7 @@ class JobSpec:
         )
 
 
+SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobSpec))
 MAX_PATH = 4096
 
 

@@ -1,4 +1,10 @@
-"""What a job's worker exits mean for the job: a pure rule the controller applies.
+"""How a job stops: one stop reason, and one pure rule from (job, its workers' exits, the stop
+reason) to what happens next.
+
+A job is stopped for one reason at a time (``StopReason``), kept in one field beside its state.
+Before this, four flags (cancel requested, preempt requested, timed out, preempted) were set in
+the store, judged here and overridden by hand in the monitor, and could disagree. Now the store
+records the reason, ``settle`` decides, and the store applies the ``Settlement`` it returns.
 
 A gang lives and dies whole: one failed (or lost) worker stops the others, and the job is
 requeued whole while restarts remain.
@@ -10,12 +16,15 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpupool.domain.jobs import JobState, StopReason, may_replace
 from gpupool.domain.records import WorkerRecord, WorkerStatus
+
+__all__ = ["JobFacts", "Outcome", "Settlement", "Step", "StopReason", "Verdict", "judge", "may_replace", "settle"]
 
 
 class Verdict(enum.StrEnum):
     WAIT = "wait"  # workers still running normally
-    STOP_REST = "stop_rest"  # one failed or a cancel was asked: stop the others first
+    STOP_REST = "stop_rest"  # one failed or a stop was asked: stop the others first
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REQUEUE = "requeue"
@@ -34,11 +43,11 @@ class Outcome:
 def judge(
     workers: Sequence[WorkerRecord],
     *,
-    cancel_requested: bool,
+    stop: StopReason | None,
     restarts: int,
     max_restarts: int,
-    preempt_requested: bool = False,
 ) -> Outcome:
+    """What the workers' exits mean, given the stop under way."""
     live = [w for w in workers if w.status.holds_resources]
     ended = sorted(
         (w for w in workers if not w.status.holds_resources),
@@ -47,11 +56,11 @@ def judge(
     bad = [w for w in ended if w.status is WorkerStatus.LOST or w.exit_code != 0]
     first_bad = bad[0] if bad else None
     code = first_bad.exit_code if first_bad else None
-    if cancel_requested:
+    if stop is not None and stop.ends_job:
         if live:
             return Outcome(Verdict.STOP_REST, code, "stopping workers for cancel")
         return Outcome(Verdict.CANCELLED, code, "cancelled; all workers stopped")
-    if preempt_requested:
+    if stop is not None:
         if live:
             return Outcome(Verdict.STOP_REST, code, "stopping workers for preemption")
         return Outcome(Verdict.PREEMPTED, code, "preempted; requeued with its restart count kept")
@@ -69,3 +78,74 @@ def judge(
     if live:
         return Outcome(Verdict.WAIT, None, "")
     return Outcome(Verdict.SUCCEEDED, 0, "all workers exited with code 0")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What ``settle`` needs to know of a job, read in the transaction that applies its answer."""
+
+    id: int
+    state: JobState
+    stop: StopReason | None
+    restarts: int
+    max_restarts: int
+    max_runtime_s: int | None
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One transition, in order: ``kind`` names the event where the state alone says less."""
+
+    state: JobState
+    message: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What to do with a job: stop these live workers first, or walk these transitions and set
+    the restart count and exit code. The stop reason stays as it is: it says why it ended."""
+
+    stop_workers: tuple[WorkerRecord, ...] = ()
+    steps: tuple[Step, ...] = ()
+    restarts: int = 0
+    exit_code: int | None = None
+
+
+_VERDICT_STATE = {
+    Verdict.SUCCEEDED: JobState.SUCCEEDED,
+    Verdict.FAILED: JobState.FAILED,
+    Verdict.CANCELLED: JobState.CANCELLED,
+    Verdict.REQUEUE: JobState.PENDING,
+    Verdict.PREEMPTED: JobState.PREEMPTED,
+}
+
+
+def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
+    """The next move of a starting or running job: None while it runs normally."""
+    outcome = judge(workers, stop=job.stop, restarts=job.restarts, max_restarts=job.max_restarts)
+    if outcome.verdict is Verdict.WAIT:
+        return None
+    if outcome.verdict is Verdict.STOP_REST:
+        live = tuple(w for w in workers if w.status.holds_resources)
+        return Settlement(stop_workers=live, restarts=job.restarts, exit_code=job.exit_code)
+    steps: list[Step] = []
+    if job.state is JobState.STARTING:
+        steps.append(Step(JobState.RUNNING, "running"))
+    target = _VERDICT_STATE[outcome.verdict]
+    message = outcome.message
+    if outcome.verdict is Verdict.CANCELLED and job.stop is StopReason.TIMEOUT:
+        target = JobState.FAILED
+        message = f"stopped after its max runtime of {job.max_runtime_s}s"
+    restarts = job.restarts + 1 if outcome.verdict is Verdict.REQUEUE else job.restarts
+    exit_code = job.exit_code if target is JobState.PENDING else outcome.exit_code
+    if outcome.lost:  # its node died or its supervisor vanished: lost, then requeued or failed
+        steps.append(Step(JobState.LOST, f"job lost: {outcome.lost}"))
+    steps.append(Step(target, message, "requeued" if target is JobState.PENDING else None))
+    if target is JobState.PREEMPTED:
+        requeued = (
+            f"requeued after preemption (restarts stay {restarts} of {job.max_restarts}: a preemption does not count)"
+        )
+        steps.append(Step(JobState.PENDING, requeued, "requeued"))
+    return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpupool.domain.jobs import JobSpec, JobState, Placement
+from gpupool.domain.jobs import JobSpec, JobState, Placement, StopReason
 from gpupool.domain.nodes import Node
 
 
@@ -51,11 +51,20 @@ class JobRecord:
     exit_code: int | None
     starts: int
     restarts: int
-    preempted: bool
-    cancel_requested: bool
+    stop_reason: StopReason | None  # why it is being stopped, or why its last attempt was
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Being stopped for good (cancelled, or past its max runtime) but not ended yet."""
+        return self.stop_reason is not None and self.stop_reason.ends_job and not self.state.terminal
+
+    @property
+    def preempted(self) -> bool:
+        """Waiting again after a preemption: its next attempt gets ``GPUPOOL_PREEMPTED=1``."""
+        return self.stop_reason is not None and self.stop_reason.requeues and not self.state.active
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-from gpupool.domain.jobs import JobSpec, JobState, Placement, Priority
+from typing import Any
+
+from gpupool.domain.jobs import SPEC_FIELDS, JobSpec, JobState, Placement
+from gpupool.domain.outcome import StopReason
 from gpupool.domain.records import JobRecord, WorkerRecord, WorkerStatus
 from gpupool.store.orm import JobRow, WorkerRow
 
 
 def spec_of(row: JobRow) -> JobSpec:
-    return JobSpec(
-        command=tuple(row.command),
-        name=row.name,
-        project=row.project,
-        gpus=row.gpus,
-        workers=row.workers,
-        cpus=row.cpus,
-        memory_mib=row.memory_mib,
-        priority=Priority(row.priority),
-        max_restarts=row.max_restarts,
-        env=dict(row.env),
-        workdir=row.workdir,
-        gpu_model=row.gpu_model,
-        max_runtime_s=row.max_runtime_s,
-        gpu_memory_mib=row.gpu_memory_mib,
-        checkpoint_dir=row.checkpoint_dir,
-    )
+    """A job row's columns for the spec are named as the spec's fields (``SPEC_FIELDS``)."""
+    return JobSpec.from_dict({name: getattr(row, name) for name in SPEC_FIELDS})
+
+
+def spec_columns(spec: JobSpec) -> dict[str, Any]:
+    """The job row's columns for ``spec``: the inverse of ``spec_of``."""
+    return spec.to_dict()
 
 
 def placement_of(row: WorkerRow) -> Placement:
@@ -66,8 +59,7 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         exit_code=row.exit_code,
         starts=row.starts,
         restarts=row.restarts,
-        preempted=row.preempted,
-        cancel_requested=row.cancel_requested,
+        stop_reason=StopReason(row.stop_reason) if row.stop_reason else None,
         submitted_at=row.submitted_at,
         started_at=row.started_at,
         finished_at=row.finished_at,

@@ -13,9 +13,10 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.domain.errors import InvalidInput, Stale, Unavailable
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -86,9 +87,13 @@ class Database:
 
     @contextmanager
     def tx(self) -> Iterator[Session]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
-        with self._sessions() as session, session.begin():
-            yield session
+        """One transaction: committed when the block ends, rolled back if it raises. A guarded
+        write that found its row changed since it was read (``orm.JobRow``) raises ``Stale``."""
+        try:
+            with self._sessions() as session, session.begin():
+                yield session
+        except StaleDataError:
+            raise Stale("a job changed while this was being decided; nothing was written, try again") from None
 
     def migrate(self) -> None:
         migrate(self.engine)

@@ -52,8 +52,7 @@ def candidates(session: Session) -> list[IdleCandidate]:
         .where(
             JobRow.state == JobState.RUNNING.value,
             JobRow.priority == Priority.INTERACTIVE.value,
-            JobRow.preempt_requested.is_(False),
-            JobRow.cancel_requested.is_(False),
+            JobRow.stop_reason.is_(None),
             ProjectRow.idle_timeout_s.is_not(None),
             WorkerRow.status.in_(LIVE_WORKER_STATES),
         )

@@ -5,45 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.decisions import Reason
 from gpupool.domain.errors import Conflict, NotFound
-from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobSpec, JobState
-from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord
-from gpupool.store.convert import job_record
+from gpupool.domain.jobs import ACTIVE_JOB_STATES, REQUEUING_STOPS, JobSpec, JobState, StopReason, may_replace
+from gpupool.domain.outcome import JobFacts, settle
+from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord, WorkerRecord
+from gpupool.store.convert import job_record, spec_columns, worker_record
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
 
 def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> JobRecord:
     row = JobRow(
-        name=spec.name,
-        project=spec.project,
+        **spec_columns(spec),
         owner=owner,
         state=JobState.PENDING.value,
-        command=list(spec.command),
-        gpus=spec.gpus,
-        workers=spec.workers,
-        cpus=spec.cpus,
-        memory_mib=spec.memory_mib,
-        priority=spec.priority.value,
-        max_restarts=spec.max_restarts,
-        env=dict(spec.env),
-        workdir=spec.workdir,
-        gpu_model=spec.gpu_model,
-        max_runtime_s=spec.max_runtime_s,
-        gpu_memory_mib=spec.gpu_memory_mib,
-        checkpoint_dir=spec.checkpoint_dir,
         reason_code="new",
         reason="waiting for the next scheduling cycle",
         starts=0,
         restarts=0,
-        preempted=False,
-        cancel_requested=False,
-        timed_out=False,
-        preempt_requested=False,
+        stop_reason=None,
         submitted_at=now,
     )
     session.add(row)
@@ -108,63 +92,99 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
     if state.terminal:
         raise Conflict(f"job {job_id} already {state.value}; nothing to cancel", code="job_finished")
     if state in (JobState.PENDING, JobState.PREEMPTED, JobState.LOST) and not _holds_workers(session, row):
+        row.stop_reason = StopReason.CANCEL.value
         if state is not JobState.PENDING:
             transition_job(session, row, JobState.PENDING, now, f"cancel requested by {by}")
         transition_job(session, row, JobState.CANCELLED, now, f"cancelled by {by}")
-    elif not row.cancel_requested:
-        row.cancel_requested = True
-        add_event(
+    else:
+        _ask_to_stop(
             session,
+            row,
+            StopReason.CANCEL,
             now,
-            kind="cancel_requested",
-            job_id=row.id,
-            message=f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
+            "cancel_requested",
+            f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
         )
     return get_job(session, job_id)
 
 
 def request_preempt(
-    session: Session, job_id: int, now: datetime, message: str, not_before: datetime | None = None
+    session: Session,
+    job_id: int,
+    now: datetime,
+    message: str,
+    not_before: datetime | None = None,
+    reason: StopReason = StopReason.PREEMPT,
 ) -> bool:
-    """Mark a running job for preemption; the monitor stops it and requeues it, to be scheduled
+    """Ask to stop a running job and requeue it (``reason``: preempt or idle), to be scheduled
     again from ``not_before`` (default: at once). False if it is no longer running or already
     being stopped."""
     row = job_row(session, job_id, lock=True)
-    if row.state != "running" or row.cancel_requested or row.preempt_requested:
+    if row.state != JobState.RUNNING.value:
         return False
-    row.preempt_requested = True
+    if not _ask_to_stop(session, row, reason, now, "preempt_requested", message):
+        return False
     row.not_before = not_before
-    add_event(session, now, kind="preempt_requested", job_id=row.id, message=message)
     return True
 
 
 def stop_overdue(session: Session, now: datetime) -> list[int]:
-    """Mark running jobs past their max runtime for stopping; the cancel machinery does the rest."""
+    """Ask running jobs past their max runtime to stop; the cancel machinery does the rest."""
     rows = session.scalars(
         select(JobRow).where(
-            JobRow.state == "running", JobRow.max_runtime_s.is_not(None), JobRow.cancel_requested.is_(False)
+            JobRow.state == JobState.RUNNING.value,
+            JobRow.max_runtime_s.is_not(None),
+            or_(JobRow.stop_reason.is_(None), JobRow.stop_reason.in_(REQUEUING_STOPS)),
         )
     )
     overdue = []
     for row in rows:
         limit = row.max_runtime_s or 0
         if row.started_at is not None and (now - row.started_at).total_seconds() >= limit:
-            row.cancel_requested = row.timed_out = True
-            add_event(
-                session,
-                now,
-                kind="timeout",
-                job_id=row.id,
-                message=f"ran longer than its max runtime of {row.max_runtime_s}s; stopping it",
-            )
-            overdue.append(row.id)
+            message = f"ran longer than its max runtime of {row.max_runtime_s}s; stopping it"
+            if _ask_to_stop(session, row, StopReason.TIMEOUT, now, "timeout", message):
+                overdue.append(row.id)
     return overdue
+
+
+def stopping(session: Session) -> set[int]:
+    """Starting or running jobs asked to stop: the monitor settles each of them every cycle."""
+    query = select(JobRow.id).where(
+        JobRow.state.in_((JobState.STARTING.value, JobState.RUNNING.value)), JobRow.stop_reason.is_not(None)
+    )
+    return set(session.scalars(query))
+
+
+def settle_job(session: Session, job_id: int, now: datetime) -> tuple[WorkerRecord, ...]:
+    """Apply ``domain.outcome.settle`` to an active job: walk its transitions, or return the live
+    workers to stop first. The job's row is read, decided on and written in this one transaction."""
+    row = job_row(session, job_id, lock=True)
+    state = JobState(row.state)
+    if not state.active:
+        return ()
+    workers = [worker_record(w) for w in _attempt_rows(session, job_id, row.starts)]
+    facts = JobFacts(
+        id=row.id,
+        state=state,
+        stop=StopReason(row.stop_reason) if row.stop_reason else None,
+        restarts=row.restarts,
+        max_restarts=row.max_restarts,
+        max_runtime_s=row.max_runtime_s,
+        exit_code=row.exit_code,
+    )
+    plan = settle(facts, workers)
+    if plan is None:
+        return ()
+    row.restarts, row.exit_code = plan.restarts, plan.exit_code
+    for step in plan.steps:
+        transition_job(session, row, step.state, now, step.message, kind=step.kind)
+    return plan.stop_workers
 
 
 def held_back(session: Session, now: datetime) -> dict[int, datetime]:
     """Pending jobs not to be scheduled yet (left out of the snapshot), with until when."""
     rows = session.execute(
-        select(JobRow.id, JobRow.not_before).where(JobRow.state == "pending", JobRow.not_before > now)
+        select(JobRow.id, JobRow.not_before).where(JobRow.state == JobState.PENDING.value, JobRow.not_before > now)
     )
     return {job_id: until for job_id, until in rows if until is not None}
 
@@ -176,7 +196,7 @@ def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
         current = list(
             session.execute(
                 select(JobRow.id, JobRow.reason_code, JobRow.reason).where(
-                    JobRow.id.in_(ids[start : start + 500]), JobRow.state == "pending"
+                    JobRow.id.in_(ids[start : start + 500]), JobRow.state == JobState.PENDING.value
                 )
             )
         )
@@ -185,9 +205,25 @@ def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
             if code != reason.code.value or message != reason.message:
                 session.execute(
                     update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.state == "pending")
+                    .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
                     .values(reason_code=reason.code.value, reason=reason.message)
                 )
+
+
+def _ask_to_stop(session: Session, row: JobRow, reason: StopReason, now: datetime, kind: str, message: str) -> bool:
+    """Record why the job is to stop, unless a stop that outranks it is under way
+    (``may_replace``); the event says who asked and why. False if nothing changed."""
+    current = StopReason(row.stop_reason) if row.stop_reason else None
+    if not may_replace(current, reason):
+        return False
+    row.stop_reason = reason.value
+    add_event(session, now, kind=kind, job_id=row.id, message=message)
+    return True
+
+
+def _attempt_rows(session: Session, job_id: int, attempt: int) -> list[WorkerRow]:
+    query = select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.attempt == attempt)
+    return list(session.scalars(query.order_by(WorkerRow.worker)))
 
 
 def _holds_workers(session: Session, row: JobRow) -> bool:

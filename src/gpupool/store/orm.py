@@ -35,6 +35,12 @@ class Base(DeclarativeBase):
 
 
 class JobRow(Base):
+    """Every ORM update of a job is guarded by the state it was read in: ``state`` is the row's
+    version, so an UPDATE reads ``WHERE id = ? AND state = <as read>`` and a row another
+    transaction moved meanwhile raises (``Database.tx`` turns that into ``Stale``) instead of
+    being overwritten. On SQLite a transaction begins at its first write, so a read then a write
+    is not atomic without this; on PostgreSQL the rows are also locked when read for an update."""
+
     __tablename__ = "jobs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -60,16 +66,16 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
-    preempted: Mapped[bool] = mapped_column(Boolean, default=False)
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    timed_out: Mapped[bool] = mapped_column(Boolean, default=False)  # stopped for exceeding max_runtime_s
-    # server_default: migration 0002 added the column to tables that already had rows
-    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared
+    # when an attempt starts (0007: replaces four flags).
+    stop_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # Not scheduled before this time: an idle job preempted for others yields to them first (0006).
     not_before: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+    __mapper_args__ = {"version_id_col": state, "version_id_generator": False}
 
 
 class WorkerRow(Base):

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.convert import placement_of, spec_of
@@ -50,20 +50,19 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
     stopping: set[int] = set()
     if by_job:
         rows = session.execute(
-            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.cancel_requested, JobRow.preempt_requested).where(
-                JobRow.id.in_(list(by_job))
-            )
+            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.stop_reason).where(JobRow.id.in_(list(by_job)))
         )
-        for job_id, at, state, cancelling, preempting in rows:
+        for job_id, at, state, stop_reason in rows:
             started[job_id] = at
-            if cancelling or preempting or state not in ("starting", "running"):
+            if stop_reason is not None or not JobState(state).active:
                 stopping.add(job_id)
     waiting = list(
         session.execute(
             select(JobRow.id, JobRow.submitted_at, JobRow.restarts)
             .where(
-                JobRow.state == "pending",
-                JobRow.cancel_requested.is_(False),
+                JobRow.state == JobState.PENDING.value,
+                # a pending job asked to end (its old workers still dying) is not started again
+                or_(JobRow.stop_reason.is_(None), JobRow.stop_reason.in_(REQUEUING_STOPS)),
                 or_(JobRow.not_before.is_(None), JobRow.not_before <= now),
             )
             .order_by(JobRow.id)

@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import JobState, Placement
+from gpupool.domain.errors import Stale
+from gpupool.domain.jobs import JobState, Placement, StopReason
+from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, WorkerRecord, WorkerStatus
 from gpupool.store.convert import worker_record
 from gpupool.store.jobs import job_row
@@ -31,6 +33,11 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
     the launch finds the GPUs accounted for. Events: ``starting``, ``placed`` (where each worker
     goes) and, for a job started before, ``resumed`` (what its workers are told)."""
     row = job_row(session, job_id, lock=True)
+    if row.state != JobState.PENDING.value or row.stop_reason == StopReason.CANCEL.value:
+        # Cancelled (or otherwise moved) since the snapshot the decision was made on: drop it.
+        raise Stale(f"job {job_id} is {row.state} now, no longer pending; its start is dropped", code="invalid_state")
+    preempted = row.stop_reason is not None and StopReason(row.stop_reason).requeues
+    row.stop_reason = None  # a new attempt: nothing stops it yet
     transition_job(session, row, JobState.STARTING, now, f"starting attempt {row.starts + 1}")
     nodes = {p.node for p in placements}
     add_event(
@@ -42,7 +49,7 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         message=f"attempt {row.starts}: {_describe(placements)}",
     )
     if row.starts > 1:
-        flag = ", GPUPOOL_PREEMPTED=1" if row.preempted else ""
+        flag = ", GPUPOOL_PREEMPTED=1" if preempted else ""
         message = f"resuming: attempt {row.starts}, GPUPOOL_RESTARTS={row.starts - 1}{flag}"
         add_event(session, now, kind="resumed", job_id=job_id, message=message)
     rows = []
@@ -65,7 +72,6 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         )
     session.add_all(rows)
     session.flush()
-    preempted, row.preempted = row.preempted, False  # GPUPOOL_PREEMPTED=1 on the next start only
     return StartTicket(row.starts, preempted, tuple((w.id, p) for w, p in zip(rows, placements, strict=True)))
 
 
@@ -121,6 +127,6 @@ def _describe(placements: tuple[Placement, ...]) -> str:
 
 def _why_lost(session: Session, node: str) -> str:
     row = session.get(NodeRow, node)
-    if row is None or row.state == "down":
+    if row is None or row.state == NodeState.DOWN.value:
         return "node down"
     return "its supervisor vanished"

@@ -14,23 +14,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=JobOut)
 def submit(body: SubmitRequest, ctx: Ctx, who: Caller) -> JobOut:
-    spec = JobSpec.create(
-        command=body.command,
-        name=body.name,
-        project=body.project,
-        gpus=body.gpus,
-        workers=body.workers,
-        cpus=body.cpus,
-        memory=body.memory,
-        priority=body.priority,
-        max_restarts=body.max_restarts,
-        env=body.env,
-        workdir=body.workdir,
-        gpu_model=body.gpu_model,
-        max_runtime_s=body.max_runtime_s,
-        gpu_memory=body.gpu_memory,
-        checkpoint_dir=body.checkpoint_dir,
-    )
+    spec = JobSpec.create(**body.model_dump())
     return JobOut.of(job_service.submit(ctx, spec, who))
 
 

@@ -11,6 +11,9 @@ from gpupool.domain.records import Event, JobRecord
 
 
 class SubmitRequest(BaseModel):
+    """``domain.jobs.Submission`` as the API documents and checks it: the same names
+    (tests/unit/test_jobspec.py keeps them equal); ``JobSpec.create`` does the rest."""
+
     model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(description="argument vector; never run through a shell")
@@ -73,6 +76,7 @@ class JobOut(BaseModel):
     gpu_memory_mib: int
     workdir: str | None
     checkpoint_dir: str | None
+    max_runtime_s: int | None
     env: dict[str, str]
     placements: list[PlacementOut]
     reason_code: str | None
@@ -81,31 +85,20 @@ class JobOut(BaseModel):
     restarts: int
     starts: int
     cancel_requested: bool
+    stop_reason: str | None = Field(
+        None, description="why it is being stopped, or why it last was: cancel, timeout, preempt or idle"
+    )
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
-        s = job.spec
         return cls(
+            **job.spec.to_dict(),
             id=job.id,
-            name=s.name,
-            project=s.project,
             owner=job.owner,
             state=job.state.value,
-            command=list(s.command),
-            gpus=s.gpus,
-            workers=s.workers,
-            cpus=s.cpus,
-            memory_mib=s.memory_mib,
-            priority=s.priority.value,
-            max_restarts=s.max_restarts,
-            gpu_model=s.gpu_model,
-            gpu_memory_mib=s.gpu_memory_mib,
-            workdir=s.workdir,
-            checkpoint_dir=s.checkpoint_dir,
-            env=dict(s.env),
             placements=[PlacementOut.of(p) for p in job.placements],
             reason_code=job.reason_code,
             reason=job.reason,
@@ -113,6 +106,7 @@ class JobOut(BaseModel):
             restarts=job.restarts,
             starts=job.starts,
             cancel_requested=job.cancel_requested,
+            stop_reason=job.stop_reason.value if job.stop_reason else None,
             submitted_at=job.submitted_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
