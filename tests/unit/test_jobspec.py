@@ -81,3 +81,37 @@ def test_checkpoint_dir_is_absolute_and_a_relative_one_is_taken_from_the_workdir
 def test_bad_checkpoint_dirs_are_refused_with_a_message(checkpoint_dir: str, workdir: str | None, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         JobSpec.create(command=["x"], workdir=workdir, checkpoint_dir=checkpoint_dir)
+
+
+def test_one_submission_model_names_the_same_fields_everywhere() -> None:
+    """``Submission`` (the client's typed keywords), ``JobSpec.create``'s keywords and the API's
+    ``SubmitRequest`` cannot drift apart; the API's job JSON shows every field of the spec."""
+    import inspect
+
+    from gpupool.api.schemas.jobs import JobOut, SubmitRequest
+    from gpupool.domain.jobs import SPEC_FIELDS, Submission
+
+    create = set(inspect.signature(JobSpec.create).parameters) - {"cls"}
+    assert set(Submission.__annotations__) == create == set(SubmitRequest.model_fields)
+    assert set(SPEC_FIELDS) <= set(JobOut.model_fields)
+
+
+def test_a_spec_survives_the_store_and_the_wire_unchanged() -> None:
+    spec = JobSpec.create(
+        command=["python", "t.py"],
+        name="t",
+        project="vision",
+        gpus=0.5,
+        memory="2G",
+        priority="interactive",
+        max_restarts=2,
+        env={"A": "1"},
+        workdir="/w",
+        gpu_model="A100",
+        max_runtime_s=60,
+        gpu_memory="10G",
+        checkpoint_dir="ck",
+    )
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert JobSpec.create(**spec.submission()) == spec
+    assert spec.to_dict()["priority"] == "interactive" and spec.to_dict()["command"] == ["python", "t.py"]

@@ -66,15 +66,6 @@ CORE_FORBIDDEN_STDLIB = frozenset(
     | {"subprocess", "threading", "time"}
 )
 
-# KNOWN_PENDING: violations another piece of work in progress removes (issue 12). Delete an entry
-# as soon as its file is fixed: (path, imported name).
-KNOWN_PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("controller/loop.py", "sqlalchemy"),  # its stop queries move into store/jobs.py
-        ("controller/loop.py", "gpupool.store.orm"),
-    }
-)
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -106,7 +97,7 @@ def read_sources(root: Path = SRC) -> dict[str, str]:
 
 
 def test_every_import_follows_the_layers_and_rules() -> None:
-    found = [v.message for v in violations(read_sources()) if not _known(v)]
+    found = [v.message for v in violations(read_sources())]
     assert found == []
 
 
@@ -238,7 +229,3 @@ def _unit(path: str) -> str:
 
 def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
-
-
-def _known(v: Violation) -> bool:
-    return any(v.path == path and _under(v.name, name) for path, name in KNOWN_PENDING)

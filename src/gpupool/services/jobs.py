@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
-from gpupool.domain.errors import InvalidInput, Unsatisfiable
+from gpupool.domain.errors import InvalidInput, Stale, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
@@ -51,9 +51,20 @@ def listing(ctx: HeadContext, include_finished: bool, limit: int = 1000) -> tupl
         return job_repo.list_jobs(s, include_finished=include_finished, limit=limit), total
 
 
+CANCEL_TRIES = 5
+
+
 def cancel(ctx: HeadContext, job_id: int, who: Principal) -> JobRecord:
-    with ctx.db.tx() as s:
-        job = job_repo.request_cancel(s, job_id, ctx.clock.now(), who.user)
+    """The controller may move the job between our read and our write (the write is guarded
+    and then refused as ``Stale``): read again and decide again on what it is now."""
+    for tries_left in range(CANCEL_TRIES - 1, -1, -1):
+        try:
+            with ctx.db.tx() as s:
+                job = job_repo.request_cancel(s, job_id, ctx.clock.now(), who.user)
+            break
+        except Stale:
+            if not tries_left:
+                raise
     ctx.wake_controller()
     return job
 
