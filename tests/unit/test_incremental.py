@@ -14,16 +14,17 @@ from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.scheduler.cluster import ClusterState
+from gpupool.scheduler.policies import preset
 from gpupool.sim.engine import simulate
 from gpupool.sim.trace import TraceJob
 from tests.unit.builders import node, pending, running, snapshot
 
 POLICIES = [
-    SchedulerConfig(),
-    SchedulerConfig(actions=("allocate",)),
-    SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo"),
-    SchedulerConfig(placement="spread"),
-    SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo"),
+    preset("default"),
+    preset("greedy"),
+    preset("fifo"),
+    preset("default", placement="spread"),
+    preset("fifo-isolated"),
 ]
 PROJECTS = [Project("a", quota=4), Project("b", quota=2, limit=6), Project("c", quota=0, weight=2)]
 

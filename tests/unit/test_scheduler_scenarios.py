@@ -10,6 +10,7 @@ from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import SchedulerConfig, schedule
+from gpupool.scheduler.policies import preset
 from tests.unit.builders import node, pending, running, snapshot
 
 
@@ -88,7 +89,7 @@ CASES = [
         running=[running(9, ("n1", (0, 1)))],
         starts={2: [("n1", (2, 3))]},
         reasons={1: (ReasonCode.RESOURCES, ""), 3: (ReasonCode.RESOURCES, "")},
-        config=SchedulerConfig(actions=("allocate",)),
+        config=preset("greedy"),
     ),
     Case(
         "backfill: the free GPUs are held for the big job first in line",

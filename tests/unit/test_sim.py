@@ -11,13 +11,14 @@ import pytest
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.policies import preset
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import summarize
 from gpupool.sim.trace import fit_to_nodes, load
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-GREEDY = SchedulerConfig(actions=("allocate",))
+GREEDY = preset("greedy")
 
 
 def trace(tmp_path: Path, rows: list[str], header: str = "job_id,submit_time,duration,gpus,workers,project") -> Path:
@@ -165,7 +166,7 @@ def test_fifo_ignores_priority_classes_and_blocks_behind_the_head(tmp_path: Path
     header = "job_id,submit_time,duration,gpus,workers,project,priority"
     rows = ["A,0,10,1,1,default,train", "B,1,10,1,1,default,train", "C,2,10,1,1,default,interactive"]
     path = trace(tmp_path, rows, header)
-    fifo = SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo")
+    fifo = preset("fifo")
     assert run(path, 1, 1, fifo)["runs"] == {"A": (0, 10, 0), "B": (10, 20, 0), "C": (20, 30, 0)}
     # default: the interactive job displaces the train job of its project at once, which reruns
     got = run(path, 1, 1)
@@ -175,7 +176,7 @@ def test_fifo_ignores_priority_classes_and_blocks_behind_the_head(tmp_path: Path
 
 
 def test_fifo_blocks_behind_a_fraction_but_not_behind_a_job_that_never_fits(tmp_path: Path) -> None:
-    fifo = SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo")
+    fifo = preset("fifo")
     rows = ["A,0,100,0.5,1,default", "B,0,100,0.75,1,default", "C,1,10,0.25,1,default"]
     assert run(trace(tmp_path, rows), 1, 1, fifo)["runs"] == {"A": (0, 100, 0), "B": (100, 200, 0), "C": (100, 110, 0)}
     rows = ["huge,0,10,8,1,default", "A,1,10,1,1,default"]
@@ -183,7 +184,7 @@ def test_fifo_blocks_behind_a_fraction_but_not_behind_a_job_that_never_fits(tmp_
 
 
 def test_fifo_isolated_confines_each_project_to_its_quota_and_blocks_only_its_own_queue(tmp_path: Path) -> None:
-    isolated = SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo")
+    isolated = preset("fifo-isolated")
     rows = [
         "a1,0,100,2,1,a",
         "a2,0,10,1,1,a",  # a's 2 GPUs are taken: waits although b's are free

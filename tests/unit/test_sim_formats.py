@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from gpupool.domain.errors import InvalidInput
-from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.policies import preset
 from gpupool.sim.cluster import load_cluster, uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.trace import TraceJob, load, node_gang
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-GREEDY = SchedulerConfig(actions=("allocate",))
+GREEDY = preset("greedy")
 
 ITP_RAW = """job_id,submission_time,duration,num_gpu
 965d744f-0445-c1a8-12af-97e4c536c66e,1932025,2429,64

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from gpupool.domain.projects import Project
-from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.policies import preset
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import summarize
 from gpupool.sim.report import MAX_POINTS, _downsample, write_report
 from gpupool.sim.trace import load
 
-POLICIES = {"default": SchedulerConfig(), "greedy": SchedulerConfig(actions=("allocate",))}
+POLICIES = {"default": preset("default"), "greedy": preset("greedy")}
 HEADER = "job_id,submit_time,duration,gpus,workers,project"
 PNG = b"\x89PNG\r\n\x1a\n"
 FILES = ["jobs.csv", "placed.csv", "summary.json", "queue_length.png", "gpu_utilization.png", "jct_cdf.png"]

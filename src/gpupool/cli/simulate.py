@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +17,7 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig, registry
+from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
 from gpupool.sim.engine import SimResult
 from gpupool.sim.engine import simulate as replay
@@ -25,12 +26,6 @@ from gpupool.sim.plan import search
 from gpupool.sim.trace import TraceJob, fit_to_nodes, load
 from gpupool.sim.workload import Window, scale_load, shuffle_arrivals
 
-POLICIES = {
-    "default": SchedulerConfig(),
-    "greedy": SchedulerConfig(actions=("allocate",)),
-    "fifo": SchedulerConfig(actions=("allocate",), strict=True, fair_share=False, job_order="fifo"),
-    "fifo-isolated": SchedulerConfig(actions=("allocate",), strict=True, isolated=True, job_order="fifo"),
-}
 FORMATS = "auto, gpupool, philly, itp, openb or tiresias"
 
 FormatOpt = Annotated[str, typer.Option("--format", help=FORMATS)]
@@ -74,7 +69,7 @@ class Study:
         jobs = scale_load(load(trace, fmt, parsed), scale)
         if seed is not None:
             jobs = shuffle_arrivals(jobs, seed)
-        configs = {n: replace(POLICIES[n], placement=placement) for n in dict.fromkeys(names)}
+        configs = {n: preset(n, placement=placement) for n in dict.fromkeys(names)}
         return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
 
     def run(self, nodes: list[Node], policy: str) -> tuple[SimResult, dict[str, Any]]:

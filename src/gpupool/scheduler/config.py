@@ -1,4 +1,8 @@
-"""Scheduler configuration as data: which actions run, in which order, with which plugins."""
+"""Scheduler configuration as data: which actions run, in which order, with which hooks.
+
+Each hook is a name looked up in a table: ``job_order`` and ``placement`` in ``registry``, the
+others in ``policies``. The defaults are the ``default`` policy; ``policies.POLICIES`` names
+the others."""
 
 from __future__ import annotations
 
@@ -8,12 +12,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt")
-    placement: str = "binpack"
-    job_order: str = "priority_fifo"
-    # Strict: the first job that does not fit blocks those behind it (implied by backfill, which
-    # then decides what may pass). Fair share off: one queue for all projects, in job order.
-    strict: bool = False
-    fair_share: bool = True
-    # Isolated: each project is confined to its quota (no borrowing) and, when strict, blocks only
-    # its own queue: static partitions, as Philly's virtual clusters were.
-    isolated: bool = False
+    placement: str = "binpack"  # node score
+    job_order: str = "priority_fifo"  # within a queue
+    queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
+    quota_check: str = "borrow"  # why a job may not start whatever is free (quota, limit)
+    hold_up: str = "reserve"  # what a job that cannot start holds up behind it

@@ -1,0 +1,54 @@
+"""Hold-up: what the first job of a queue that cannot start now holds up behind it.
+
+Called by allocate with the job's quota refusal (None when it passed the quota check but did not
+fit the free resources); returns the queues that must wait behind it. A job that could never
+start (more than the cluster, or than its quota) holds up nothing.
+
+``reserve``: the first job that does not fit gets a reservation of the GPUs it will need; allocate
+then leaves every job behind it to the backfill action, which starts only what cannot delay it
+(without that action, none).
+``all``: every queue waits behind it (strict FIFO).
+``project``: only its own queue waits, also behind a job its project's quota holds back for now
+(FIFO per project: static partitions).
+``none``: nothing waits; every job that fits starts (greedy)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from gpupool.domain.decisions import Reason
+from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.reservation import reserve
+from gpupool.scheduler.session import Session
+
+HoldUp = Callable[[Session, PendingJob, str, Collection[str], Reason | None], Collection[str]]
+
+
+def reservation(
+    session: Session, job: PendingJob, queue: str, queues: Collection[str], refusal: Reason | None
+) -> Collection[str]:
+    if refusal is None and session.reservation is None:
+        session.reservation = reserve(session, job)
+        if session.reservation is not None:
+            session.hold(session.reservation)
+    return ()
+
+
+def every_queue(
+    session: Session, job: PendingJob, queue: str, queues: Collection[str], refusal: Reason | None
+) -> Collection[str]:
+    return queues if refusal is None and session.ever_fits(job) else ()
+
+
+def own_queue(
+    session: Session, job: PendingJob, queue: str, queues: Collection[str], refusal: Reason | None
+) -> Collection[str]:
+    if refusal is not None:  # its partition is full for now: first in line there
+        return (queue,) if job.spec.total_gpus <= session.project(job.spec.project).quota + 1e-9 else ()
+    return (queue,) if session.ever_fits(job) else ()
+
+
+def nothing(
+    session: Session, job: PendingJob, queue: str, queues: Collection[str], refusal: Reason | None
+) -> Collection[str]:
+    return ()

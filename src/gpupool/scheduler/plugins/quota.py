@@ -1,0 +1,49 @@
+"""Quota check: why a job may not start now however many GPUs are free (None: it may).
+
+``borrow``: a project may use idle GPUs beyond its quota, up to its limit; interactive and
+inference jobs must fit inside the quota beside the project's other such jobs (its own train jobs
+do not count: the preempt action displaces them).
+``isolated``: each project is also confined to its quota, as Philly's virtual clusters were."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.session import Session
+
+QuotaCheck = Callable[[Session, PendingJob], Reason | None]
+
+
+def borrow(session: Session, job: PendingJob) -> Reason | None:
+    project = session.project(job.spec.project)
+    held = session.allocated.get(project.name, 0.0)
+    need = job.spec.total_gpus
+    if project.limit is not None and held + need > project.limit + 1e-9:
+        return Reason(
+            ReasonCode.LIMIT,
+            f"limit: project {project.name} holds {held:g} of its limit "
+            f"{project.limit:g} GPUs; this job needs {need:g} more",
+        )
+    bound = session.bound.get(project.name, 0.0)
+    if job.spec.quota_bound and bound + need > project.quota + 1e-9:
+        return Reason(
+            ReasonCode.QUOTA,
+            f"quota: {job.spec.priority.value} jobs run only inside the quota; project {project.name} holds "
+            f"{bound:g} of its quota {project.quota:g} GPUs in interactive and inference jobs",
+        )
+    return None
+
+
+def isolated(session: Session, job: PendingJob) -> Reason | None:
+    project = session.project(job.spec.project)
+    held = session.allocated.get(project.name, 0.0)
+    need = job.spec.total_gpus
+    if held + need > project.quota + 1e-9:
+        return Reason(
+            ReasonCode.QUOTA,
+            f"quota: the isolated policy confines project {project.name} to its quota of {project.quota:g} GPUs; "
+            f"it holds {held:g} and this job needs {need:g}",
+        )
+    return borrow(session, job)

@@ -1,0 +1,74 @@
+"""Named policies, and the tables of the hooks a policy names.
+
+A policy is a ``SchedulerConfig``: data naming the actions to run, in order, and for each
+decision they leave open a hook from a table: here the queue order, the quota check and the
+hold-up (what a job that cannot start holds up), which allocate calls; in ``registry`` the job
+order and the placement (node score), which the session calls. Adding a hook is a module under
+``plugins/`` and a line in its table; adding a policy, a line in ``POLICIES``; adding an action,
+a module under ``actions/`` and a line in ``cycle.ACTIONS``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from gpupool.domain.errors import InvalidInput
+from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.plugins import hold_up, queues, quota
+from gpupool.scheduler.plugins.hold_up import HoldUp
+from gpupool.scheduler.plugins.queues import QueueOrder
+from gpupool.scheduler.plugins.quota import QuotaCheck
+
+T = TypeVar("T")
+
+QUEUE_ORDERS: dict[str, QueueOrder] = {"fair_share": queues.FAIR_SHARE, "single": queues.SINGLE}
+QUOTA_CHECKS: dict[str, QuotaCheck] = {"borrow": quota.borrow, "isolated": quota.isolated}
+HOLD_UPS: dict[str, HoldUp] = {
+    "reserve": hold_up.reservation,
+    "all": hold_up.every_queue,
+    "project": hold_up.own_queue,
+    "none": hold_up.nothing,
+}
+
+POLICIES: dict[str, SchedulerConfig] = {
+    # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt.
+    "default": SchedulerConfig(),
+    # Every job that fits starts, in fair-share and priority order; nobody waits for anybody.
+    "greedy": SchedulerConfig(actions=("allocate",), hold_up="none"),
+    # One queue in submit order; the first job that does not fit holds up everything behind it.
+    "fifo": SchedulerConfig(actions=("allocate",), job_order="fifo", queue_order="single", hold_up="all"),
+    # FIFO per project, each confined to its quota: static partitions, as Philly's virtual clusters.
+    "fifo-isolated": SchedulerConfig(
+        actions=("allocate",), job_order="fifo", quota_check="isolated", hold_up="project"
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """The hooks a configuration names, looked up once per cycle."""
+
+    queue_order: QueueOrder
+    quota_check: QuotaCheck
+    hold_up: HoldUp
+
+
+def hooks(config: SchedulerConfig) -> Hooks:
+    return Hooks(
+        _lookup(QUEUE_ORDERS, config.queue_order, "queue order"),
+        _lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
+        _lookup(HOLD_UPS, config.hold_up, "hold-up"),
+    )
+
+
+def preset(name: str, *, placement: str | None = None) -> SchedulerConfig:
+    """The named policy, with another placement plugin if given."""
+    config = _lookup(POLICIES, name, "policy")
+    return config if placement is None else replace(config, placement=placement)
+
+
+def _lookup(table: dict[str, T], name: str, what: str) -> T:
+    try:
+        return table[name]
+    except KeyError:
+        raise InvalidInput(f"unknown {what} {name!r}: use one of {', '.join(table)}") from None
