@@ -30,7 +30,7 @@ from gpupool.domain.errors import Unavailable
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
-from gpupool.scheduler import SchedulerConfig, registry
+from gpupool.scheduler import registry
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.settings import JOIN_TOKEN_FILE, Settings
 from gpupool.store import tokens
@@ -61,7 +61,7 @@ class Head:
             self.db,
             self.executor,
             clock,
-            SchedulerConfig(placement=settings.placement),
+            settings.scheduler_config,
             ControllerSettings(
                 settings.interval_s,
                 settings.kill_grace_s,

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupool.scheduler import policies
+from gpupool.scheduler.config import SchedulerConfig
+
 DEFAULT_PORT = 7070
 TOKEN_FILE = "admin-token"
 JOIN_TOKEN_FILE = "join-token"
@@ -41,6 +44,7 @@ class Settings:
     interval_s: float = 0.5
     fair_share_half_life_s: float = 86400.0
     placement: str = "binpack"
+    policy: str = "default"  # a name in scheduler.policies.POLICIES
     # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).
     backend: str = "local"
     ray_address: str | None = None
@@ -61,6 +65,11 @@ class Settings:
     @property
     def token_file(self) -> Path:
         return self.data_dir / TOKEN_FILE
+
+    @property
+    def scheduler_config(self) -> SchedulerConfig:
+        """The named policy, with the chosen placement plugin: what the head's controller runs."""
+        return policies.preset(self.policy, placement=self.placement)
 
     @classmethod
     def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:

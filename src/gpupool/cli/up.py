@@ -12,6 +12,7 @@ import typer
 from gpupool.cli.render import span
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
+from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.settings import DEFAULT_PORT, Settings
 
 
@@ -50,6 +51,7 @@ def up(
         str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
     ] = "1d",
     placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread or topology")] = "binpack",
+    policy: Annotated[str, typer.Option(help=f"scheduling policy: {', '.join(POLICIES)}")] = "default",
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
     backend: Annotated[
         Backend, typer.Option(help="local: virtual nodes on this machine; ray: every node of a Ray cluster")
@@ -78,6 +80,7 @@ def up(
     ] = 85.0,
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
+    preset(policy)  # an unknown name is refused before anything starts
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -93,6 +96,7 @@ def up(
         kill_grace_s=kill_grace,
         interval_s=interval,
         placement=placement,
+        policy=policy,
         fair_share_half_life_s=parse_duration(fair_share_half_life),
         backend=backend.value,
         ray_address=ray_address,
