@@ -277,7 +277,9 @@ def assert_applied(
             placed = (record.state, record.placements) == (JobState.RUNNING, start.placements)
             assert placed, f"{where}: job {start.job_id} is {record.state.value} on {record.placements}"
         for victim in decided.preemptions:
-            assert job_repo.job_row(s, victim.job_id).stop_reason == "preempt", f"{where}: job {victim.job_id} not marked"
+            assert job_repo.job_row(s, victim.job_id).stop_reason == "preempt", (
+                f"{where}: job {victim.job_id} not marked"
+            )
 
 
 def test_the_mixed_trace_exercises_what_the_comparison_is_about(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,9 +14,9 @@ from gpupool.cli.render import events_table, job_detail, jobs_table, state_text,
 from gpupool.client import ClientError
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.jobs import TERMINAL_STATES, JobSpec, JobState
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = tuple(state.value for state in TERMINAL_STATES)
 
 
 def submit(
@@ -148,7 +148,7 @@ def cancel(job_ids: list[int], url: UrlOpt = "http://127.0.0.1:7070") -> None:
                 err_console.print(f"error: {exc.message}")
                 failed = True
                 continue
-            if job["state"] == "cancelled":
+            if job["state"] == JobState.CANCELLED:
                 console.print(f"job {job_id}: cancelled")
             else:
                 console.print(f"job {job_id}: stopping (SIGTERM sent; SIGKILL after the grace period)")
@@ -170,7 +170,7 @@ def wait(
             if job["state"] in TERMINAL:
                 code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
                 console.print(f"job {job_id} ", state_text(job["state"]), code, sep="")
-                raise typer.Exit(0 if job["state"] == "succeeded" else 1)
+                raise typer.Exit(0 if job["state"] == JobState.SUCCEEDED else 1)
             if deadline is not None and time.monotonic() >= deadline:
                 err_console.print(f"timed out: job {job_id} is still {job['state']}")
                 raise typer.Exit(1)
@@ -185,9 +185,9 @@ def why(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = 
     if output is Output.JSON:
         print_json(answer)
         return
-    if answer["state"] == "pending":
+    if answer["state"] == JobState.PENDING:
         console.print(
-            f"job {job_id} is ", state_text("pending"), f": [{answer['reason_code']}] {answer['reason']}", sep=""
+            f"job {job_id} is ", state_text(JobState.PENDING), f": [{answer['reason_code']}] {answer['reason']}", sep=""
         )
         if answer.get("estimated_start"):
             at = answer["estimated_start"]
