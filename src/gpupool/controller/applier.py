@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
-from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.worker_env import worker_env
 from gpupool.executors.base import Executor
@@ -101,15 +102,24 @@ class Applier:
         return attempt
 
     def preempt_all(self, victims: Iterable[Preempt]) -> int:
-        """Ask each victim to stop and requeue, each in its own guarded write; how many were."""
-        done = 0
-        for victim in victims:
-            try:
-                with self._db.tx() as s:
-                    done += job_repo.request_preempt(s, victim.job_id, self._clock.now(), victim.message)
-            except Conflict as exc:
-                log.info("not preempting job %s: %s", victim.job_id, exc)
-        return done
+        """Ask each of the scheduler's victims to stop and requeue; how many were."""
+        return sum(self.preempt(victim.job_id, victim.message) for victim in victims)
+
+    def preempt(
+        self,
+        job_id: int,
+        message: str,
+        reason: StopReason = StopReason.PREEMPT,
+        not_before: datetime | None = None,
+    ) -> bool:
+        """Ask a running job to stop and requeue (``reason``: preempt or idle), in a guarded
+        write of its own; False when it is no longer running or already being stopped."""
+        try:
+            with self._db.tx() as s:
+                return job_repo.request_preempt(s, job_id, self._clock.now(), message, not_before, reason=reason)
+        except Conflict as exc:
+            log.info("not preempting job %s: %s", job_id, exc)
+            return False
 
     def kill(self, workers: Iterable[WorkerRecord]) -> None:
         """SIGTERM each worker's process group (the supervisor sends SIGKILL after the grace

@@ -102,7 +102,7 @@ class Controller:
         self._telemetry = TelemetrySampler(
             db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention
         )
-        self._idle = IdleWatch(db, clock, settings.idle)
+        self._idle = IdleWatch(db, clock, settings.idle, self._applier)
         self._alerts = AlertWatch(db, clock, settings.alerts)
         self._thread: threading.Thread | None = None
         self._on_cycle = on_cycle
