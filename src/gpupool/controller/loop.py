@@ -55,7 +55,7 @@ class ControllerSettings:
     alerts: AlertRules = field(default_factory=AlertRules)
 
 
-def _held_reason(until: datetime) -> Reason:
+def _on_hold_reason(until: datetime) -> Reason:
     return Reason(
         ReasonCode.IDLE_HOLD,
         "preempted for sitting idle; the jobs that waited go first, and it is scheduled again from "
@@ -153,9 +153,9 @@ class Controller:
         self._dirty = False
         self._last_full = time.monotonic()
         with self._db.tx() as s:
-            held = job_repo.held_back(s, self._clock.now())
-            if held:
-                job_repo.set_reasons(s, {i: _held_reason(until) for i, until in held.items()})
+            on_hold = job_repo.on_hold(s, self._clock.now())
+            if on_hold:
+                job_repo.set_reasons(s, {i: _on_hold_reason(until) for i, until in on_hold.items()})
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}

@@ -121,7 +121,7 @@ class ClusterState:
         self._reindex(free, before)
         self.generation += 1
 
-    def hold_gpu(self, node: str, index: int) -> bool:
+    def reserve_gpu(self, node: str, index: int) -> bool:
         """Take one free whole GPU out of circulation (a reservation). False if it was not free."""
         free = self.nodes.get(node)
         if free is None or index not in free.free_gpus:
@@ -131,8 +131,8 @@ class ClusterState:
         self._reindex(free, before)
         return True
 
-    def release_gpu(self, node: str, index: int) -> None:
-        """Undo ``hold_gpu``. Leaves the generation alone: callers pair it with a hold."""
+    def unreserve_gpu(self, node: str, index: int) -> None:
+        """Undo ``reserve_gpu``. Leaves the generation alone: callers pair it with a reserve."""
         free = self.nodes[node]
         before = len(free.free_gpus)
         free.free_gpus.add(index)

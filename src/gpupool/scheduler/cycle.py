@@ -40,7 +40,7 @@ def schedule(
             if action is None:
                 raise InvalidInput(f"unknown scheduler action {name!r}: use one of {', '.join(ACTIONS)}")
             action(session)
-        session.unhold()  # explain against what is really free
+        session.release_reserved()  # explain against what is really free
         reasons = _explain(session) if explain_pending else {}
     except BaseException:
         if memory is not None:

@@ -36,7 +36,7 @@ class Session:
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
-    held: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
+    reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
@@ -118,7 +118,7 @@ class Session:
         A shape (demand and gang size) that failed is not tried again until resources come back
         (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
         demand = self.demand(job)
-        shape = (demand, job.spec.workers, self._held_key())
+        shape = (demand, job.spec.workers, self._reserving())
         if self._failed.get(shape) == self.cluster.generation:
             return None
         plugin = registry.placement(self.config.placement)
@@ -167,18 +167,19 @@ class Session:
                 return best[1]
         return best[1] if best is not None else None
 
-    def _held_key(self) -> bool:
-        return bool(self.held)
+    def _reserving(self) -> bool:
+        return bool(self.reserved_gpus)
 
-    def hold(self, reservation: Reservation) -> None:
+    def keep_reserved(self, reservation: Reservation) -> None:
         """Keep the reserved GPUs that are free now from other jobs. GPUs the reservation needs
         that running jobs still hold are theirs until they end; only GPUs are reserved."""
-        self.held = [(p.node, i) for p in reservation.placements for i in p.gpus if self.cluster.hold_gpu(p.node, i)]
+        wanted = [(p.node, i) for p in reservation.placements for i in p.gpus]
+        self.reserved_gpus = [(node, i) for node, i in wanted if self.cluster.reserve_gpu(node, i)]
 
-    def unhold(self) -> None:
-        for node, index in self.held:
-            self.cluster.release_gpu(node, index)
-        self.held = []
+    def release_reserved(self) -> None:
+        for node, index in self.reserved_gpus:
+            self.cluster.unreserve_gpu(node, index)
+        self.reserved_gpus = []
 
     def policy_refused(self, job_id: int) -> bool:
         """Refused by limit or quota: no amount of freed GPUs would let it start."""

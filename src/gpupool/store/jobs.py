@@ -181,7 +181,7 @@ def settle_job(session: Session, job_id: int, now: datetime) -> tuple[WorkerReco
     return plan.stop_workers
 
 
-def held_back(session: Session, now: datetime) -> dict[int, datetime]:
+def on_hold(session: Session, now: datetime) -> dict[int, datetime]:
     """Pending jobs not to be scheduled yet (left out of the snapshot), with until when."""
     rows = session.execute(
         select(JobRow.id, JobRow.not_before).where(JobRow.state == JobState.PENDING.value, JobRow.not_before > now)

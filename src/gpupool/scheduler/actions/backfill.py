@@ -18,32 +18,32 @@ def run(session: Session) -> None:
         return
     waiting: list[PendingJob] = []
     # Whether a shape would fit without the reservation, valid while nothing is given back.
-    held_back_by_shape: dict[tuple[object, int], tuple[int, bool]] = {}
-    held_back_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
+    blocked_by_shape: dict[tuple[object, int], tuple[int, bool]] = {}
+    blocked_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
     for job in session.queue:
         if session.policy_refused(job.id) or job.id == reservation.job_id:
             waiting.append(job)
             continue
         placements = session.try_place_gang(job)
         if placements is None and _ends_in_time(session, job, reservation):
-            session.unhold()
+            session.release_reserved()
             placements = session.try_place_gang(job)
-            session.hold(reservation)
+            session.keep_reserved(reservation)
         if placements is not None:
             session.record_start(job, placements)
             continue
         waiting.append(job)
         shape = (session.demand(job), job.spec.workers)
-        known = held_back_by_shape.get(shape)
+        known = blocked_by_shape.get(shape)
         if known is not None and known[0] == session.cluster.generation:
-            held_back = known[1]
+            blocked = known[1]
         else:
-            session.unhold()
-            held_back = session.fits(job)
-            session.hold(reservation)
-            held_back_by_shape[shape] = (session.cluster.generation, held_back)
-        if held_back:
-            session.reasons[job.id] = held_back_reason
+            session.release_reserved()
+            blocked = session.fits(job)
+            session.keep_reserved(reservation)
+            blocked_by_shape[shape] = (session.cluster.generation, blocked)
+        if blocked:
+            session.reasons[job.id] = blocked_reason
     session.queue = waiting
 
 

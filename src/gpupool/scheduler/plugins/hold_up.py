@@ -30,7 +30,7 @@ def reservation(
     if refusal is None and session.reservation is None:
         session.reservation = reserve(session, job)
         if session.reservation is not None:
-            session.hold(session.reservation)
+            session.keep_reserved(session.reservation)
     return ()
 
 
