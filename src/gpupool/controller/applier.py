@@ -26,7 +26,7 @@ from gpupool.executors.base import Executor
 from gpupool.node.runtime import LaunchRequest
 from gpupool.store import jobs as job_repo
 from gpupool.store import workers as worker_repo
-from gpupool.store.db import Database
+from gpupool.store.db import Database, Tx
 from gpupool.store.transitions import transition_job
 
 log = logging.getLogger("gpupool.controller")
@@ -140,20 +140,28 @@ class Applier:
     def _finish_start(
         self, job_id: int, attempt: int, launched: list[tuple[int, dict[str, Any]]], failed: list[tuple[int, str]]
     ) -> None:
-        """Record handles and failed launches, then starting -> running. The job may have been
-        asked to stop meanwhile; its state is still starting (only the controller moves it), and
-        the monitor stops what was launched."""
+        """Record handles and failed launches, then starting -> running, in one commit. The job
+        may have been asked to stop meanwhile: that leaves its state alone (only the controller
+        moves a starting job), and the monitor stops what was launched. The handles must never
+        be lost: should the state have moved after all, they are written on their own."""
         now = self._clock.now()
-        with self._db.tx() as s:  # the handles first, on their own: they must never be lost
-            for worker_id, handle in launched:
-                worker_repo.mark_launched(s, worker_id, handle, now)
-            for worker_id, message in failed:
-                worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
-                job_repo.add_job_event(s, job_id, now, "launch_failed", message)
         try:
             with self._db.tx() as s:
+                self._record_launches(s, job_id, launched, failed, now)
                 row = job_repo.job_row(s, job_id, lock=True)
                 if row.state == JobState.STARTING.value:
                     transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
-        except Stale as exc:  # moved by someone else: the monitor settles it from its workers
+        except Stale as exc:  # moved by someone else: keep the handles; the monitor settles it
             log.info("job %s changed while it started: %s", job_id, exc)
+            with self._db.tx() as s:
+                self._record_launches(s, job_id, launched, failed, now)
+
+    @staticmethod
+    def _record_launches(
+        s: Tx, job_id: int, launched: list[tuple[int, dict[str, Any]]], failed: list[tuple[int, str]], now: datetime
+    ) -> None:
+        for worker_id, handle in launched:
+            worker_repo.mark_launched(s, worker_id, handle, now)
+        for worker_id, message in failed:
+            worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
+            job_repo.add_job_event(s, job_id, now, "launch_failed", message)
