@@ -19,7 +19,7 @@ import pytest
 
 from gpupool.clock import FakeClock, SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
-from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.nodes import Node
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig, schedule
@@ -103,13 +103,19 @@ def test_cancels_racing_starts_never_leave_a_cancelled_job_running_nor_fail_a_cy
     assert 0 < started < RACES, f"{started} of {RACES} jobs started before their cancel"
 
 
-def test_a_start_decided_before_a_cancel_is_dropped_and_the_cycles_other_starts_happen(db: Database) -> None:
+def one_node(db: Database, gpus: int) -> tuple[Controller, HeadContext, Processes]:
+    """A controller on a virtual clock over one node, its nodes registered, no thread running."""
     clock = FakeClock()
-    executor = Processes(uniform(1, 2))
+    executor = Processes(uniform(1, gpus))
     controller = Controller(db, executor, clock, SchedulerConfig(), ControllerSettings())
-    ctx = HeadContext(db, clock, executor, controller.wake)
     with db.tx() as s:
         node_repo.register_nodes(s, executor.nodes(), clock.now())
+    return controller, HeadContext(db, clock, executor, controller.wake), executor
+
+
+def test_a_start_decided_before_a_cancel_is_dropped_and_the_cycles_other_starts_happen(db: Database) -> None:
+    controller, ctx, executor = one_node(db, gpus=2)
+    clock = ctx.clock
     first, second = (job_service.submit(ctx, JobSpec.create(command=["sleep", "9"], gpus=1), USER) for _ in range(2))
     with db.tx() as s:
         snapshot = load_snapshot(s, clock.now())
@@ -125,23 +131,16 @@ def test_a_start_decided_before_a_cancel_is_dropped_and_the_cycles_other_starts_
     assert {key[0] for key in executor.running} == {second.id}
 
 
-@pytest.mark.parametrize("engine_writes_first", [True, False])
-def test_a_cancel_that_loses_the_race_to_a_start_is_applied_to_the_started_job(
-    db: Database, engine_writes_first: bool
-) -> None:
-    """The cancel's read saw a pending job; the start committed first: the cancel's guarded
-    write is refused and it decides again on the job as it now is (starting: stop its workers)."""
-    clock = FakeClock()
-    executor = Processes(uniform(1, 1))
-    controller = Controller(db, executor, clock, SchedulerConfig(), ControllerSettings())
-    ctx = HeadContext(db, clock, executor, controller.wake)
-    with db.tx() as s:
-        node_repo.register_nodes(s, executor.nodes(), clock.now())
+@pytest.mark.parametrize("start_first", [True, False])
+def test_a_cancel_and_a_start_in_either_order(db: Database, start_first: bool) -> None:
+    """Started first: the cancel finds it running and its workers are stopped. Cancelled first:
+    the start decided before the cancel is dropped and nothing is launched."""
+    controller, ctx, executor = one_node(db, gpus=1)
     job = job_service.submit(ctx, JobSpec.create(command=["sleep", "9"], gpus=1), USER)
     with db.tx() as s:
-        snapshot = load_snapshot(s, clock.now())
+        snapshot = load_snapshot(s, ctx.clock.now())
     (decision,) = schedule(snapshot, SchedulerConfig()).starts
-    if engine_writes_first:
+    if start_first:
         controller._applier.start(decision, job.spec)
         cancelled = job_service.cancel(ctx, job.id, USER)
         assert (cancelled.state, cancelled.cancel_requested) == (JobState.RUNNING, True)
@@ -153,3 +152,37 @@ def test_a_cancel_that_loses_the_race_to_a_start_is_applied_to_the_started_job(
         assert executor.running == set()
     controller.tick()
     assert job_service.get(ctx, job.id).state is JobState.CANCELLED
+
+
+def test_a_cancel_whose_job_starts_between_its_read_and_its_write_decides_again(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel reads a pending job; before it writes, the controller commits the start. The
+    cancel's guarded write is refused (``Stale``), it reads the job again, now starting, and asks
+    its workers to stop instead of writing ``cancelled`` over a start."""
+    if db.engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL locks the row when the cancel reads it, so no start can slip in between")
+    controller, ctx, executor = one_node(db, gpus=1)
+    job = job_service.submit(ctx, JobSpec.create(command=["sleep", "9"], gpus=1), USER)
+    with db.tx() as s:
+        snapshot = load_snapshot(s, ctx.clock.now())
+    (decision,) = schedule(snapshot, SchedulerConfig()).starts
+    real = job_repo.transition_job
+    slipped: list[int] = []
+
+    def start_slips_in(*args: object, **kwargs: object) -> None:
+        if not slipped:  # the cancel's first write: the controller commits its start just before it
+            slipped.append(controller._applier.start(decision, job.spec) or 0)
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(job_repo, "transition_job", start_slips_in)
+    cancelled = job_service.cancel(ctx, job.id, USER)
+
+    assert slipped == [1]
+    assert (cancelled.state, cancelled.stop_reason) == (JobState.RUNNING, StopReason.CANCEL)
+    controller.tick()  # the monitor stops the workers the start launched
+    assert executor.running == set()
+    controller.tick()
+    events = [e.kind for e in job_service.events(ctx, job.id)]
+    assert job_service.get(ctx, job.id).state is JobState.CANCELLED
+    assert events.index("running") < events.index("cancel_requested") < events.index("cancelled")
