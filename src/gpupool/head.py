@@ -28,12 +28,13 @@ from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.alerts import AlertRules
 from gpupool.domain.errors import Unavailable
 from gpupool.domain.idle import IdleSettings
+from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
 from gpupool.scheduler import registry
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.settings import JOIN_TOKEN_FILE, Settings
-from gpupool.store import tokens
+from gpupool.store import tokens, users
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.head")
@@ -82,7 +83,10 @@ class Head:
         with self.db.tx() as s:
             if tokens.has_role(s, role) and path.exists():
                 return None
-            token = tokens.create_token(s, role, role, SystemClock().now())
+            now = SystemClock().now()
+            if role == Role.ADMIN.value:
+                users.ensure_user(s, ADMIN_USER, Role.ADMIN, now)  # the built-in user that owns it
+            token = tokens.create_token(s, role, role, now)
         write_secret(path, token + "\n")
         return token
 

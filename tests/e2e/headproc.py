@@ -125,12 +125,16 @@ class HeadProcess:
                 with contextlib.suppress(OSError):
                     os.kill(int(pid_dir.name), signal.SIGKILL)
 
-    def cli(self, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout: float = 60, input: str | None = None, token: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``gpupool ARGS`` against this head, as its admin or with ``token``."""
+        env = self.env() if token is None else {**self.env(), "GPUPOOL_TOKEN": token}
         return subprocess.run(
             [sys.executable, "-m", "gpupool.cli.main", *args],
             capture_output=True,
             text=True,
-            env=self.env(),
+            env=env,
             timeout=timeout,
             input=input,
         )

@@ -34,14 +34,14 @@ def test_principal_for_finds_the_owner_and_rejects_other_tokens(db: Database, no
     assert alice != bob
     with db.tx() as session:
         assert tokens.has_admin(session)
-        assert tokens.principal_for(session, alice) == tokens.Principal("alice", "admin")
-        assert tokens.principal_for(session, bob) == tokens.Principal("bob", "user")
-        assert tokens.principal_for(session, bob).is_admin is False  # type: ignore[union-attr]
-        assert tokens.principal_for(session, "gp_" + "x" * 43) is None
-        assert tokens.principal_for(session, alice[:-1]) is None
-        assert tokens.principal_for(session, "") is None
+        assert tokens.principal_for(session, alice, now) == tokens.Principal("alice", "admin")
+        assert tokens.principal_for(session, bob, now) == tokens.Principal("bob", "user")
+        assert tokens.principal_for(session, bob, now).is_admin is False  # type: ignore[union-attr]
+        assert tokens.principal_for(session, "gp_" + "x" * 43, now) is None
+        assert tokens.principal_for(session, alice[:-1], now) is None
+        assert tokens.principal_for(session, "", now) is None
         # The stored hash itself is not a token.
-        assert tokens.principal_for(session, tokens.hash_token(alice)) is None
+        assert tokens.principal_for(session, tokens.hash_token(alice), now) is None
 
 
 def test_user_tokens_do_not_make_an_admin(db: Database, now: datetime) -> None:

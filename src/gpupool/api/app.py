@@ -10,7 +10,7 @@ from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
-from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry
+from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry, users
 from gpupool.services import nodes as node_service
 from gpupool.services.context import HeadContext
 
@@ -32,6 +32,7 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
     app.include_router(telemetry.router)
     app.include_router(accounting.router)
     app.include_router(alerts.router)
+    app.include_router(users.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

@@ -100,6 +100,44 @@ class GpupoolClient:
     def delete_project(self, name: str) -> None:
         self._send("DELETE", f"/api/v1/projects/{name}")
 
+    def users(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/users"))
+
+    def add_user(self, name: str, role: str = "member", unix_user: str | None = None) -> dict[str, Any]:
+        """A new user; the answer holds their first ``token``, shown this once."""
+        body = {"name": name, "role": role, "unix_user": unix_user}
+        return dict(self._call("POST", "/api/v1/users", json=body))
+
+    def disable_user(self, name: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/users/{name}/disable"))
+
+    def enable_user(self, name: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/users/{name}/enable"))
+
+    def set_user_role(self, name: str, role: str) -> dict[str, Any]:
+        return dict(self._call("PUT", f"/api/v1/users/{name}/role", json={"role": role}))
+
+    def delete_user(self, name: str) -> None:
+        self._send("DELETE", f"/api/v1/users/{name}")
+
+    def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Tokens not revoked: one's own, or (for an admin) everyone's or ``user``'s."""
+        return list(self._call("GET", "/api/v1/tokens", params={"user": user} if user else {}))
+
+    def create_token(
+        self,
+        user: str | None = None,
+        name: str | None = None,
+        scope: str | None = None,
+        expires_in_s: float | None = None,
+    ) -> dict[str, Any]:
+        """A new token (the caller's by default); the answer holds ``token``, shown this once."""
+        body = {"user": user, "name": name, "scope": scope, "expires_in_s": expires_in_s}
+        return dict(self._call("POST", "/api/v1/tokens", json=body))
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        return dict(self._call("DELETE", f"/api/v1/tokens/{token_id}"))
+
     def nodes(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/nodes"))
 

@@ -152,6 +152,25 @@ class TokenRow(Base):
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column()
+    name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # read | submit | admin; null: the widest its user's role allows (the join token has none)
+    scope: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # written at most once a minute per token (``store.tokens.LAST_USED_EVERY``), not per request
+    last_used_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class UserRow(Base):
+    """People. ``tokens.user`` names a user (no foreign key: the join token belongs to nobody)."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column()
 
 
 class ProjectUsageRow(Base):

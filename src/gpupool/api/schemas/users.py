@@ -1,0 +1,75 @@
+"""User and token request/response models. A token's plain text appears only in ``TokenCreated``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpupool.domain.users import MAX_TOKEN_NAME, MAX_UNIX_USER, Role, Scope, TokenInfo, User
+
+
+class UserAdd(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63)
+    role: Role = Role.MEMBER
+    unix_user: str | None = Field(None, max_length=MAX_UNIX_USER)
+
+
+class RoleSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+
+
+class UserOut(BaseModel):
+    name: str
+    role: Role
+    unix_user: str | None
+    projects: list[str] = Field(default_factory=list, description="projects the user belongs to (none yet)")
+    created_at: datetime
+    disabled: bool
+
+    @classmethod
+    def of(cls, u: User) -> UserOut:
+        return cls(name=u.name, role=u.role, unix_user=u.unix_user, created_at=u.created_at, disabled=u.disabled)
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = Field(None, max_length=63, description="whose token; the caller by default")
+    name: str | None = Field(None, max_length=MAX_TOKEN_NAME)
+    scope: Scope | None = Field(None, description="read, submit or admin; the widest the user's role allows by default")
+    expires_in_s: float | None = Field(None, description="seconds until it expires (1 minute to 10 years); null: never")
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str | None
+    user: str
+    scope: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+    @classmethod
+    def of(cls, t: TokenInfo) -> TokenOut:
+        return cls(
+            id=t.id,
+            name=t.name,
+            user=t.user,
+            scope=t.scope,
+            created_at=t.created_at,
+            expires_at=t.expires_at,
+            last_used_at=t.last_used_at,
+        )
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the token itself: shown this once, stored only as a hash")
+
+
+class UserCreated(UserOut):
+    token: str = Field(description="the user's first token: shown this once, stored only as a hash")

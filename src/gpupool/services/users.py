@@ -1,0 +1,132 @@
+"""User and token use cases. Who may do what here is decided by the token's scope (narrowed to
+its user's role): reading needs ``read``, managing one's own tokens ``submit``, managing users or
+another user's tokens ``admin``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.errors import Forbidden, InvalidInput
+from gpupool.domain.users import (
+    Role,
+    Scope,
+    TokenInfo,
+    User,
+    check_token_name,
+    check_unix_user,
+    check_user_name,
+    expiry,
+    widest_scope,
+)
+from gpupool.services.context import HeadContext
+from gpupool.store import tokens as token_repo
+from gpupool.store import users as user_repo
+from gpupool.store.tokens import Principal
+
+
+@dataclass(frozen=True, slots=True)
+class NewToken:
+    """A token just made: the only time its plain text is seen."""
+
+    info: TokenInfo
+    token: str
+
+
+def listing(ctx: HeadContext, who: Principal) -> list[User]:
+    _require(who, Scope.READ, "list users")
+    with ctx.db.tx() as s:
+        return user_repo.list_users(s)
+
+
+def add_user(ctx: HeadContext, who: Principal, name: str, role: Role, unix_user: str | None) -> tuple[User, NewToken]:
+    """A new user and their first token (of the widest scope their role allows)."""
+    _require(who, Scope.ADMIN, "add users")
+    check_user_name(name)
+    check_unix_user(unix_user)
+    now = ctx.clock.now()
+    with ctx.db.tx() as s:
+        user = user_repo.add_user(s, name, role, unix_user, now)
+        info, plain = token_repo.issue_token(s, name, role.value, now, name="first", scope=widest_scope(role.value))
+    return user, NewToken(info, plain)
+
+
+def set_disabled(ctx: HeadContext, who: Principal, name: str, disabled: bool) -> User:
+    _require(who, Scope.ADMIN, "disable or enable users")
+    with ctx.db.tx() as s:
+        return user_repo.set_disabled(s, name, disabled, ctx.clock.now())
+
+
+def set_role(ctx: HeadContext, who: Principal, name: str, role: Role) -> User:
+    _require(who, Scope.ADMIN, "change a user's role")
+    with ctx.db.tx() as s:
+        return user_repo.set_role(s, name, role, ctx.clock.now())
+
+
+def delete_user(ctx: HeadContext, who: Principal, name: str) -> None:
+    _require(who, Scope.ADMIN, "delete users")
+    with ctx.db.tx() as s:
+        user_repo.delete_user(s, name, ctx.clock.now())
+
+
+def create_token(
+    ctx: HeadContext,
+    who: Principal,
+    *,
+    user: str | None = None,
+    name: str | None = None,
+    scope: Scope | None = None,
+    expires_in_s: float | None = None,
+) -> NewToken:
+    """A token for ``user`` (the caller by default). Its scope defaults to the widest the user's
+    role allows, and can be neither wider than that nor wider than the caller's own token."""
+    owner = user or who.user
+    own = owner == who.user
+    _require(who, Scope.SUBMIT if own else Scope.ADMIN, "create tokens" if own else "create tokens for other users")
+    check_token_name(name)
+    now = ctx.clock.now()
+    expires_at = expiry(now, expires_in_s)
+    with ctx.db.tx() as s:
+        target = user_repo.get_user(s, owner)
+        widest = widest_scope(target.role.value)
+        chosen = scope or widest
+        if not widest.covers(chosen):
+            raise InvalidInput(
+                f"a {target.role.value}'s token can have scope {widest.value} at most, not {chosen.value}"
+            )
+        if not who.may(chosen):
+            raise Forbidden(f"a token cannot make a token of wider scope than its own ({chosen.value})")
+        info, plain = token_repo.issue_token(
+            s, owner, target.role.value, now, name=name, scope=chosen, expires_at=expires_at
+        )
+    return NewToken(info, plain)
+
+
+def list_tokens(ctx: HeadContext, who: Principal, user: str | None = None) -> list[TokenInfo]:
+    """Everyone's tokens for an admin (or one user's with ``user``); one's own for anyone else."""
+    own = user is None or user == who.user
+    if who.is_admin and who.may(Scope.ADMIN):
+        own = False  # an admin lists everyone's, or the one user's asked for
+    elif not own:
+        _require(who, Scope.ADMIN, "list another user's tokens")
+    _require(who, Scope.READ, "list tokens")
+    with ctx.db.tx() as s:
+        listed = token_repo.list_tokens(s, who.user if own else user)
+        if user is not None and not listed:
+            user_repo.get_user(s, user)  # no such user: 404 rather than an empty list
+        return listed
+
+
+def revoke_token(ctx: HeadContext, who: Principal, token_id: int) -> TokenInfo:
+    with ctx.db.tx() as s:
+        token = token_repo.get_token(s, token_id)
+        own = token.user == who.user
+        _require(who, Scope.SUBMIT if own else Scope.ADMIN, "revoke tokens" if own else "revoke another user's token")
+        return token_repo.revoke_token(s, token_id, ctx.clock.now())
+
+
+def _require(who: Principal, scope: Scope, what: str) -> None:
+    """Managing others (``scope`` admin) needs an admin; anything else needs the token's scope."""
+    if scope is Scope.ADMIN and not who.is_admin:
+        raise Forbidden(f"only an admin may {what}; {who.user} is a {who.role}")
+    if not who.may(scope):
+        raise Forbidden(f"this token's scope does not allow this ({what} needs {scope.value})")

@@ -1,0 +1,51 @@
+"""Users and tokens through the CLI on a real head: the bootstrap token belongs to the user
+admin, a new user's token is printed once and works, and refusals are one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.e2e.headproc import HeadProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def test_user_and_token_commands(head: HeadProcess) -> None:
+    added = head.cli("user", "add", "alice", "--unix-user", "alice")
+    assert added.returncode == 0, added.stderr
+    alice = added.stdout.strip().splitlines()[-1]
+    assert alice.startswith("gp_")
+    users = json.loads(head.cli("user", "list", "-o", "json").stdout)
+    assert [(u["name"], u["role"], u["unix_user"], u["projects"], u["disabled"]) for u in users] == [
+        ("admin", "admin", None, [], False),
+        ("alice", "member", "alice", [], False),
+    ]
+    assert set(users[0]) == {"name", "role", "unix_user", "projects", "created_at", "disabled"}
+    made = head.cli("token", "create", "--name", "ci", "--expires", "90d", "-o", "json", token=alice)
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout)
+    assert (token["user"], token["name"], token["scope"]) == ("alice", "ci", "submit")
+    listed = json.loads(head.cli("token", "list", "-o", "json", token=alice).stdout)
+    assert [t["name"] for t in listed] == ["first", "ci"]
+    assert set(listed[0]) == {"id", "name", "user", "scope", "created_at", "expires_at", "last_used_at"}
+    assert "ci" in head.cli("token", "list", "--user", "alice").stdout
+
+    for args, message in [
+        (("user", "add", "alice"), "already exists"),
+        (("user", "disable", "admin"), "last admin"),
+        (("user", "delete", "nobody"), "no user nobody"),
+        (("token", "create", "--expires", "10y"), "malformed duration"),
+    ]:
+        out = head.cli(*args)
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out
+    refused = head.cli("token", "create", "--user", "admin", token=alice)
+    assert refused.returncode == 2 and "only an admin" in refused.stderr
+
+    assert head.cli("token", "revoke", str(token["id"])).returncode == 0
+    assert head.cli("user", "disable", "alice").returncode == 0
+    time.sleep(1.05)
+    out = head.cli("jobs", token=alice)
+    assert out.returncode == 2 and out.stderr.startswith("error: invalid token"), out
