@@ -7,7 +7,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import select, text
 
 from gpupool.domain.errors import NotFound
@@ -15,10 +14,11 @@ from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import NodeState
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.store import drain, nodes, workers
-from gpupool.store.db import Database, alembic_config
+from gpupool.store.db import Database
 from gpupool.store.jobs import insert_job, request_cancel
 from gpupool.store.orm import EventRow
 from gpupool.store.snapshot import load_snapshot
+from tests.store.helpers import upgrade_to
 from tests.store.test_store_nodes import make_node, register, states
 
 
@@ -231,9 +231,7 @@ def test_migration_0003_keeps_existing_nodes_and_gpus_in_service(db_url: str, no
     database = Database(db_url)
     try:
         with database.engine.begin() as connection:
-            cfg = alembic_config(database.engine)
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "0002")
+            upgrade_to(database, connection, "0002")
             connection.execute(
                 text(
                     "INSERT INTO nodes (name, state, address, cpus, memory_mib, labels, updated_at) "

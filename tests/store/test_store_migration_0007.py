@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from alembic import command
 from sqlalchemy import text
 
 from gpupool.domain.jobs import JobState, StopReason
 from gpupool.store import jobs
-from gpupool.store.db import Database, alembic_config
+from gpupool.store.db import Database
 from gpupool.store.orm import Base
+from tests.store.helpers import upgrade_to
 from tests.store.test_store_migrations import schema_diff
 
 # (state, cancel_requested, preempt_requested, timed_out, preempted, held back) -> the reason
@@ -42,9 +42,7 @@ def test_0007_turns_every_jobs_flags_into_its_stop_reason(db_url: str, now: date
     database = Database(db_url)
     try:
         with database.engine.begin() as connection:
-            cfg = alembic_config(database.engine)
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "0006")
+            upgrade_to(database, connection, "0006")
             for job_id, (state, cancel, preempt, timed_out, preempted, held, _) in enumerate(CASES, 1):
                 connection.execute(
                     text(

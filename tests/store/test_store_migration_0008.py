@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from alembic import command
 from sqlalchemy import text
 
 from gpupool.domain.users import Role, Scope
 from gpupool.store import tokens, users
-from gpupool.store.db import Database, alembic_config
+from gpupool.store.db import Database
 from gpupool.store.orm import Base
+from tests.store.helpers import upgrade_to
 from tests.store.test_store_migrations import schema_diff
 
 # (user, role) of the tokens a head at 0007 may hold: the bootstrap admin and join tokens, and
@@ -25,9 +25,7 @@ def test_0008_makes_users_of_token_owners_and_keeps_every_token(db_url: str, now
     plain = [tokens.new_token() for _ in TOKENS]
     try:
         with database.engine.begin() as connection:
-            cfg = alembic_config(database.engine)
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "0007")
+            upgrade_to(database, connection, "0007")
             for i, ((user, role), token) in enumerate(zip(TOKENS, plain, strict=True)):
                 connection.execute(
                     text('INSERT INTO tokens ("user", role, token_hash, created_at) VALUES (:u, :r, :h, :at)'),

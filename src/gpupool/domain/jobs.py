@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.projects import NAME_RE
 from gpupool.domain.resources import parse_memory, validate_gpus
 
 
@@ -98,7 +99,6 @@ def may_replace(current: StopReason | None, new: StopReason) -> bool:
     return current.requeues and new.ends_job
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_WORKERS = 4096
 
@@ -229,7 +229,7 @@ class JobSpec:
         if max_runtime_s is not None and max_runtime_s <= 0:
             raise InvalidInput(f"max runtime must be positive, got {max_runtime_s}")
         project = project or "default"
-        if not _NAME_RE.match(project):
+        if not NAME_RE.match(project):
             raise InvalidInput(f"invalid project name {project!r}: letters, digits, '.', '_' and '-'")
         name = name or _default_name(argv)
         if len(name) > 128:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from gpupool.domain.errors import InvalidInput
 
 DEFAULT_PROJECT = "default"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# The one rule for names people give things: projects, users (and a job's project).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Project:
         weight: float = 1.0,
         idle_timeout_s: float | None = None,
     ) -> Project:
-        if not _NAME_RE.match(name):
+        if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
         for label, value in (("quota", quota), ("weight", weight)):
             if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) or value < 0:

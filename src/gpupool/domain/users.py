@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.projects import NAME_RE
 
 ADMIN_USER = "admin"  # the built-in user that owns the head's bootstrap admin token
 JOIN_ROLE = "join"  # the role of the join token: it only lets a node join
@@ -21,7 +22,6 @@ MAX_UNIX_USER = 32
 MIN_EXPIRY = timedelta(minutes=1)
 MAX_EXPIRY = timedelta(days=3653)  # ten years
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _UNIX_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\$?$")
 
 
@@ -92,7 +92,7 @@ class TokenInfo:
 
 
 def check_user_name(name: str) -> str:
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         raise InvalidInput(
             f"invalid user name {name!r}: 1-63 letters, digits, '.', '_' and '-', starting with a letter or digit"
         )

