@@ -20,6 +20,7 @@ from typing import IO
 import uvicorn
 
 from gpupool import backends
+from gpupool.api import auditing
 from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.backends import Topology
@@ -119,6 +120,7 @@ class Head:
         try:
             server.run(sockets=[sock])
         finally:
+            auditing.close(self.app)  # the requests answered are all in the audit log
             self.controller.stop()
             self.executor.close()
             self.db.close()

@@ -26,6 +26,15 @@ def default_data_dir(environ: Mapping[str, str]) -> Path:
     return Path(xdg) / "gpupool"
 
 
+def default_config_dir(environ: Mapping[str, str]) -> Path:
+    """The user's gpupool config dir (the CLI's credentials): ``$XDG_CONFIG_HOME/gpupool``, else
+    ``~/.config/gpupool``. A relative XDG_CONFIG_HOME is ignored, as the XDG spec says."""
+    xdg = environ.get("XDG_CONFIG_HOME", "")
+    if not xdg or not Path(xdg).is_absolute():
+        xdg = str(Path(environ.get("HOME", "~")).expanduser() / ".config")
+    return Path(xdg) / "gpupool"
+
+
 def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in _PRIVATE_ENV}
 

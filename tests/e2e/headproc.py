@@ -85,6 +85,8 @@ class HeadProcess:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({"GPUPOOL_URL": self.url, "GPUPOOL_DATA_DIR": str(self.data_dir), "PYTHONUNBUFFERED": "1"})
+        # No credentials saved by `gpupool login` on this machine may stand in for the admin token.
+        env["XDG_CONFIG_HOME"] = str(self.data_dir.parent / "config")
         env.pop("GPUPOOL_TOKEN", None)
         return env
 

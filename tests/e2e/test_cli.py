@@ -41,6 +41,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_submit_prints_the_id_last_and_json_listings_have_the_contract_fields(head: HeadProcess) -> None:
+    ok(head.cli("project", "set", "vision"))
     out = ok(
         head.cli(
             "submit", "--name", "hello", "--project", "vision", "--gpus", "2", "--", "sh", "-c", "echo hi; sleep 0.3"
@@ -288,7 +289,10 @@ def test_only_an_admin_may_drain_from_the_cli(shared_head: HeadProcess) -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: only an admin may drain nodes or GPUs; alice is a user"
+    assert result.stderr.strip() == (
+        "error: alice may not POST /api/v1/nodes/node-1/drain: this needs an admin, with a token of scope admin;"
+        " a user may not"
+    )
     assert json.loads(ok(shared_head.cli("nodes", "-o", "json")))[0]["state"] == "up"
 
 

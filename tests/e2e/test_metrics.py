@@ -13,6 +13,7 @@ pytestmark = pytest.mark.e2e
 
 def test_a_real_head_serves_metrics(head: HeadProcess) -> None:
     with head.client() as c:
+        c.set_project("vision", 0, None, 1)
         job = c.submit(command=["true"], gpus=1, project="vision")
         wait_state(c, int(job["id"]), ("succeeded",))
     response = httpx.get(f"{head.url}/metrics", headers={"Authorization": f"Bearer {head.token()}"})

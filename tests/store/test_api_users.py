@@ -60,7 +60,13 @@ def api(db: Database, now: datetime) -> Iterator[Api]:
 def test_admins_add_and_list_users_and_refusals_have_codes(api: Api) -> None:
     client, admin = api.client, api.admin
     alice = api.add_member("alice")
-    assert client.get("/api/v1/whoami", headers=alice).json() == {"user": "alice", "role": "member"}
+    assert client.get("/api/v1/whoami", headers=alice).json() == {
+        "user": "alice",
+        "role": "member",
+        "scope": "submit",
+        "is_admin": False,
+        "projects": {},
+    }
     listed = client.get("/api/v1/users", headers=alice).json()
     assert [(u["name"], u["role"], u["projects"], u["disabled"]) for u in listed] == [
         ("admin", "admin", [], False),
@@ -151,16 +157,19 @@ def _first_token_of(api: Api, user: str) -> int:
 
 
 def test_a_read_only_token_changes_nothing_and_an_admins_narrow_token_is_no_admin(api: Api) -> None:
-    """Until the permission table covers every route, scope read holds a token to reading, and a
-    token's scope narrows its user's role on the existing routes too."""
+    """A viewer only looks; scope read holds a token to reading, and a token's scope narrows its
+    user's role."""
     client, admin = api.client, api.admin
     viewer = api.add_member("vera", role="viewer")
     job = {"command": ["true"], "gpus": 0}
     assert client.get("/api/v1/jobs", headers=viewer).status_code == 200
     assert client.get("/api/v1/nodes", headers=viewer).status_code == 200
     refused = client.post("/api/v1/jobs", headers=viewer, json=job)
-    assert refused.status_code == 403 and refused.json()["code"] == "read_only_token"
-    assert "read-only" in refused.json()["message"]
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden", refused.text
+    assert refused.json()["message"].endswith("a viewer may only look")
+    read_only_token = client.post("/api/v1/tokens", headers=admin, json={"scope": "read"}).json()["token"]
+    refused = client.post("/api/v1/jobs", headers=_bearer(read_only_token), json=job)
+    assert refused.status_code == 403 and refused.json()["code"] == "read_only_token", refused.text
 
     def token(scope: str) -> dict[str, str]:
         made = client.post("/api/v1/tokens", headers=admin, json={"name": scope, "scope": scope})

@@ -183,6 +183,6 @@ def test_a_cancel_whose_job_starts_between_its_read_and_its_write_decides_again(
     controller.tick()  # the monitor stops the workers the start launched
     assert executor.running == set()
     controller.tick()
-    events = [e.kind for e in job_service.events(ctx, job.id)]
+    events = [e.kind for e in job_service.show(ctx, job.id, USER)[2]]
     assert job_service.get(ctx, job.id).state is JobState.CANCELLED
     assert events.index("running") < events.index("cancel_requested") < events.index("cancelled")

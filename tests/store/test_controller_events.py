@@ -119,7 +119,7 @@ def test_a_job_history_shows_placement_loss_requeue_and_resume(db: Database) -> 
     controller.tick()
     assert job_service.get(ctx, job).state is JobState.RUNNING
 
-    events = [(e.kind, e.message) for e in job_service.events(ctx, job)]
+    events = [(e.kind, e.message) for e in job_service.show(ctx, job, ADMIN)[2]]
     kinds = [k for k, _ in events]
     assert kinds == [
         "submitted",
@@ -163,7 +163,7 @@ def test_a_preempted_job_is_requeued_and_resumes_with_the_preempted_flag(db: Dat
     controller.tick()
     controller.tick()
     assert job_service.get(ctx, job).state is JobState.RUNNING
-    events = [(e.kind, e.message) for e in job_service.events(ctx, job)]
+    events = [(e.kind, e.message) for e in job_service.show(ctx, job, ADMIN)[2]]
     kinds = [k for k, _ in events]
     assert kinds[kinds.index("preempted") :] == ["preempted", "requeued", "starting", "placed", "resumed", "running"]
     messages = dict(events)

@@ -26,7 +26,7 @@ from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import create_token
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.store.test_sim_matches_controller import ADMIN, USER, FakeExecutor
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -59,7 +59,9 @@ class Cluster:
         self.ctx = HeadContext(db, self.clock, self.executor, self.controller.wake, idle=IDLE)
         with db.tx() as s:
             node_repo.register_nodes(s, uniform(2, 2), self.clock.now())
-            project_repo.set_project(s, Project.create("lab", quota=4, idle_timeout_s=TIMEOUT_S), self.clock.now())
+            project_repo.set_project(
+                s, Project.create("lab", quota=4, idle_timeout_s=TIMEOUT_S), self.clock.now(), everyone=True
+            )
             self.token = create_token(s, "admin", "admin", self.clock.now())
 
     def submit(self, priority: str, gpus: int = 2, quiet: bool = False) -> int:
@@ -82,7 +84,7 @@ class Cluster:
         return job_service.get(self.ctx, job_id).state
 
     def kinds(self, job_id: int) -> list[str]:
-        return [e.kind for e in job_service.events(self.ctx, job_id)]
+        return [e.kind for e in job_service.show(self.ctx, job_id, ADMIN)[2]]
 
     def idle_api(self) -> list[dict[str, object]]:
         with TestClient(create_app(self.ctx)) as client:
@@ -129,7 +131,7 @@ def test_an_idle_interactive_job_is_warned_then_preempted_only_while_others_wait
     assert "idle_warning" not in c.kinds(notebook)
     c.run_for(15)
     assert c.kinds(notebook).count("idle_warning") == 1
-    warning = next(e for e in job_service.events(c.ctx, notebook) if e.kind == "idle_warning")
+    warning = next(e for e in job_service.show(c.ctx, notebook, ADMIN)[2] if e.kind == "idle_warning")
     assert "project lab preempts idle interactive jobs after 10m" in warning.message
 
     c.run_for(TIMEOUT_S)  # idle past the timeout, but nobody waits: it keeps its GPUs
@@ -139,7 +141,7 @@ def test_an_idle_interactive_job_is_warned_then_preempted_only_while_others_wait
     waiting = job_service.submit(c.ctx, JobSpec.create(command=["work"], gpus=2, project="lab"), USER).id
     c.run_for(6)
     assert "preempt_requested" in c.kinds(notebook)
-    request = next(e for e in job_service.events(c.ctx, notebook) if e.kind == "preempt_requested")
+    request = next(e for e in job_service.show(c.ctx, notebook, ADMIN)[2] if e.kind == "preempt_requested")
     assert "idle" in request.message and "1 job(s) waited" in request.message
     assert "preempt_requested" not in c.kinds(stuck_trainer)
     c.executor.exit(notebook, -15)  # the fake executor's kill is a no-op: the worker ends here

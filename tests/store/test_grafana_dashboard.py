@@ -434,7 +434,7 @@ def scrape(sqlite: Database, now: datetime) -> Scrape:
         token = create_token(s, "alice", "user", now)
     controller.tick()
     for project in (Project.create("a", 2, limit=3), Project.create("b", 1)):
-        project_service.set_project(ctx, project, admin)
+        project_service.set_project(ctx, project, admin, everyone=True)
 
     def submit(project: str, gpus: float) -> int:
         return job_service.submit(ctx, JobSpec.create(command=["x"], project=project, gpus=gpus), alice).id

@@ -84,7 +84,7 @@ def cluster(db: Database, now: datetime) -> Iterator[Cluster]:
     executor._nodes = nodes[:3]
     tick()  # node-4 is no longer served: down
     for project in (Project.create("a", 2, limit=4), Project.create("b", 1, weight=3), Project.create("default", 0)):
-        project_service.set_project(ctx, project, ADMIN)
+        project_service.set_project(ctx, project, ADMIN, everyone=True)
     node_service.drain(ctx, "node-3", ADMIN)
     node_service.drain(ctx, "node-2", ADMIN, gpu=3)
     first = [("a1", "a", 2.0), ("a2", "a", 2.0), ("b1", "b", 1.0), ("b2", "b", 0.5)]

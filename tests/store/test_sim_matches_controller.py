@@ -63,7 +63,8 @@ KILLED = -15  # what a worker stopped by SIGTERM reports
 
 
 def job(name: str, at: float, duration: float, project: str, **spec: Any) -> TraceJob:
-    return TraceJob(name, at, duration, JobSpec.create(command=("sim",), name=name, project=project, **spec))
+    """Every job is submitted by ``USER``: the simulator's owner is the trace's user."""
+    return TraceJob(name, at, duration, JobSpec.create(command=("sim",), name=name, project=project, **spec), USER.user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +220,8 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
     ctx = HeadContext(db, clock, executor, controller.wake)
     with db.tx() as s:  # what Controller.start() does before its thread runs the ticks
         node_repo.register_nodes(s, executor.nodes(), clock.now())
-    for project in scenario.projects:
-        project_service.set_project(ctx, project, ADMIN)
+    for project in scenario.projects:  # open to everyone: who may submit is not what this compares
+        project_service.set_project(ctx, project, ADMIN, everyone=True)
 
     submitted = 0
     previous: Call | None = None
@@ -235,7 +236,8 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
         # ... and the jobs that arrived were submitted, each at its own time.
         while submitted < len(trace) and engine.EPOCH + timedelta(seconds=trace[submitted].submit_time) <= now:
             set_clock(clock, engine.EPOCH + timedelta(seconds=trace[submitted].submit_time))
-            record = job_service.submit(ctx, trace[submitted].spec, USER)
+            by = Principal(trace[submitted].user, USER.role)  # the simulator's owner
+            record = job_service.submit(ctx, trace[submitted].spec, by)
             submitted += 1
             assert record.id == submitted, "the store numbers jobs as the simulator does"
         set_clock(clock, now)

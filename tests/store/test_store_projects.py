@@ -28,15 +28,6 @@ def test_set_list_and_update_projects(db: Database, now: datetime) -> None:
     assert snap.projects == tuple(listed)
 
 
-def test_a_job_naming_a_new_project_creates_it_with_quota_zero(db: Database, now: datetime) -> None:
-    with db.tx() as s:
-        projects.ensure_project(s, "robotics", now)
-        projects.ensure_project(s, "robotics", now)
-        projects.ensure_project(s, "default", now)
-    with db.tx() as s:
-        assert projects.list_projects(s) == [Project("robotics", 0.0, None, 1.0)]
-
-
 def test_delete_is_refused_while_the_project_has_active_jobs(db: Database, now: datetime) -> None:
     with db.tx() as s:
         projects.set_project(s, Project.create("vision", quota=1), now)

@@ -139,15 +139,16 @@ def test_snapshot_of_nodes_running_and_pending_jobs(db: Database, now: datetime)
         specs = {j: jobs.get_job(session, j).spec for j in (waiting, gang, share)}
     assert snap.now == now + timedelta(seconds=4)
     assert snap.nodes == (node("n1"), node("n2"))
-    assert snap.pending == (PendingJob(id=waiting, spec=specs[waiting], submitted_at=now, restarts=0),)
+    assert snap.pending == (PendingJob(id=waiting, spec=specs[waiting], submitted_at=now, restarts=0, owner="alice"),)
     assert snap.running == (
         RunningJob(
             id=gang,
             spec=specs[gang],
             placements=tuple(sorted(GANG, key=lambda p: p.worker)),
             started_at=now + timedelta(seconds=3),
+            owner="alice",
         ),
-        RunningJob(id=share, spec=specs[share], placements=SHARE, started_at=None),
+        RunningJob(id=share, spec=specs[share], placements=SHARE, started_at=None, owner="alice"),
     )
 
 

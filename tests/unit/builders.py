@@ -48,6 +48,7 @@ def pending(
     project: str = "default",
     max_runtime_s: int | None = None,
     gpu_memory: str | None = None,
+    owner: str = "",
 ) -> PendingJob:
     spec = JobSpec.create(
         max_runtime_s=max_runtime_s,
@@ -61,7 +62,7 @@ def pending(
         gpu_model=gpu_model,
         project=project,
     )
-    return PendingJob(job_id, spec, T0 + timedelta(seconds=job_id if at is None else at))
+    return PendingJob(job_id, spec, T0 + timedelta(seconds=job_id if at is None else at), owner=owner)
 
 
 def running(
@@ -72,6 +73,7 @@ def running(
     project: str = "default",
     priority: str = "train",
     max_runtime_s: int | None = None,
+    owner: str = "",
 ) -> RunningJob:
     gpus = share if share else float(len(placements[0][1]))
     spec = JobSpec.create(
@@ -88,6 +90,7 @@ def running(
         spec,
         tuple(Placement(w, n, g, gpu_share=share, cpus=tuple(range(cpus))) for w, (n, g) in enumerate(placements)),
         T0,
+        owner=owner,
     )
 
 

@@ -60,8 +60,10 @@ class CheckedMemory(CycleMemory):
     def open(self, snapshot: Snapshot):  # type: ignore[no-untyped-def]
         cluster, allocated, bound = super().open(snapshot)
         assert index_of(cluster) == index_of(ClusterState(snapshot))
-        fresh = CycleMemory().open(snapshot)
+        reference = CycleMemory()
+        fresh = reference.open(snapshot)
         assert (dict(allocated), dict(bound)) == (dict(fresh[1]), dict(fresh[2]))
+        assert self.held_by_user() == reference.held_by_user()  # the user order reads these
         self.checked += 1
         return cluster, allocated, bound
 
@@ -91,7 +93,8 @@ def traces(draw: st.DrawFn) -> list[TraceJob]:
             priority=draw(st.sampled_from(["train", "train", "train", "interactive", "inference"])),
         )
         duration = draw(st.sampled_from([None, 5.0, 10.0, 30.0, 100.0]))
-        jobs.append(TraceJob(f"j{i}", float(draw(st.integers(0, 60))), duration, spec))
+        user = draw(st.sampled_from(["u1", "u2", "u3"]))  # within a project, the one holding less goes first
+        jobs.append(TraceJob(f"j{i}", float(draw(st.integers(0, 60))), duration, spec, user))
     return sorted(jobs, key=lambda j: j.submit_time)
 
 

@@ -27,6 +27,7 @@ def test_the_registry_lists_the_four_presets_each_naming_hooks_of_its_tables() -
         (SchedulerConfig(queue_order="magic"), "queue order"),
         (SchedulerConfig(quota_check="magic"), "quota check"),
         (SchedulerConfig(hold_up="magic"), "hold-up"),
+        (SchedulerConfig(user_order="magic"), "user order"),
     ],
 )
 def test_an_unknown_hook_is_a_clear_error(config: SchedulerConfig, what: str) -> None:
@@ -36,7 +37,12 @@ def test_an_unknown_hook_is_a_clear_error(config: SchedulerConfig, what: str) ->
 
 def test_a_preset_takes_another_placement_and_refuses_an_unknown_name() -> None:
     assert preset("fifo", placement="spread") == SchedulerConfig(
-        actions=("allocate",), placement="spread", job_order="fifo", queue_order="single", hold_up="all"
+        actions=("allocate",),
+        placement="spread",
+        job_order="fifo",
+        queue_order="single",
+        user_order="none",
+        hold_up="all",
     )
     with pytest.raises(InvalidInput, match="unknown policy 'bogus': use one of default, greedy, fifo, fifo-isolated"):
         preset("bogus")

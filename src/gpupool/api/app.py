@@ -7,11 +7,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from gpupool import __version__
-from gpupool.api import errors
+from gpupool.api import auditing, errors, permissions
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
 from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry, users
+from gpupool.api.routers import audit as audit_router
+from gpupool.api.schemas.users import WhoAmI
 from gpupool.services import nodes as node_service
+from gpupool.services import users as user_service
 from gpupool.services.context import HeadContext
 
 
@@ -24,6 +27,7 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
     app.state.ctx = ctx
     app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
     errors.install(app)
+    auditing.install(app, ctx.db, ctx.clock)  # every change and failed sign-in, to the audit log
     app.include_router(jobs.router)
     app.include_router(nodes.router)
     app.include_router(projects.router)
@@ -33,6 +37,7 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
     app.include_router(accounting.router)
     app.include_router(alerts.router)
     app.include_router(users.router)
+    app.include_router(audit_router.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:
@@ -45,9 +50,11 @@ def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = No
             "simulated": any(r.simulated for r in records),
         }
 
-    @app.get("/api/v1/whoami", tags=["auth"])
-    def whoami(who: Caller) -> dict[str, str]:
-        return {"user": who.user, "role": who.role}
+    @app.get("/api/v1/whoami", tags=["auth"], response_model=WhoAmI)
+    def whoami(ctx: Ctx, who: Caller) -> WhoAmI:
+        """Who this token speaks for and what it may do: the dashboard offers only those actions."""
+        return WhoAmI.of(who, user_service.projects_of(ctx, who))
 
     dashboard.mount(app)
+    permissions.check_routes(app)
     return app

@@ -6,10 +6,12 @@ import time
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gpupool.api.permissions import rule_for
 from gpupool.domain.errors import Forbidden, Unauthorized
-from gpupool.domain.users import JOIN_ROLE, Scope
+from gpupool.domain.permissions import refusal
 from gpupool.services.context import HeadContext
 from gpupool.store.tokens import Principal, principal_for
 
@@ -36,8 +38,6 @@ class _PrincipalCache:
 
 
 _cache = _PrincipalCache()
-JOIN_PATH = "/api/v1/cluster/join"
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _bearer = HTTPBearer(auto_error=False, description="a gpupool token (the admin token is in the data dir)")
 
 
@@ -51,7 +51,7 @@ def principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None:
-        raise Unauthorized("missing token: set GPUPOOL_TOKEN, or GPUPOOL_DATA_DIR to the head's data dir")
+        raise Unauthorized("missing token: sign in with gpupool login URL, or set GPUPOOL_TOKEN")
     ctx = context(request)
     who = _cache.get(credentials.credentials)
     if who is None:
@@ -61,21 +61,15 @@ def principal(
             _cache.put(credentials.credentials, who)
     if who is None:
         raise Unauthorized(
-            "invalid token (unknown, expired or revoked, or its user is disabled): check GPUPOOL_TOKEN"
-            " (or the admin-token file of the head's data dir)"
+            "invalid token (unknown, expired or revoked, or its user is disabled): sign in again with"
+            " gpupool login URL, or check GPUPOOL_TOKEN"
         )
-    if who.role == JOIN_ROLE:
-        if request.url.path != JOIN_PATH:
-            raise Forbidden("a join token only lets a node join (gpupool join); use a user token for the API")
-        return who
-    if request.method not in READ_METHODS and not who.may(Scope.SUBMIT):
-        # Until every route has its rule in the permission table, a read-only token (a viewer's,
-        # or one made with --scope read) is held to what reads: it can change nothing.
-        raise Forbidden(
-            f"{who.user}'s token is read-only (scope read): it can list and show, not change anything; "
-            "use a token with scope submit or admin",
-            code="read_only_token",
-        )
+    request.state.principal = who  # for the audit log
+    route = request.scope.get("route")
+    rule = rule_for(request.method, route.path_format if isinstance(route, APIRoute) else request.url.path)
+    denied = refusal(rule, who.role, who.scope)
+    if denied is not None:
+        raise Forbidden(f"{who.user} may not {request.method} {request.url.path}: {denied.message}", code=denied.code)
     return who
 
 

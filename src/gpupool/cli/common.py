@@ -5,12 +5,14 @@ from __future__ import annotations
 import enum
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from rich.console import Console
 
+from gpupool.cli import credentials
 from gpupool.client import GpupoolClient
 from gpupool.settings import DEFAULT_PORT, TOKEN_FILE, default_data_dir
 
@@ -29,20 +31,37 @@ UrlOpt = Annotated[str, typer.Option("--url", envvar="GPUPOOL_URL", help="the he
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table for people, json for scripts")]
 
 
-def resolve_token(environ: dict[str, str] | None = None) -> str | None:
-    """GPUPOOL_TOKEN, else the admin-token file of GPUPOOL_DATA_DIR (or the default data dir)."""
-    env = dict(os.environ) if environ is None else environ
+class FoundToken(NamedTuple):
+    value: str | None
+    source: str  # where it came from, for people: "GPUPOOL_TOKEN", a file's path, or "none"
+
+
+def find_token(url: str | None = None, *, environ: Mapping[str, str] | None = None) -> FoundToken:
+    """The token for the head at ``url`` (default: GPUPOOL_URL, else the default URL), first found of:
+    GPUPOOL_TOKEN; the entry for that head in the credentials file ``gpupool login`` writes; the
+    admin-token file of GPUPOOL_DATA_DIR (or the default data dir)."""
+    env = os.environ if environ is None else environ
     if env.get("GPUPOOL_TOKEN"):
-        return env["GPUPOOL_TOKEN"].strip()
+        return FoundToken(env["GPUPOOL_TOKEN"].strip(), "GPUPOOL_TOKEN")
+    head = url if url is not None else env.get("GPUPOOL_URL") or DEFAULT_URL
+    saved = credentials.stored_token(head, env)
+    if saved is not None:
+        return FoundToken(saved, str(credentials.credentials_path(env)))
     path = default_data_dir(env) / TOKEN_FILE
     try:
-        return Path(path).read_text().strip() or None
+        admin = Path(path).read_text().strip() or None
     except OSError:
-        return None
+        admin = None
+    return FoundToken(admin, str(path)) if admin is not None else FoundToken(None, "none")
+
+
+def resolve_token(url: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
+    """The token for the head at ``url``: see ``find_token``."""
+    return find_token(url, environ=environ).value
 
 
 def client(url: str) -> GpupoolClient:
-    return GpupoolClient(url, resolve_token())
+    return GpupoolClient(url, resolve_token(url))
 
 
 def print_json(data: Any) -> None:

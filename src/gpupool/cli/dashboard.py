@@ -23,10 +23,11 @@ def dashboard_link(url: str, token: str) -> str:
 
 def dashboard(url: UrlOpt = DEFAULT_URL, open_: OpenOpt = False) -> int:
     """Print the dashboard's URL with your token (keep it private: it signs in as you); --open opens it."""
-    token = resolve_token()
+    token = resolve_token(url)
     if token is None:
         err_console.print(
-            "error: no token: set GPUPOOL_TOKEN, or GPUPOOL_DATA_DIR to the head's data dir (its admin-token file)"
+            "error: no token: run gpupool login, set GPUPOOL_TOKEN, or set GPUPOOL_DATA_DIR to the head's data dir"
+            " (its admin-token file)"
         )
         return 2
     link = dashboard_link(url, token)

@@ -87,16 +87,25 @@ def submit(
 def jobs(
     all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
     limit: Annotated[int, typer.Option(help="show at most this many, the newest")] = 1000,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="only the jobs this user submitted")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="only the jobs you submitted (your token's user)")] = False,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """List jobs (pending and running; --all for finished ones too)."""
+    if mine and user is not None:
+        raise InvalidInput("give --user or --mine, not both")
     with client(url) as c:
-        listing, total = c.jobs_page(include_finished=all, limit=limit)
+        if mine:
+            user = str(c.whoami()["user"])  # the head knows whose token this is
+        listing, total = c.jobs_page(include_finished=all, limit=limit, user=user)
     if output is Output.JSON:
         print_json(listing)
     elif not listing:
-        console.print("no jobs" + ("" if all else " pending or running (gpupool jobs --all shows finished ones)"))
+        whose = "" if user is None else f" of {user}"
+        console.print(
+            f"no jobs{whose}" + ("" if all else " pending or running (gpupool jobs --all shows finished ones)")
+        )
     else:
         console.print(jobs_table(listing))
     if total > len(listing):

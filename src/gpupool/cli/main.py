@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import alerts, dashboard, jobs, join, nodes, projects, report, simulate, top, up, users
+from gpupool.cli import alerts, audit, dashboard, jobs, join, login, nodes, projects, report, simulate, top, up, users
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
@@ -40,11 +40,15 @@ app.command("top")(top.top)
 app.command("dashboard")(dashboard.dashboard)
 app.command("report")(report.report)
 app.command("alerts")(alerts.alerts)
+app.command("audit")(audit.audit)
 app.command("idle")(alerts.idle)
 app.command("projects")(projects.projects)
 app.add_typer(projects.project_app, name="project")
 app.add_typer(users.user_app, name="user")
 app.add_typer(users.token_app, name="token")
+app.command()(login.login)
+app.command()(login.logout)
+app.command()(login.whoami)
 app.command()(join.join)
 app.command("simulate")(simulate.simulate)
 app.command("plan")(simulate.plan)

@@ -1,4 +1,4 @@
-"""Project commands: `gpupool projects`, `gpupool project set|delete`."""
+"""Project commands: `gpupool projects`, `gpupool project set|delete|add-member|remove-member|members`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from rich.table import Table
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import span
 from gpupool.domain.durations import parse_duration
+from gpupool.domain.permissions import ProjectRole
 
-project_app = typer.Typer(help="Set up or remove a project (queue): quota, limit, weight.", no_args_is_help=True)
+project_app = typer.Typer(
+    help="Set up or remove a project (queue): quota, limit, weight, and who may submit to it.", no_args_is_help=True
+)
 
 
 def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
@@ -22,6 +25,9 @@ def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
         print_json(listing)
         return
     console.print(projects_table(listing))
+    if any(p.get("users") for p in listing):
+        console.print()
+        console.print(users_table(listing))
 
 
 @project_app.command("set")
@@ -37,21 +43,34 @@ def set_project(
             " warned at half [default: never]"
         ),
     ] = None,
+    everyone: Annotated[
+        bool | None,
+        typer.Option(
+            "--everyone/--members-only",
+            help="every user may submit here, or only its members [default: as it was; a new project:"
+            " members only, default: everyone]",
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """Create or change a project. Every setting is replaced: one left out gets its default."""
+    """Create or change a project (admins). Every setting is replaced (one left out gets its
+    default) but who may submit, which stays as it was unless given."""
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
     with client(url) as c:
-        project = c.set_project(name, quota, limit, weight, timeout_s)
+        project = c.set_project(name, quota, limit, weight, timeout_s, everyone)
     if output is Output.JSON:
         print_json(project)
         return
     console.print(
         f"project {name}: quota {project['quota']:g}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
-        f"{project['weight']:g}, idle timeout {_idle(project)}; fair share now {project['fair_share']:g} GPUs"
+        f"{project['weight']:g}, idle timeout {_idle(project)}, "
+        f"{'open to everyone' if project['everyone'] else 'members only'}; "
+        f"fair share now {project['fair_share']:g} GPUs"
     )
+    if not project["everyone"]:
+        console.print(f"add who may submit here with: gpupool project add-member {name} USER")
 
 
 @project_app.command("delete")
@@ -60,6 +79,52 @@ def delete_project(name: str, url: UrlOpt = "http://127.0.0.1:7070") -> None:
     with client(url) as c:
         c.delete_project(name)
     console.print(f"project {name} deleted")
+
+
+@project_app.command("add-member")
+def add_member(
+    project: str,
+    user: str,
+    role: Annotated[
+        ProjectRole, typer.Option(help="member: submits and acts on own jobs; manager: on every job of the project")
+    ] = ProjectRole.MEMBER,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Let USER submit to PROJECT (admins); again with another --role to change theirs."""
+    with client(url) as c:
+        member = c.add_member(project, user, role.value)
+    if output is Output.JSON:
+        print_json(member)
+        return
+    console.print(f"{user} is a {member['role']} of project {project}")
+
+
+@project_app.command("remove-member")
+def remove_member(project: str, user: str, url: UrlOpt = "http://127.0.0.1:7070") -> None:
+    """USER submits no more to PROJECT (admins); their jobs there go on."""
+    with client(url) as c:
+        c.remove_member(project, user)
+    console.print(f"{user} is no longer a member of project {project}")
+
+
+@project_app.command("members")
+def members(project: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """Who belongs to PROJECT, and as what."""
+    with client(url) as c:
+        listing = c.members(project)
+    if output is Output.JSON:
+        print_json(listing)
+        return
+    if not listing:
+        console.print(f"project {project} has no members; add one with gpupool project add-member {project} USER")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("USER", "ROLE", "SINCE"):
+        table.add_column(column)
+    for m in listing:
+        table.add_row(m["user"], m["role"], m["created_at"][:19].replace("T", " "))
+    console.print(table)
 
 
 def projects_table(listing: list[dict[str, Any]]) -> Table:
@@ -84,6 +149,18 @@ def projects_table(listing: list[dict[str, Any]]) -> Table:
             pending,
             _idle(p) if p.get("idle_timeout_s") else "-",
         )
+    return table
+
+
+def users_table(listing: list[dict[str, Any]]) -> Table:
+    """Each project's users, least load first: within a priority class, their jobs go in this order."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("PROJECT", "USER", "HELD", "RECENT", "PENDING"):
+        table.add_column(column, justify="left" if column in ("PROJECT", "USER") else "right")
+    for p in listing:
+        for u in p.get("users", []):
+            pending = f"{u['pending']:g} ({u['pending_jobs']})" if u["pending_jobs"] else "-"
+            table.add_row(p["name"], u["user"], f"{u['allocated']:g}", f"{u['recent_usage']:.1f}", pending)
     return table
 
 

@@ -116,6 +116,9 @@ def _gpu_use(gpu: dict[str, Any]) -> str:
     return use if gpu.get("healthy", True) else use + "(unhealthy)"
 
 
+HIDDEN = "(hidden: only its owner, a manager of its project or an admin sees what runs inside a job)"
+
+
 def job_detail(job: dict[str, Any]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -126,7 +129,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         ("project", job["project"]),
         ("owner", job["owner"]),
         ("priority", job["priority"]),
-        ("command", " ".join(job["command"])),
+        ("command", HIDDEN if job["command"] is None else " ".join(job["command"])),
         (
             "resources",
             f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']} CPUs, "

@@ -58,6 +58,10 @@ class GpupoolClient:
     def health(self) -> dict[str, Any]:
         return dict(self._call("GET", "/healthz"))
 
+    def whoami(self) -> dict[str, Any]:
+        """Who the token belongs to: ``{"user", "role"}`` (and whatever the head adds)."""
+        return dict(self._call("GET", "/api/v1/whoami"))
+
     def submit(self, spec: JobSpec | None = None, **fields: Unpack[Submission]) -> dict[str, Any]:
         """Submit a job; returns it as the API shows it (``id``, ``state``, ...).
 
@@ -70,12 +74,17 @@ class GpupoolClient:
         body = spec.submission() if spec is not None else plain
         return dict(self._call("POST", "/api/v1/jobs", json=body))
 
-    def jobs(self, include_finished: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
-        return self.jobs_page(include_finished, limit)[0]
+    def jobs(self, include_finished: bool = False, limit: int = 1000, user: str | None = None) -> list[dict[str, Any]]:
+        return self.jobs_page(include_finished, limit, user)[0]
 
-    def jobs_page(self, include_finished: bool = False, limit: int = 1000) -> tuple[list[dict[str, Any]], int]:
-        """The newest ``limit`` jobs, and how many match in all."""
-        response = self._send("GET", "/api/v1/jobs", params={"all": str(include_finished).lower(), "limit": limit})
+    def jobs_page(
+        self, include_finished: bool = False, limit: int = 1000, user: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The newest ``limit`` jobs (``user``'s only, if given), and how many match in all."""
+        params: dict[str, Any] = {"all": str(include_finished).lower(), "limit": limit}
+        if user is not None:
+            params["user"] = user
+        response = self._send("GET", "/api/v1/jobs", params=params)
         listing = list(response.json())
         return listing, int(response.headers.get("X-Total-Count", len(listing)))
 
@@ -92,10 +101,28 @@ class GpupoolClient:
         return list(self._call("GET", "/api/v1/projects"))
 
     def set_project(
-        self, name: str, quota: float, limit: float | None, weight: float, idle_timeout_s: float | None = None
+        self,
+        name: str,
+        quota: float,
+        limit: float | None,
+        weight: float,
+        idle_timeout_s: float | None = None,
+        everyone: bool | None = None,
     ) -> dict[str, Any]:
+        """``everyone``: open to every user; ``None`` leaves it as it was."""
         body = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
+        if everyone is not None:
+            body["everyone"] = everyone
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
+
+    def members(self, project: str) -> list[dict[str, Any]]:
+        return list(self._call("GET", f"/api/v1/projects/{project}/members"))
+
+    def add_member(self, project: str, user: str, role: str = "member") -> dict[str, Any]:
+        return dict(self._call("PUT", f"/api/v1/projects/{project}/members/{user}", json={"role": role}))
+
+    def remove_member(self, project: str, user: str) -> None:
+        self._send("DELETE", f"/api/v1/projects/{project}/members/{user}")
 
     def delete_project(self, name: str) -> None:
         self._send("DELETE", f"/api/v1/projects/{name}")
@@ -171,6 +198,11 @@ class GpupoolClient:
         """Accounting per project, user or job; ``since``/``until``: ISO 8601 or a duration ago (``7d``)."""
         given = {"since": since, "until": until, "by": by}
         return dict(self._call("GET", "/api/v1/report", params={k: v for k, v in given.items() if v is not None}))
+
+    def audit(self, since: str | None = None, user: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """The audit log, newest first (admins): ``since`` an ISO 8601 time or a duration ago (1d)."""
+        given = {"since": since, "user": user, "limit": limit}
+        return list(self._call("GET", "/api/v1/audit", params={k: v for k, v in given.items() if v is not None}))
 
     def drain(self, name: str, gpu: int | None = None, reason: str | None = None) -> dict[str, Any]:
         """Drain a node, or with ``gpu`` take that GPU out of service (admin only)."""

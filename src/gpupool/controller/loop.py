@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from gpupool.clock import Clock
@@ -19,16 +19,19 @@ from gpupool.controller.monitor import Monitor
 from gpupool.controller.recovery import recover
 from gpupool.controller.telemetry import TelemetrySampler
 from gpupool.domain.alerts import AlertRules
+from gpupool.domain.audit import AUDIT_KEPT
 from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.idle import IdleSettings
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.executors.base import Executor
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
+from gpupool.store import audit as audit_repo
 from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
+from gpupool.store import user_usage as user_usage_repo
 from gpupool.store.db import Database
 from gpupool.store.snapshot import SpecCache, load_snapshot
 
@@ -53,6 +56,9 @@ class ControllerSettings:
     # What makes an allocated GPU idle, and when GPU and node alerts are raised.
     idle: IdleSettings = field(default_factory=IdleSettings)
     alerts: AlertRules = field(default_factory=AlertRules)
+    # The audit log keeps this long (90 days); older entries are pruned this often.
+    audit_kept_s: float = AUDIT_KEPT.total_seconds()
+    audit_prune_every_s: float = 3600.0
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -98,6 +104,7 @@ class Controller:
         self._last_full = 0.0
         self._last_usage = 0.0
         self._last_sync = 0.0
+        self._audit_pruned: float | None = None  # when the audit log was last pruned (monotonic)
         self._nodes_seen: list[Node] = []
         self._telemetry = TelemetrySampler(
             db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention
@@ -142,6 +149,7 @@ class Controller:
             touched |= job_repo.stopping(s)
         self._monitor.settle(touched)
         self._accrue_usage()
+        self._prune_audit()
         readings = self._telemetry.maybe_sample()
         if readings is not None:
             self._watch(lambda: self._alerts.observe(readings))
@@ -199,12 +207,27 @@ class Controller:
         return True
 
     def _accrue_usage(self) -> None:
+        """Fold what projects, and each user within a project, hold now into their recent usage:
+        fair share between projects, and the order of users' jobs within one, read it."""
         if time.monotonic() - self._last_usage < self._settings.usage_every_s:
             return
         self._last_usage = time.monotonic()
+        now, half_life_s = self._clock.now(), self._settings.fair_share_half_life_s
         with self._db.tx() as s:
             holding, _, _ = project_repo.usage(s)
-            project_repo.accrue_usage(s, holding, self._clock.now(), self._settings.fair_share_half_life_s)
+            project_repo.accrue_usage(s, holding, now, half_life_s)
+            user_usage_repo.accrue(s, user_usage_repo.held(s), now, half_life_s)
+
+    def _prune_audit(self) -> None:
+        every_s = self._settings.audit_prune_every_s
+        if self._audit_pruned is not None and time.monotonic() - self._audit_pruned < every_s:
+            return
+        self._audit_pruned = time.monotonic()
+        try:
+            with self._db.tx() as s:
+                audit_repo.prune(s, self._clock.now() - timedelta(seconds=self._settings.audit_kept_s))
+        except Exception:
+            log.exception("pruning the audit log failed; trying again in %.0f s", every_s)
 
     def _write_reasons(self, reasons: dict[int, Reason]) -> None:
         """Write only reasons that differ from what this controller last wrote."""

@@ -21,6 +21,7 @@ class PendingJob:
     spec: JobSpec
     submitted_at: datetime
     restarts: int = 0
+    owner: str = ""  # who submitted it: within a project, the jobs of whoever used less go first
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class RunningJob:
     placements: tuple[Placement, ...]
     started_at: datetime | None
     stopping: bool = False  # being cancelled or preempted: its resources are on their way back
+    owner: str = ""
 
     @property
     def preemptible(self) -> bool:
@@ -46,3 +48,5 @@ class Snapshot:
     pending: tuple[PendingJob, ...]
     projects: tuple[Project, ...] = ()
     recent_usage: Mapping[str, float] = field(default_factory=dict)  # GPUs held on average lately, by project
+    # The same per (project, user): within a project, whoever used less lately goes first.
+    user_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)

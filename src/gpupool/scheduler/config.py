@@ -15,5 +15,6 @@ class SchedulerConfig:
     placement: str = "binpack"  # node score
     job_order: str = "priority_fifo"  # within a queue
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
+    user_order: str = "least_used"  # within a queue, whose jobs go next: the user who used less
     quota_check: str = "borrow"  # why a job may not start whatever is free (quota, limit)
     hold_up: str = "reserve"  # what a job that cannot start holds up behind it

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpupool.domain.decisions import CycleResult, Reason
+from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
+from gpupool.scheduler import policies, registry
 from gpupool.scheduler.actions import allocate, backfill, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import explain
 from gpupool.scheduler.incremental import CycleMemory
+from gpupool.scheduler.plugins.users import behind_lighter_users
 from gpupool.scheduler.session import Session
 
 ACTIONS: dict[str, Callable[[Session], None]] = {
@@ -20,6 +22,21 @@ ACTIONS: dict[str, Callable[[Session], None]] = {
     "reclaim": reclaim.run,
     "preempt": preempt.run,
 }
+# Reasons a job may wait for while other users' later jobs of its project go first; the rest say
+# it could never start, or that GPUs are on their way to it.
+BEHIND_USERS = frozenset(
+    {
+        ReasonCode.RESOURCES,
+        ReasonCode.FRAGMENTED,
+        ReasonCode.GANG,
+        ReasonCode.CPUS,
+        ReasonCode.MEMORY,
+        ReasonCode.PRIORITY,
+        ReasonCode.BACKFILL,
+        ReasonCode.LIMIT,
+        ReasonCode.QUOTA,
+    }
+)
 
 
 def schedule(
@@ -47,7 +64,7 @@ def schedule(
             memory.forget()
         raise
     if memory is not None:
-        memory.started(session.starts, session.start_specs)
+        memory.started(session.starts, session.start_specs, session.start_owners)
     return CycleResult(starts=tuple(session.starts), pending=reasons, preemptions=tuple(session.preemptions))
 
 
@@ -66,4 +83,10 @@ def _explain(session: Session) -> dict[int, Reason]:
         if reason is None:
             reason = by_shape[shape] = explain(job, session.cluster, demand)
         reasons[job.id] = reason
+    order = policies.hooks(session.config).user_order
+    notes = behind_lighter_users(session, session.queue, order, registry.job_order(session.config.job_order))
+    for job_id, note in notes.items():
+        reason = reasons[job_id]
+        if reason.code in BEHIND_USERS:
+            reasons[job_id] = Reason(reason.code, reason.message + note)
     return reasons

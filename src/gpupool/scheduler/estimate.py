@@ -31,7 +31,7 @@ def estimate_start(snapshot: Snapshot, job_id: int, config: SchedulerConfig | No
             if start.job_id == job_id:
                 return now
             job = pending.pop(start.job_id)
-            running[job.id] = RunningJob(job.id, job.spec, start.placements, now)
+            running[job.id] = RunningJob(job.id, job.spec, start.placements, now, owner=job.owner)
         ends = [(end, r.id) for r in running.values() if (end := expected_end(r)) is not None]
         if not ends:
             return None

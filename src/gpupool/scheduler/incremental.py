@@ -16,7 +16,7 @@ everything, and the next one rebuilds.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -33,12 +33,13 @@ class CycleMemory:
     def __init__(self) -> None:
         self._nodes: tuple[Node, ...] | None = None
         self._cluster: ClusterState | None = None
-        self._placed: dict[int, tuple[tuple[Placement, ...], JobSpec]] = {}
+        self._placed: dict[int, tuple[tuple[Placement, ...], JobSpec, str]] = {}  # placements, spec, owner
         # Thousandths of a GPU, counted in integers so that adding and removing jobs in any
         # order gives exactly the sum a fresh count would: fair-share ranks compare these.
         self._allocated: dict[str, int] = defaultdict(int)
         self._bound: dict[str, int] = defaultdict(int)
         self._jobs: dict[str, int] = defaultdict(int)  # running jobs per project: which projects hold anything
+        self._by_user: dict[tuple[str, str], int] = defaultdict(int)  # the same thousandths per (project, owner)
         # Answers that hold as long as the nodes do (``capacity.ever_fits`` per job shape).
         self.per_nodes: dict[object, bool] = {}
         # What each job needs per worker, by job id: a long queue is looked at every cycle.
@@ -62,12 +63,22 @@ class CycleMemory:
         bound = defaultdict(float, {p: n / GPU_FRACTION_STEPS for p, n in self._bound.items() if n})
         return self._cluster, allocated, bound
 
-    def started(self, starts: Iterable[StartJob], specs: dict[int, JobSpec]) -> None:
+    def started(
+        self, starts: Iterable[StartJob], specs: dict[int, JobSpec], owners: Mapping[int, str] | None = None
+    ) -> None:
         """The jobs a cycle started: their resources are already taken in the index."""
         for start in starts:
-            spec = specs[start.job_id]
-            self._placed[start.job_id] = (start.placements, spec)
-            self._count(spec, +1)
+            spec, owner = specs[start.job_id], (owners or {}).get(start.job_id, "")
+            self._placed[start.job_id] = (start.placements, spec, owner)
+            self._count(spec, owner, +1)
+
+    def user_held(self, project: str, user: str) -> float:
+        """GPUs ``user``'s running jobs hold in ``project``, as of the snapshot ``open`` was given."""
+        return self._by_user.get((project, user), 0) / GPU_FRACTION_STEPS
+
+    def held_by_user(self) -> dict[tuple[str, str], float]:
+        """Every (project, user) that holds GPUs, and how many (for tests and reports)."""
+        return {key: n / GPU_FRACTION_STEPS for key, n in self._by_user.items() if n}
 
     def forget(self) -> None:
         """After a cycle that failed half-way: the index may hold its half-made changes."""
@@ -78,12 +89,13 @@ class CycleMemory:
         self._cluster = ClusterState(snapshot)
         self._nodes = snapshot.nodes
         self.per_nodes.clear()
-        self._placed = {r.id: (r.placements, r.spec) for r in snapshot.running}
+        self._placed = {r.id: (r.placements, r.spec, r.owner) for r in snapshot.running}
         self._allocated.clear()
         self._bound.clear()
         self._jobs.clear()
-        for placements_spec in self._placed.values():
-            self._count(placements_spec[1], +1)
+        self._by_user.clear()
+        for _, spec, owner in self._placed.values():
+            self._count(spec, owner, +1)
         self.rebuilds += 1
 
     def _apply_difference(self, snapshot: Snapshot) -> None:
@@ -92,24 +104,25 @@ class CycleMemory:
         current = {r.id: r for r in snapshot.running}
         # Give back everything that ended or moved before taking anything: a job restarted on
         # GPUs another one just left must find them free.
-        gone = [job_id for job_id, (placements, _) in placed.items() if _moved(current.get(job_id), placements)]
+        gone = [job_id for job_id, (placements, _, _) in placed.items() if _moved(current.get(job_id), placements)]
         for job_id in gone:
-            placements, spec = placed.pop(job_id)
+            placements, spec, owner = placed.pop(job_id)
             for p in placements:
                 cluster.give_back(p)
-            self._count(spec, -1)
+            self._count(spec, owner, -1)
         if len(placed) == len(current):
             return
         for job_id, running in current.items():
             if job_id not in placed:
                 for p in running.placements:
                     cluster.take(p)
-                placed[job_id] = (running.placements, running.spec)
-                self._count(running.spec, +1)
+                placed[job_id] = (running.placements, running.spec, running.owner)
+                self._count(running.spec, running.owner, +1)
 
-    def _count(self, spec: JobSpec, sign: int) -> None:
+    def _count(self, spec: JobSpec, owner: str, sign: int) -> None:
         steps = sign * round(spec.total_gpus * GPU_FRACTION_STEPS)
         self._allocated[spec.project] += steps
+        self._by_user[(spec.project, owner)] += steps
         self._jobs[spec.project] += sign
         if spec.quota_bound:
             self._bound[spec.project] += steps

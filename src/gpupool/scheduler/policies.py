@@ -1,11 +1,12 @@
 """Named policies, and the tables of the hooks a policy names.
 
 A policy is a ``SchedulerConfig``: data naming the actions to run, in order, and for each
-decision they leave open a hook from a table: here the queue order, the quota check and the
-hold-up (what a job that cannot start holds up), which allocate calls; in ``registry`` the job
-order and the placement (node score), which the session calls. Adding a hook is a module under
-``plugins/`` and a line in its table; adding a policy, a line in ``POLICIES``; adding an action,
-a module under ``actions/`` and a line in ``cycle.ACTIONS``."""
+decision they leave open a hook from a table: here the queue order, the user order (whose jobs
+go next within a queue), the quota check and the hold-up (what a job that cannot start holds up),
+which allocate calls; in ``registry`` the job order and the placement (node score), which the
+session calls. Adding a hook is a module under ``plugins/`` and a line in its table; adding a
+policy, a line in ``POLICIES``; adding an action, a module under ``actions/`` and a line in
+``cycle.ACTIONS``."""
 
 from __future__ import annotations
 
@@ -14,14 +15,16 @@ from typing import TypeVar
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.plugins import hold_up, queues, quota
+from gpupool.scheduler.plugins import hold_up, queues, quota, users
 from gpupool.scheduler.plugins.hold_up import HoldUp
 from gpupool.scheduler.plugins.queues import QueueOrder
 from gpupool.scheduler.plugins.quota import QuotaCheck
+from gpupool.scheduler.plugins.users import UserOrder
 
 T = TypeVar("T")
 
 QUEUE_ORDERS: dict[str, QueueOrder] = {"fair_share": queues.FAIR_SHARE, "single": queues.SINGLE}
+USER_ORDERS: dict[str, UserOrder] = {"least_used": users.LEAST_USED, "none": users.NONE}
 QUOTA_CHECKS: dict[str, QuotaCheck] = {"borrow": quota.borrow, "isolated": quota.isolated}
 HOLD_UPS: dict[str, HoldUp] = {
     "reserve": hold_up.reservation,
@@ -36,10 +39,12 @@ POLICIES: dict[str, SchedulerConfig] = {
     # Every job that fits starts, in fair-share and priority order; nobody waits for anybody.
     "greedy": SchedulerConfig(actions=("allocate",), hold_up="none"),
     # One queue in submit order; the first job that does not fit holds up everything behind it.
-    "fifo": SchedulerConfig(actions=("allocate",), job_order="fifo", queue_order="single", hold_up="all"),
+    "fifo": SchedulerConfig(
+        actions=("allocate",), job_order="fifo", queue_order="single", user_order="none", hold_up="all"
+    ),
     # FIFO per project, each confined to its quota: static partitions, as Philly's virtual clusters.
     "fifo-isolated": SchedulerConfig(
-        actions=("allocate",), job_order="fifo", quota_check="isolated", hold_up="project"
+        actions=("allocate",), job_order="fifo", user_order="none", quota_check="isolated", hold_up="project"
     ),
 }
 
@@ -51,6 +56,7 @@ class Hooks:
     queue_order: QueueOrder
     quota_check: QuotaCheck
     hold_up: HoldUp
+    user_order: UserOrder
 
 
 def hooks(config: SchedulerConfig) -> Hooks:
@@ -58,6 +64,7 @@ def hooks(config: SchedulerConfig) -> Hooks:
         _lookup(QUEUE_ORDERS, config.queue_order, "queue order"),
         _lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
         _lookup(HOLD_UPS, config.hold_up, "hold-up"),
+        _lookup(USER_ORDERS, config.user_order, "user order"),
     )
 
 

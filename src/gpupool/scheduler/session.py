@@ -35,6 +35,9 @@ class Session:
     preemptions: list[Preempt] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
+    # GPUs this cycle started, by (project, user), and who owns each started job: the user order.
+    user_started: dict[tuple[str, str], float] = field(default_factory=dict)
+    start_owners: dict[int, str] = field(default_factory=dict)
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
@@ -190,5 +193,8 @@ class Session:
         self.starts.append(StartJob(job.id, placements))
         self.start_specs[job.id] = job.spec
         self.allocated[job.spec.project] += job.spec.total_gpus
+        mine = (job.spec.project, job.owner)
+        self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus
+        self.start_owners[job.id] = job.owner
         if job.spec.quota_bound:
             self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus

@@ -10,12 +10,13 @@ from gpupool.domain.errors import InvalidInput, Stale, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
+from gpupool.domain.users import check_user_name
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
+from gpupool.services.access import Visibility, require_job, require_submit
 from gpupool.services.context import HeadContext
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
-from gpupool.store import projects as project_repo
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
 
@@ -23,9 +24,10 @@ MAX_LIST = 100_000
 
 
 def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
+    """Only to a project that exists and that is the caller's (or open to everyone)."""
     with ctx.db.tx() as s:
+        require_submit(s, who, spec.project)
         _check_satisfiable(spec, node_repo.load_nodes(s))
-        project_repo.ensure_project(s, spec.project, ctx.clock.now())
         job = job_repo.insert_job(s, spec, who.user, ctx.clock.now())
     ctx.wake_controller()
     return job
@@ -36,19 +38,27 @@ def get(ctx: HeadContext, job_id: int) -> JobRecord:
         return job_repo.get_job(s, job_id)
 
 
-def events(ctx: HeadContext, job_id: int) -> list[Event]:
+def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event]]:
+    """The job, whether ``who`` may see its insides (command, environment), and its events."""
     with ctx.db.tx() as s:
-        job_repo.job_row(s, job_id)
-        return job_repo.job_events(s, job_id)
+        job = job_repo.get_job(s, job_id)
+        return job, Visibility(s, who).sees(job), job_repo.job_events(s, job_id)
 
 
-def listing(ctx: HeadContext, include_finished: bool, limit: int = 1000) -> tuple[list[JobRecord], int]:
-    """The newest ``limit`` jobs and how many there are in all."""
+def listing(
+    ctx: HeadContext, who: Principal, include_finished: bool, limit: int = 1000, user: str | None = None
+) -> tuple[list[tuple[JobRecord, bool]], int]:
+    """The newest ``limit`` jobs (``user``'s only, if given), each with whether ``who`` may see
+    its insides, and how many there are in all. The queue is public; what runs inside a job is not."""
     if not 1 <= limit <= MAX_LIST:
         raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
+    if user is not None:
+        check_user_name(user)
     with ctx.db.tx() as s:
-        total = job_repo.count_jobs(s, include_finished=include_finished)
-        return job_repo.list_jobs(s, include_finished=include_finished, limit=limit), total
+        total = job_repo.count_jobs(s, include_finished=include_finished, owner=user)
+        visible = Visibility(s, who)
+        jobs = job_repo.list_jobs(s, include_finished=include_finished, limit=limit, owner=user)
+        return [(j, visible.sees(j)) for j in jobs], total
 
 
 CANCEL_TRIES = 5
@@ -60,6 +70,7 @@ def cancel(ctx: HeadContext, job_id: int, who: Principal) -> JobRecord:
     for tries_left in range(CANCEL_TRIES - 1, -1, -1):
         try:
             with ctx.db.tx() as s:
+                require_job(s, who, job_repo.get_job(s, job_id), "cancel")
                 job = job_repo.request_cancel(s, job_id, ctx.clock.now(), who.user)
             break
         except Stale:
@@ -107,8 +118,10 @@ class LogChunk:
     finished: bool
 
 
-def logs(ctx: HeadContext, job_id: int, worker: int, offset: int) -> LogChunk:
-    job = get(ctx, job_id)
+def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int) -> LogChunk:
+    with ctx.db.tx() as s:
+        job = job_repo.get_job(s, job_id)
+        require_job(s, who, job, "read the logs of")
     if not 0 <= worker < job.spec.workers:
         raise InvalidInput(f"job {job_id} has workers 0..{job.spec.workers - 1}; there is no worker {worker}")
     if offset < 0:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.services.access import require_admin
 from gpupool.services.context import HeadContext
+from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
+from gpupool.store import user_usage as user_usage_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
 
@@ -22,6 +25,9 @@ class ProjectView:
     pending_jobs: int
     fair_share: float
     recent_usage: float
+    # Its users, in the order their jobs go within a priority class (who used least first).
+    users: tuple[user_usage_repo.UserUse, ...] = ()
+    everyone: bool = False  # every user may submit here, member or not
 
     @property
     def borrowed(self) -> float:
@@ -43,6 +49,8 @@ def views(session: Tx) -> list[ProjectView]:
     capacity = sum(1 for n in node_repo.load_nodes(session) if n.schedulable for g in n.gpus if g.healthy)
     projects = effective_projects(configured, capacity)
     shares = fair_shares(projects, capacity)
+    users = user_usage_repo.by_project(session)
+    everyone = project_repo.open_to_everyone(session)
     return [
         ProjectView(
             p,
@@ -51,15 +59,19 @@ def views(session: Tx) -> list[ProjectView]:
             pending_jobs.get(p.name, 0),
             shares.get(p.name, 0.0),
             recent.get(p.name, 0.0),
+            users.get(p.name, ()),
+            p.name in everyone,
         )
         for p in projects
     ]
 
 
-def set_project(ctx: HeadContext, project: Project, who: Principal) -> ProjectView:
+def set_project(ctx: HeadContext, project: Project, who: Principal, everyone: bool | None = None) -> ProjectView:
+    """``everyone``: every user may submit here; ``None``: as it was (a new project: members
+    only, but ``default``: everyone)."""
     require_admin(who, "set projects")
     with ctx.db.tx() as s:
-        project_repo.set_project(s, project, ctx.clock.now())
+        project_repo.set_project(s, project, ctx.clock.now(), everyone)
     ctx.wake_controller()
     return next(v for v in listing(ctx) if v.project.name == project.name)
 
@@ -69,3 +81,21 @@ def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:
     with ctx.db.tx() as s:
         project_repo.delete_project(s, name, ctx.clock.now())
     ctx.wake_controller()
+
+
+def members(ctx: HeadContext, project: str) -> list[Member]:
+    with ctx.db.tx() as s:
+        return member_repo.list_members(s, project)
+
+
+def set_member(ctx: HeadContext, who: Principal, project: str, user: str, role: ProjectRole) -> Member:
+    require_admin(who, "add members to projects")
+    with ctx.db.tx() as s:
+        return member_repo.set_member(s, project, user, role, ctx.clock.now())
+
+
+def remove_member(ctx: HeadContext, who: Principal, project: str, user: str) -> None:
+    """Their jobs in the project go on; they submit no more there."""
+    require_admin(who, "remove members from projects")
+    with ctx.db.tx() as s:
+        member_repo.remove_member(s, project, user, ctx.clock.now())

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.domain.errors import Forbidden, InvalidInput
+from gpupool.domain.permissions import ProjectRole
 from gpupool.domain.users import (
     Role,
     Scope,
@@ -19,6 +20,7 @@ from gpupool.domain.users import (
     widest_scope,
 )
 from gpupool.services.context import HeadContext
+from gpupool.store import members as member_repo
 from gpupool.store import tokens as token_repo
 from gpupool.store import users as user_repo
 from gpupool.store.tokens import Principal
@@ -32,10 +34,18 @@ class NewToken:
     token: str
 
 
-def listing(ctx: HeadContext, who: Principal) -> list[User]:
+def listing(ctx: HeadContext, who: Principal) -> list[tuple[User, list[str]]]:
+    """Every user with the projects they belong to."""
     _require(who, Scope.READ, "list users")
     with ctx.db.tx() as s:
-        return user_repo.list_users(s)
+        projects = member_repo.projects_by_user(s)
+        return [(u, projects.get(u.name, [])) for u in user_repo.list_users(s)]
+
+
+def projects_of(ctx: HeadContext, who: Principal) -> dict[str, ProjectRole]:
+    """The caller's projects and their role in each (a join token belongs to none)."""
+    with ctx.db.tx() as s:
+        return member_repo.roles_of(s, who.user)
 
 
 def add_user(ctx: HeadContext, who: Principal, name: str, role: Role, unix_user: str | None) -> tuple[User, NewToken]:

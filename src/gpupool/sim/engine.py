@@ -105,7 +105,8 @@ class _Replay:
             while next_arrival < len(arrivals) and runs[arrivals[next_arrival]].trace.submit_time <= now:
                 job_id = arrivals[next_arrival]
                 trace = runs[job_id].trace
-                self.pending[job_id] = PendingJob(job_id, trace.spec, EPOCH + timedelta(seconds=trace.submit_time))
+                at = EPOCH + timedelta(seconds=trace.submit_time)
+                self.pending[job_id] = PendingJob(job_id, trace.spec, at, owner=trace.user)
                 next_arrival += 1
             for _ in range(ROUNDS_PER_EVENT):
                 if not self._cycle(now):
@@ -146,7 +147,7 @@ class _Replay:
                 run.first_start = now
                 if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
                     self.late += 1
-            self.running[job.id] = RunningJob(job.id, job.spec, start.placements, at)
+            self.running[job.id] = RunningJob(job.id, job.spec, start.placements, at, owner=job.owner)
             self.held[job.spec.project] += job.spec.total_gpus
             if run.trace.duration is not None:
                 self.end_of[job.id] = now + run.trace.duration
@@ -159,7 +160,7 @@ class _Replay:
             run.preemptions += 1
             run.start = None
             self.pending[victim.job_id] = PendingJob(
-                victim.job_id, stopped.spec, EPOCH + timedelta(seconds=run.trace.submit_time)
+                victim.job_id, stopped.spec, EPOCH + timedelta(seconds=run.trace.submit_time), owner=stopped.owner
             )
         return bool(result.preemptions)
 

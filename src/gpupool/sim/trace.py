@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gpupool.domain.errors import GpupoolError, InvalidInput
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.users import check_user_name
 from gpupool.sim.trace_job import TraceJob as TraceJob  # defined apart (workload needs it); importable here too
 from gpupool.sim.workload import Window
 
@@ -68,7 +69,11 @@ def load_gpupool(path: Path) -> list[TraceJob]:
                 priority=row.get("priority") or "train",
                 gpu_model=row.get("gpu_model") or None,
             )
-            job = TraceJob(row["job_id"], float(row["submit_time"]), float(duration) if duration else None, spec)
+            user = (row.get("user") or "").strip()
+            if user:
+                check_user_name(user)
+            end = float(duration) if duration else None
+            job = TraceJob(row["job_id"], float(row["submit_time"]), end, spec, user)
         except (ValueError, GpupoolError) as exc:
             raise InvalidInput(f"{path}:{line}: {exc}") from None
         if job.duration is not None and (job.duration < 0 or math.isnan(job.duration)):
@@ -220,7 +225,7 @@ def _relative(jobs: Iterable[TraceJob], origin: float | None = None) -> list[Tra
     if not ordered:
         return []
     t0 = ordered[0].submit_time if origin is None else origin
-    return [TraceJob(j.job_id, j.submit_time - t0, j.duration, j.spec) for j in ordered]
+    return [replace(j, submit_time=j.submit_time - t0) for j in ordered]
 
 
 def read_rows(path: Path, what: str = "trace") -> list[dict[str, str]]:

@@ -15,3 +15,6 @@ class TraceJob:
     submit_time: float
     duration: float | None  # None: never ends (placement studies)
     spec: JobSpec
+    # Who submitted it (the gpupool format's ``user``): within a project, the jobs of whoever
+    # holds less go first. Empty in traces without users: every job of a project is then one user's.
+    user: str = ""

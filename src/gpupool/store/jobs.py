@@ -57,10 +57,12 @@ def get_job(session: Session, job_id: int) -> JobRecord:
     return job_record(row, _workers_of(session, [row.id]).get(row.id, []))
 
 
-def count_jobs(session: Session, *, include_finished: bool) -> int:
+def count_jobs(session: Session, *, include_finished: bool, owner: str | None = None) -> int:
     query = select(func.count(JobRow.id))
     if not include_finished:
         query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
+    if owner is not None:
+        query = query.where(JobRow.owner == owner)
     return int(session.scalar(query) or 0)
 
 
@@ -70,11 +72,15 @@ def count_by_state_and_project(session: Session) -> dict[tuple[str, str], int]:
     return {(state, project): int(n) for state, project, n in session.execute(query)}
 
 
-def list_jobs(session: Session, *, include_finished: bool, limit: int = 1000) -> list[JobRecord]:
-    """The newest ``limit`` jobs, oldest first."""
+def list_jobs(
+    session: Session, *, include_finished: bool, limit: int = 1000, owner: str | None = None
+) -> list[JobRecord]:
+    """The newest ``limit`` jobs (of ``owner`` only, if given), oldest first."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
     if not include_finished:
         query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
+    if owner is not None:
+        query = query.where(JobRow.owner == owner)
     rows = list(session.scalars(query))
     workers = _workers_of(session, [r.id for r in rows])
     return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]

@@ -194,6 +194,49 @@ class ProjectRow(Base):
     created_at: Mapped[datetime] = mapped_column()
     # Preempt the project's interactive jobs idle this long while others wait (0006); null: never.
     idle_timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Every user may submit here, member or not (0009): true for ``default`` unless an admin closes it.
+    everyone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class ProjectMemberRow(Base):
+    """Who may submit to a project (0009): a ``member`` acts on their own jobs there, a ``manager``
+    on every job of the project. No foreign keys: a deleted user's history keeps its names."""
+
+    __tablename__ = "project_members"
+
+    project: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column()
+
+
+class UserUsageRow(Base):
+    """Each user's recent GPU use within a project, decayed like ``ProjectUsageRow`` (0009): within
+    a project, the jobs of whoever used less lately go first."""
+
+    __tablename__ = "user_usage"
+
+    project: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    recent_gpus: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column()
+
+
+class AuditRow(Base):
+    """Who changed what, from where, and how it went (0009): one row per request that changes
+    something, and per failed sign-in. Kept 90 days."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    user: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256))
+    result: Mapped[str] = mapped_column(String(16))  # ok | denied | invalid | failed
+    status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
+    client: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class GpuSampleRow(Base):

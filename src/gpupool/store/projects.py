@@ -13,6 +13,7 @@ from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.usage import decayed_average
+from gpupool.store import members
 from gpupool.store.orm import JobRow, ProjectRow, ProjectUsageRow, WorkerRow
 from gpupool.store.transitions import add_event
 
@@ -26,24 +27,22 @@ def list_projects(session: Session) -> list[Project]:
     return [_project(r) for r in session.scalars(select(ProjectRow).order_by(ProjectRow.name))]
 
 
-def ensure_project(session: Session, name: str, now: datetime) -> None:
-    """A job may name a project nobody set up yet: it gets quota 0, no limit, weight 1."""
-    if name != DEFAULT_PROJECT and session.get(ProjectRow, name) is None:
-        session.add(ProjectRow(name=name, quota=0.0, limit=None, weight=1.0, created_at=now))
-        add_event(
-            session,
-            now,
-            kind="project_created",
-            message=f"project {name} created by its first job "
-            "with quota 0 (borrowing only); set one with gpupool project set",
-        )
+def open_to_everyone(session: Session) -> set[str]:
+    """The projects every user may submit to, member or not (``default`` until an admin sets it up)."""
+    found = {r.name: r.everyone for r in session.scalars(select(ProjectRow))}
+    found.setdefault(DEFAULT_PROJECT, True)
+    return {name for name, everyone in found.items() if everyone}
 
 
-def set_project(session: Session, project: Project, now: datetime) -> Project:
+def set_project(session: Session, project: Project, now: datetime, everyone: bool | None = None) -> Project:
+    """``everyone``: every user may submit here; ``None``: as it was (a new project: members
+    only, but ``default``: everyone)."""
     row = session.get(ProjectRow, project.name)
     if row is None:
-        row = ProjectRow(name=project.name, created_at=now)
+        row = ProjectRow(name=project.name, created_at=now, everyone=project.name == DEFAULT_PROJECT)
         session.add(row)
+    if everyone is not None:
+        row.everyone = everyone
     row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
     row.idle_timeout_s = project.idle_timeout_s
     add_event(
@@ -52,7 +51,8 @@ def set_project(session: Session, project: Project, now: datetime) -> Project:
         kind="project_set",
         message=f"project {project.name}: quota {project.quota:g}, "
         f"limit {project.describe_limit()}, weight {project.weight:g}, "
-        f"idle timeout {project.describe_idle_timeout()}",
+        f"idle timeout {project.describe_idle_timeout()}, "
+        f"{'open to everyone' if row.everyone else 'members only'}",
     )
     return project
 
@@ -70,6 +70,7 @@ def delete_project(session: Session, name: str, now: datetime) -> None:
             code="project_in_use",
         )
     session.delete(row)
+    members.forget_project(session, name)
     add_event(session, now, kind="project_deleted", message=f"project {name} deleted")
 
 

@@ -19,6 +19,7 @@ from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
+from gpupool.store.user_usage import recent as recent_user_usage
 
 
 class SpecCache:
@@ -47,18 +48,22 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
     for w in session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES))):
         by_job.setdefault(w.job_id, []).append(w)
     started: dict[int, datetime | None] = {}
+    owners: dict[int, str] = {}
     stopping: set[int] = set()
     if by_job:
         rows = session.execute(
-            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.stop_reason).where(JobRow.id.in_(list(by_job)))
+            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.stop_reason, JobRow.owner).where(
+                JobRow.id.in_(list(by_job))
+            )
         )
-        for job_id, at, state, stop_reason in rows:
+        for job_id, at, state, stop_reason, owner in rows:
             started[job_id] = at
+            owners[job_id] = owner
             if stop_reason is not None or not JobState(state).active:
                 stopping.add(job_id)
     waiting = list(
         session.execute(
-            select(JobRow.id, JobRow.submitted_at, JobRow.restarts)
+            select(JobRow.id, JobRow.submitted_at, JobRow.restarts, JobRow.owner)
             .where(
                 JobRow.state == JobState.PENDING.value,
                 # a pending job asked to end (its old workers still dying) is not started again
@@ -68,7 +73,7 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
             .order_by(JobRow.id)
         )
     )
-    specs = cache.get(session, [*by_job, *(job_id for job_id, _, _ in waiting)])
+    specs = cache.get(session, [*by_job, *(job_id for job_id, _, _, _ in waiting)])
     cache.keep_only(set(specs))
     running = tuple(
         RunningJob(
@@ -77,12 +82,13 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
             placements=tuple(placement_of(w) for w in sorted(ws, key=lambda w: w.worker)),
             started_at=started.get(job_id),
             stopping=job_id in stopping,
+            owner=owners.get(job_id, ""),
         )
         for job_id, ws in sorted(by_job.items())
     )
     pending = tuple(
-        PendingJob(id=job_id, spec=specs[job_id], submitted_at=submitted, restarts=restarts)
-        for job_id, submitted, restarts in waiting
+        PendingJob(id=job_id, spec=specs[job_id], submitted_at=submitted, restarts=restarts, owner=owner)
+        for job_id, submitted, restarts, owner in waiting
     )
     return Snapshot(
         now=now,
@@ -91,4 +97,5 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
         pending=pending,
         projects=tuple(list_projects(session)),
         recent_usage=recent_usage(session),
+        user_usage=recent_user_usage(session),
     )

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES
 from gpupool.domain.users import Role, User
+from gpupool.store import members
 from gpupool.store.orm import JobRow, TokenRow, UserRow
 from gpupool.store.transitions import add_event
 
@@ -76,6 +77,7 @@ def delete_user(session: Session, name: str, now: datetime) -> None:
             code="user_in_use",
         )
     session.execute(delete(TokenRow).where(TokenRow.user == name))
+    members.forget_user(session, name)
     session.delete(row)
     add_event(session, now, kind="user_deleted", message=f"user {name} deleted")
 

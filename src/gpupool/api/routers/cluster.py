@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from gpupool.api.auditing import set_target
 from gpupool.api.deps import Caller, Ctx
 from gpupool.services import cluster as cluster_service
 
@@ -22,6 +23,7 @@ class JoinOut(BaseModel):
 
 
 @router.post("/join", response_model=JoinOut)
-def join(body: JoinIn, ctx: Ctx, who: Caller) -> JoinOut:
+def join(body: JoinIn, ctx: Ctx, who: Caller, request: Request) -> JoinOut:
+    set_target(request, f"node {body.name}")
     ray = cluster_service.join(ctx, who, body.name)
     return JoinOut(ray_address=ray.address, ray_token=ray.token, node_timeout_s=ray.node_timeout_s)

@@ -13,9 +13,11 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=JobOut)
-def submit(body: SubmitRequest, ctx: Ctx, who: Caller) -> JobOut:
+def submit(body: SubmitRequest, ctx: Ctx, who: Caller, response: Response) -> JobOut:
     spec = JobSpec.create(**body.model_dump())
-    return JobOut.of(job_service.submit(ctx, spec, who))
+    job = job_service.submit(ctx, spec, who)
+    response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too
+    return JobOut.of(job)
 
 
 @router.get("", response_model=list[JobOut])
@@ -25,17 +27,17 @@ def listing(
     response: Response,
     all: bool = Query(False, description="include finished jobs"),
     limit: int = Query(1000, description="at most this many, the newest; X-Total-Count says how many exist"),
+    user: str | None = Query(None, description="only the jobs this user submitted (their owner)"),
 ) -> list[JobOut]:
-    jobs, total = job_service.listing(ctx, include_finished=all, limit=limit)
+    jobs, total = job_service.listing(ctx, who, include_finished=all, limit=limit, user=user)
     response.headers["X-Total-Count"] = str(total)
-    return [JobOut.of(j) for j in jobs]
+    return [JobOut.of(j, full=sees) for j, sees in jobs]
 
 
 @router.get("/{job_id}", response_model=JobDetail)
 def show(job_id: int, ctx: Ctx, who: Caller) -> JobDetail:
-    job = job_service.get(ctx, job_id)
-    events = [EventOut.of(e) for e in job_service.events(ctx, job_id)]
-    return JobDetail(**JobOut.of(job).model_dump(), events=events)
+    job, sees, events = job_service.show(ctx, job_id, who)
+    return JobDetail(**JobOut.of(job, full=sees).model_dump(), events=[EventOut.of(e) for e in events])
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
@@ -61,7 +63,7 @@ def why(job_id: int, ctx: Ctx, who: Caller) -> WhyOut:
     responses={200: {"content": {"text/plain": {}}, "description": "log bytes from offset"}},
 )
 def logs(job_id: int, ctx: Ctx, who: Caller, worker: int = 0, offset: int = 0) -> Response:
-    chunk = job_service.logs(ctx, job_id, worker, offset)
+    chunk = job_service.logs(ctx, job_id, who, worker, offset)
     return Response(
         content=chunk.data,
         media_type="text/plain; charset=utf-8",

@@ -1,11 +1,11 @@
-"""/api/v1/projects: list, set (admin), delete (admin)."""
+"""/api/v1/projects: list, set (admin), delete (admin), and their members."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.projects import ProjectOut, ProjectSet
+from gpupool.api.schemas.projects import MemberOut, MemberSet, ProjectOut, ProjectSet
 from gpupool.domain.errors import NotFound
 from gpupool.domain.projects import Project
 from gpupool.services import projects as project_service
@@ -31,10 +31,28 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
     project = Project.create(
         name, quota=body.quota, limit=body.limit, weight=body.weight, idle_timeout_s=body.idle_timeout_s
     )
-    return ProjectOut.of(project_service.set_project(ctx, project, who))
+    return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone))
 
 
 @router.delete("/{name}", status_code=204, response_class=Response)
 def delete_project(name: str, ctx: Ctx, who: Caller) -> Response:
     project_service.delete_project(ctx, name, who)
+    return Response(status_code=204)
+
+
+@router.get("/{name}/members", response_model=list[MemberOut])
+def members(name: str, ctx: Ctx, who: Caller) -> list[MemberOut]:
+    return [MemberOut.of(m) for m in project_service.members(ctx, name)]
+
+
+@router.put("/{name}/members/{user}", response_model=MemberOut)
+def set_member(name: str, user: str, ctx: Ctx, who: Caller, body: MemberSet | None = None) -> MemberOut:
+    """Add ``user`` to the project (or change their role in it)."""
+    role = (body or MemberSet()).role
+    return MemberOut.of(project_service.set_member(ctx, who, name, user, role))
+
+
+@router.delete("/{name}/members/{user}", status_code=204, response_class=Response)
+def remove_member(name: str, user: str, ctx: Ctx, who: Caller) -> Response:
+    project_service.remove_member(ctx, who, name, user)
     return Response(status_code=204)

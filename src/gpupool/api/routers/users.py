@@ -13,12 +13,13 @@ router = APIRouter(prefix="/api/v1", tags=["users"])
 
 @router.get("/users", response_model=list[UserOut])
 def listing(ctx: Ctx, who: Caller) -> list[UserOut]:
-    return [UserOut.of(u) for u in user_service.listing(ctx, who)]
+    return [UserOut.of(u, projects) for u, projects in user_service.listing(ctx, who)]
 
 
 @router.post("/users", response_model=UserCreated, status_code=201)
-def add_user(body: UserAdd, ctx: Ctx, who: Caller) -> UserCreated:
+def add_user(body: UserAdd, ctx: Ctx, who: Caller, response: Response) -> UserCreated:
     user, made = user_service.add_user(ctx, who, body.name, body.role, body.unix_user)
+    response.headers["Location"] = f"/api/v1/users/{user.name}"  # the audit log's target, too
     return UserCreated(**UserOut.of(user).model_dump(), token=made.token)
 
 
@@ -49,10 +50,11 @@ def tokens(ctx: Ctx, who: Caller, user: str | None = None) -> list[TokenOut]:
 
 
 @router.post("/tokens", response_model=TokenCreated, status_code=201)
-def create_token(body: TokenCreate, ctx: Ctx, who: Caller) -> TokenCreated:
+def create_token(body: TokenCreate, ctx: Ctx, who: Caller, response: Response) -> TokenCreated:
     made = user_service.create_token(
         ctx, who, user=body.user, name=body.name, scope=body.scope, expires_in_s=body.expires_in_s
     )
+    response.headers["Location"] = f"/api/v1/tokens/{made.info.id}"  # the audit log's target, too
     return TokenCreated(**TokenOut.of(made.info).model_dump(), token=made.token)
 
 

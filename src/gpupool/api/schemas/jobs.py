@@ -39,6 +39,9 @@ class SubmitRequest(BaseModel):
     )
 
 
+HIDDEN_FIELDS = ("command", "env", "workdir", "checkpoint_dir")  # of jobs the caller may not act on
+
+
 class PlacementOut(BaseModel):
     worker: int
     node: str
@@ -65,7 +68,10 @@ class JobOut(BaseModel):
     project: str
     owner: str
     state: str
-    command: list[str]
+    command: list[str] | None = Field(
+        description="null where hidden: only its owner, a manager of its project or an admin sees"
+        " the command, environment, working directory and checkpoint directory"
+    )
     gpus: float
     workers: int
     cpus: int
@@ -77,7 +83,7 @@ class JobOut(BaseModel):
     workdir: str | None
     checkpoint_dir: str | None
     max_runtime_s: int | None
-    env: dict[str, str]
+    env: dict[str, str] | None
     placements: list[PlacementOut]
     reason_code: str | None
     reason: str | None
@@ -93,9 +99,13 @@ class JobOut(BaseModel):
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, job: JobRecord) -> JobOut:
+    def of(cls, job: JobRecord, full: bool = True) -> JobOut:
+        """``full``: with what runs inside it; else those fields are null (see ``command``)."""
+        spec = job.spec.to_dict()
+        if not full:
+            spec.update(dict.fromkeys(HIDDEN_FIELDS))
         return cls(
-            **job.spec.to_dict(),
+            **spec,
             id=job.id,
             owner=job.owner,
             state=job.state.value,

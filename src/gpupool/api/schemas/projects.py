@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.services.projects import ProjectView
+from gpupool.store.user_usage import UserUse
 
 
 class ProjectSet(BaseModel):
@@ -18,6 +22,48 @@ class ProjectSet(BaseModel):
         description="preempt its interactive jobs whose GPUs sat idle this long while others wait"
         " (warned at half); null: never",
     )
+    everyone: bool | None = Field(
+        None,
+        description="every user may submit here, member or not; null: as it was"
+        " (a new project: members only; default: everyone)",
+    )
+
+
+class MemberSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: ProjectRole = Field(ProjectRole.MEMBER, description="member: own jobs; manager: every job of the project")
+
+
+class MemberOut(BaseModel):
+    project: str
+    user: str
+    role: ProjectRole
+    created_at: datetime
+
+    @classmethod
+    def of(cls, m: Member) -> MemberOut:
+        return cls(project=m.project, user=m.user, role=m.role, created_at=m.created_at)
+
+
+class ProjectUserOut(BaseModel):
+    """One user's part of a project: within a priority class, whoever used least goes first."""
+
+    user: str
+    allocated: float = Field(description="GPUs the user's jobs in the project hold now")
+    recent_usage: float = Field(description="GPUs they held there on average lately (decayed like the project's)")
+    pending: float = Field(description="GPUs their pending jobs there ask for")
+    pending_jobs: int
+
+    @classmethod
+    def of(cls, u: UserUse) -> ProjectUserOut:
+        return cls(
+            user=u.user,
+            allocated=u.allocated,
+            recent_usage=round(u.recent_usage, 3),
+            pending=u.pending,
+            pending_jobs=u.pending_jobs,
+        )
 
 
 class ProjectOut(BaseModel):
@@ -26,12 +72,17 @@ class ProjectOut(BaseModel):
     limit: float | None
     weight: float
     idle_timeout_s: float | None
+    everyone: bool = Field(description="every user may submit here; else only its members")
     allocated: float
     pending: float
     pending_jobs: int
     fair_share: float
     borrowed: float
     recent_usage: float = Field(description="GPUs held on average lately (decayed over the fair-share half-life)")
+    users: list[ProjectUserOut] = Field(
+        default_factory=list,
+        description="its users, least load first: the order their jobs go in within a priority class",
+    )
 
     @classmethod
     def of(cls, v: ProjectView) -> ProjectOut:
@@ -42,10 +93,12 @@ class ProjectOut(BaseModel):
             limit=p.limit,
             weight=p.weight,
             idle_timeout_s=p.idle_timeout_s,
+            everyone=v.everyone,
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,
             fair_share=round(v.fair_share, 3),
             borrowed=v.borrowed,
             recent_usage=round(v.recent_usage, 3),
+            users=[ProjectUserOut.of(u) for u in v.users],
         )

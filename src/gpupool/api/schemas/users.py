@@ -6,7 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpupool.domain.users import MAX_TOKEN_NAME, MAX_UNIX_USER, Role, Scope, TokenInfo, User
+from gpupool.domain.permissions import ProjectRole
+from gpupool.domain.users import MAX_TOKEN_NAME, MAX_UNIX_USER, Role, Scope, TokenInfo, User, effective_scope
+from gpupool.store.tokens import Principal
 
 
 class UserAdd(BaseModel):
@@ -27,13 +29,20 @@ class UserOut(BaseModel):
     name: str
     role: Role
     unix_user: str | None
-    projects: list[str] = Field(default_factory=list, description="projects the user belongs to (none yet)")
+    projects: list[str] = Field(default_factory=list, description="projects the user is a member or manager of")
     created_at: datetime
     disabled: bool
 
     @classmethod
-    def of(cls, u: User) -> UserOut:
-        return cls(name=u.name, role=u.role, unix_user=u.unix_user, created_at=u.created_at, disabled=u.disabled)
+    def of(cls, u: User, projects: list[str] | None = None) -> UserOut:
+        return cls(
+            name=u.name,
+            role=u.role,
+            unix_user=u.unix_user,
+            projects=projects or [],
+            created_at=u.created_at,
+            disabled=u.disabled,
+        )
 
 
 class TokenCreate(BaseModel):
@@ -65,3 +74,18 @@ class TokenCreated(TokenOut):
 
 class UserCreated(UserOut):
     token: str = Field(description="the user's first token: shown this once, stored only as a hash")
+
+
+class WhoAmI(BaseModel):
+    user: str
+    role: str
+    scope: Scope = Field(description="what this token may do: its own scope narrowed to the user's role")
+    is_admin: bool = Field(description="an admin acting through a token of scope admin")
+    projects: dict[str, ProjectRole] = Field(
+        default_factory=dict, description="the projects the user belongs to, and their role in each"
+    )
+
+    @classmethod
+    def of(cls, who: Principal, projects: dict[str, ProjectRole]) -> WhoAmI:
+        scope = effective_scope(who.role, who.scope.value if who.scope else None)
+        return cls(user=who.user, role=who.role, scope=scope, is_admin=who.is_admin, projects=projects)

@@ -46,10 +46,15 @@ async function errorOf(response) {
 
 // A 401 means the token is missing, wrong or revoked: forget it, so the sign-in form shows.
 // `optional`: an endpoint this head may not have yet (404 answers null, the caller hides it).
-export async function request(path, { optional = false } = {}) {
+// `method` and `body` (sent as JSON): the actions (cancel, drain, undrain).
+export async function request(path, { optional = false, method = "GET", body } = {}) {
   const token = auth.token;
   if (!token) throw new AuthError("Sign in with a gpupool token.");
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${token}` }, cache: "no-store" });
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const init = { method, headers, cache: "no-store" };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
   if (response.status === 401) {
     const [, message] = await errorOf(response);
     if (auth.token === token) auth.clear(); // not a newer token signed in meanwhile
@@ -66,4 +71,9 @@ export async function request(path, { optional = false } = {}) {
 export async function getJson(path, options) {
   const response = await request(path, options);
   return response === null ? null : response.json();
+}
+
+export async function postJson(path, body) {
+  const response = await request(path, { method: "POST", body });
+  return response.json();
 }

@@ -1,9 +1,10 @@
 // The dashboard's entry point: sign-in, hash routing (#/, #/gpu/NODE/INDEX, #/jobs/ID) and one
 // refresh loop for the view on screen. Views update their DOM in place, so a refresh never
-// blanks the page; a view that is replaced stops its loop (a generation counter).
+// blanks the page; a view that is replaced stops its loop (a generation counter). An action
+// (actions.js) asks for a refresh at once with the event "gpupool:refresh".
 
-import { auth, AuthError, getJson, takeTokenFromFragment } from "./api.js";
-import { sleep } from "./dom.js";
+import { describe, dismissActions, whoami } from "./actions.js";
+import { auth, AuthError, takeTokenFromFragment } from "./api.js";
 import { mountJob } from "./job.js";
 import { mountOverview } from "./overview.js";
 
@@ -22,6 +23,7 @@ function parseRoute() {
 function showSignIn(message) {
   app.gen += 1;
   app.view = null;
+  dismissActions();
   $("view").replaceChildren();
   $("nav").hidden = true;
   $("session").hidden = true;
@@ -37,6 +39,32 @@ function setUpdated(text, bad) {
   el.textContent = text;
   el.classList.toggle("bad", Boolean(bad));
 }
+
+// The loop's wait between refreshes, cut short by "gpupool:refresh" (one that comes during a
+// refresh makes the next wait end at once).
+let wake = null;
+let woken = false;
+
+function nap(ms) {
+  if (woken) {
+    woken = false;
+    return Promise.resolve();
+  }
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      if (wake === done) wake = null;
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    wake = done;
+  });
+}
+
+window.addEventListener("gpupool:refresh", () => {
+  if (wake) wake();
+  else woken = true;
+});
 
 async function refreshLoop(view, gen) {
   while (gen === app.gen) {
@@ -54,15 +82,16 @@ async function refreshLoop(view, gen) {
       const text = err instanceof TypeError ? "cannot reach the head; retrying" : err.message;
       setUpdated(text, true);
     }
-    await sleep(view.interval);
+    await nap(view.interval);
   }
 }
 
 async function showWho() {
   const token = auth.token;
+  $("who").textContent = "";
   try {
-    const who = await getJson("/api/v1/whoami");
-    $("who").textContent = `${who.user} · ${who.role}`;
+    const who = await whoami();
+    if (auth.token === token) $("who").textContent = describe(who);
   } catch (err) {
     if (err instanceof AuthError && auth.token === token) showSignIn(err.message);
   }
@@ -134,6 +163,7 @@ $("sign-out").addEventListener("click", () => {
   showSignIn("Signed out.");
 });
 $("nav").addEventListener("click", scrollToSection);
+window.addEventListener("gpupool:signed-out", (event) => showSignIn(event.detail));
 window.addEventListener("hashchange", route);
 loadCharts();
 route();

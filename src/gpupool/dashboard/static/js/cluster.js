@@ -1,7 +1,9 @@
 // The cluster map: one card per node, one tile per GPU coloured by utilisation (grey without a
 // recent reading), with memory, temperature, power, the job on it and its badges (idle, alert,
 // out of service). Clicking a tile opens its history; the job on it links to the job page.
+// Admins get Drain/Undrain on each node, and on the chosen GPU's tile for that GPU alone.
 
+import { gpuControl, nodeControl } from "./actions.js";
 import { fmtDuration, fmtGiB, fmtNum, h, legendGradient, NO_READING, pill, stateKind, utilColor, utilInk } from "./dom.js";
 
 export function renderLegend() {
@@ -81,6 +83,7 @@ function gpuTile(node, gpu, data, selected, onClick) {
     h("div", { class: "tile-mem" }, h("span", { style: { width: `${Math.min(100, memPct)}%` } })),
     jobLine(data.holders.get(key)),
     badges(gpu, data.idle?.get(key), alerts),
+    isSelected ? gpuControl(node, gpu, data.who) : null,
   );
 }
 
@@ -98,6 +101,7 @@ function nodeCard(node, data, selected, onClick) {
       node.drain_requested && node.state === "up" ? pill("drain requested", "wait") : null,
       node.simulated ? h("span", { class: "tag" }, "simulated") : null,
       h("span", { class: "node-meta" }, `${node.gpus_free}/${node.gpus_total} GPUs free · ${node.cpus} CPUs · ${fmtGiB(node.memory_mib)}`),
+      nodeControl(node, data.who),
     ),
     down ? h("p", { class: "node-warning" }, "Node is down: its GPUs are not scheduled and show their last state.") : null,
     nodeAlerts.map((a) => h("p", { class: "node-warning" }, a.message)),

@@ -1,7 +1,9 @@
 // The job page (#/jobs/ID): the job's fields, placements and events, refreshed every couple of
 // seconds, and its live log: GET /logs?worker=W&offset=N from the last offset, appended as text,
 // until the head says X-Gpupool-Finished: 1. A worker selector follows another worker of a gang.
+// "Cancel job" shows where the signed-in user may cancel it (actions.js).
 
+import { cancelControl, whoami } from "./actions.js";
 import { ApiError, AuthError, getJson, request } from "./api.js";
 import { emptyNote, fmtDuration, fmtGiB, fmtNum, fmtTime, h, pill, secondsSince, sleep, stateKind } from "./dom.js";
 
@@ -29,7 +31,7 @@ function facts(job) {
     ["Exit code", job.exit_code ?? "–"],
     ["Restarts", `${job.restarts} of ${job.max_restarts}`],
     ["Work dir", job.workdir || "–"],
-    ["Command", shellWords(job.command)],
+    ["Command", job.command == null ? "hidden: only its owner, a manager of its project or an admin sees it" : shellWords(job.command)],
   ];
   if (job.reason) rows.push(["Reason", `${job.reason_code ? `${job.reason_code}: ` : ""}${job.reason}`]);
   return rows.map(([k, v]) => h("div", { class: "fact", dataset: { fact: k.toLowerCase() } }, h("dt", {}, k), h("dd", {}, String(v))));
@@ -84,6 +86,7 @@ function events(job) {
 export function mountJob(container, id) {
   const title = h("h1", { testid: "job-title" }, `Job #${id}`);
   const state = h("span");
+  const actionBox = h("span", { class: "job-actions" });
   const factList = h("dl", { class: "facts", testid: "job-facts" });
   const placementBox = h("div");
   const eventBox = h("div");
@@ -95,7 +98,7 @@ export function mountJob(container, id) {
 
   container.replaceChildren(
     h("a", { class: "back", href: "#/" }, "← Cluster"),
-    h("div", { class: "job-head" }, title, state),
+    h("div", { class: "job-head" }, title, state, actionBox),
     h("section", { class: "panel" }, factList),
     h("div", { class: "two-col" }, h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Placements")), placementBox), h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Events")), eventBox)),
     h("section", { class: "panel", testid: "job-logs" }, h("div", { class: "panel-head" }, h("h2", {}, "Log"), h("div", { class: "panel-tools" }, logStatus, workerSelect)), log),
@@ -121,6 +124,10 @@ export function mountJob(container, id) {
         response = await request(`/api/v1/jobs/${id}/logs?worker=${worker}&offset=${offset}`);
       } catch (err) {
         if (err instanceof AuthError) return;
+        if (err instanceof ApiError && err.status === 403) {
+          logStatus.textContent = `log: ${err.message}`; // not the caller's to read: no retries
+          return;
+        }
         logStatus.textContent = `log: ${err.message}; retrying`;
         await sleep(2000);
         continue;
@@ -151,11 +158,13 @@ export function mountJob(container, id) {
 
   async function refresh() {
     let job;
+    let who;
     try {
-      job = await getJson(`/api/v1/jobs/${id}`);
+      [job, who] = await Promise.all([getJson(`/api/v1/jobs/${id}`), whoami()]);
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) {
         title.textContent = `Job #${id}`;
+        actionBox.replaceChildren();
         factList.replaceChildren(emptyNote(err.message, "job-missing"));
         return;
       }
@@ -163,6 +172,7 @@ export function mountJob(container, id) {
     }
     title.replaceChildren(`#${job.id} `, h("span", { class: "job-name" }, job.name));
     state.replaceChildren(pill(job.state, stateKind(job.state), "job-state"));
+    actionBox.replaceChildren(cancelControl(job, who) ?? "");
     factList.replaceChildren(...facts(job));
     placementBox.replaceChildren(placements(job));
     eventBox.replaceChildren(events(job));

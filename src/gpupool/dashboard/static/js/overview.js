@@ -2,6 +2,7 @@
 // GPU's history, the queue and the projects. One refresh asks the head for everything at once;
 // /gpus/idle and /alerts are optional (a head without them answers 404 and the page hides them).
 
+import { whoami } from "./actions.js";
 import { getJson } from "./api.js";
 import { createHistory } from "./charts.js";
 import { renderClusterMap, renderLegend } from "./cluster.js";
@@ -75,13 +76,14 @@ export function mountOverview(container, selected) {
   history.select(current);
 
   async function refresh() {
-    const [nodes, latest, jobs, projects, idle, alerts] = await Promise.all([
+    const [nodes, latest, jobs, projects, idle, alerts, who] = await Promise.all([
       getJson("/api/v1/nodes"),
       getJson("/api/v1/telemetry/latest?since=2m"),
       getJson("/api/v1/jobs"),
       getJson("/api/v1/projects"),
       getJson("/api/v1/gpus/idle", { optional: true }),
       getJson("/api/v1/alerts", { optional: true }),
+      whoami(),
     ]);
     last = {
       nodes,
@@ -90,6 +92,7 @@ export function mountOverview(container, selected) {
       holders: holders(jobs),
       idle: idle === null ? null : byGpu(idle, "gpu"),
       alerts,
+      who,
     };
     renderAlerts(parts.alerts, alerts);
     renderSummary(parts.summary, last);

@@ -1,0 +1,196 @@
+"""Recording the audit log: a middleware that notes every request that changes something (any
+method but GET, HEAD and OPTIONS, on a route of the API) and every failed sign-in (a 401 on any
+route), after it is answered.
+
+What is noted comes from the request's route and answer, never from its body:
+
+- the action, named after the route: its resource (the first part of its path under
+  ``/api/v1``) and its name (the endpoint function's, less the resource's singular), so
+  ``POST /api/v1/jobs/{job_id}/cancel`` (``cancel``) is ``jobs.cancel`` and ``PUT
+  /api/v1/projects/{name}`` (``set_project``) is ``projects.set``; a new route is named the same
+  way without a list to keep. A failed sign-in is ``auth.failed``, its target the method and path.
+- the target: what a route names with ``set_target``; else, for a 2xx with a ``Location`` header
+  (a submitted job, a new user or token), what that names; else the route's path parameters
+  (``job 12``, ``node n1``, ``project ml, member bob``); else the resource (``users``).
+- who (the ``Principal`` that ``deps.principal`` leaves in the request's state), the result from
+  the HTTP status, and the client's address.
+
+Entries go to an ``AuditLog`` (``services/audit.py``), which writes them in batches from a
+thread of its own, so a request pays for an append, not a database write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpupool.clock import Clock
+from gpupool.domain.audit import AUTH_FAILED, AuditEntry, result_of
+from gpupool.services.audit import AuditLog
+from gpupool.store.db import Database
+from gpupool.store.tokens import Principal
+
+logger = logging.getLogger("gpupool.audit")
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+API_PREFIX = "/api/v1/"
+_TARGET = "audit_target"  # the request-state key ``set_target`` writes
+
+
+def install(app: FastAPI, db: Database, clock: Clock) -> AuditLog:
+    """Record ``app``'s requests into a new ``AuditLog`` on ``db``, closed when the app shuts
+    down (a head served without the ASGI lifespan calls ``close``)."""
+    log = AuditLog(db)
+    app.state.audit = log
+    app.add_middleware(AuditMiddleware, log=log, clock=clock)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async with inner(a) as state:
+            try:
+                yield state
+            finally:
+                log.close()
+
+    app.router.lifespan_context = lifespan
+    return log
+
+
+def audit_log(app: Any) -> AuditLog:
+    log: AuditLog = app.state.audit
+    return log
+
+
+def close(app: FastAPI) -> None:
+    """Write what is pending and stop the writer: at shutdown."""
+    audit_log(app).close()
+
+
+def set_target(request: Request, target: str) -> None:
+    """Name the request's target for the audit log, where the path does not (``node n1`` joining)."""
+    request.state.audit_target = target
+
+
+class AuditMiddleware:
+    def __init__(self, app: ASGIApp, log: AuditLog, clock: Clock) -> None:
+        self.app, self.log, self.clock = app, log, clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        at = self.clock.now()
+        status, location = 0, None
+
+        async def noting(message: Message) -> None:
+            nonlocal status, location
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                for key, value in message.get("headers", ()):
+                    if key == b"location":
+                        location = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting)
+        except Exception:
+            self._note(scope, at, status or 500, None)
+            raise
+        self._note(scope, at, status, location)
+
+    def _note(self, scope: Scope, at: datetime, status: int, location: str | None) -> None:
+        """Record the request, if it is one to record; never fails the request."""
+        try:
+            entry = self._entry(scope, at, status, location)
+        except Exception:
+            logger.exception("could not make an audit entry of %s %s", scope.get("method"), scope.get("path"))
+            return
+        if entry is not None:
+            self.log.record(entry)
+
+    def _entry(self, scope: Scope, at: datetime, status: int, location: str | None) -> AuditEntry | None:
+        method: str = scope["method"]
+        state: Mapping[str, Any] = scope.get("state") or {}
+        if status == 401:
+            action, target = AUTH_FAILED, f"{method} {scope['path']}"
+        elif method in READ_METHODS:
+            return None
+        else:
+            route = scope.get("route")
+            if not isinstance(route, APIRoute) or method not in (route.methods or ()):
+                return None  # no such route: nothing was changed
+            action = action_name(route.path_format, route.name)
+            target = (
+                state.get(_TARGET)
+                or _location_target(location, status)
+                or route_target(route.path_format, scope.get("path_params") or {})
+            )
+        who = state.get("principal") if status != 401 else None
+        client = scope.get("client")
+        return AuditEntry(
+            at=at,
+            user=who.user if isinstance(who, Principal) else None,
+            token_id=who.token_id if isinstance(who, Principal) else None,
+            action=action,
+            target=str(target),
+            result=result_of(status),
+            status=status,
+            client=str(client[0]) if client else None,
+        )
+
+
+@lru_cache(maxsize=512)
+def action_name(path_format: str, name: str) -> str:
+    """``jobs.submit`` for the route ``/api/v1/jobs`` named ``submit``; ``users.add`` for
+    ``/api/v1/users`` named ``add_user``."""
+    literal = [p for p in _parts(path_format) if not p.startswith("{")]
+    resource = literal[0] if literal else "app"
+    return f"{resource}.{name.removesuffix('_' + _singular(resource))}"
+
+
+@lru_cache(maxsize=512)
+def _template(path_format: str) -> tuple[tuple[str, str], ...] | str:
+    """(noun, parameter) for each path parameter; or, with none, the resource."""
+    parts = _parts(path_format)
+    pairs = tuple(
+        (_singular(parts[i - 1]) if i > 0 else "", p[1:-1].split(":")[0])
+        for i, p in enumerate(parts)
+        if p.startswith("{")
+    )
+    return pairs or (parts[0] if parts else "app")
+
+
+def route_target(path_format: str, params: Mapping[str, Any]) -> str:
+    """``job 12`` for ``/api/v1/jobs/{job_id}/cancel``, ``project ml, member bob`` for
+    ``/api/v1/projects/{name}/members/{user}``; the resource (``users``) for a route without
+    parameters."""
+    template = _template(path_format)
+    if isinstance(template, str):
+        return template
+    return ", ".join(f"{noun} {params.get(param, '?')}".strip() for noun, param in template)
+
+
+def _location_target(location: str | None, status: int) -> str | None:
+    """What a 2xx's ``Location`` names: ``job 12`` for ``/api/v1/jobs/12``."""
+    if location is None or not 200 <= status < 300:
+        return None
+    parts = _parts(urlsplit(location).path)
+    pairs = [f"{_singular(parts[i])} {parts[i + 1]}" for i in range(0, len(parts) - 1, 2)]
+    return ", ".join(pairs) or None
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.removeprefix(API_PREFIX).split("/") if p]
+
+
+def _singular(noun: str) -> str:
+    return noun.removesuffix("s")

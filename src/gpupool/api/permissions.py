@@ -1,0 +1,110 @@
+"""The permission table: every route of the API and who may call it (rules in ``domain/permissions``).
+
+One table, so that what a role may do is read in one place and a new route cannot ship without a
+decision: ``check_routes`` refuses to build an app with a route the table lacks (or a rule for a
+route that no longer exists), and ``tests/e2e/test_permissions.py`` walks every (route, role)
+pair against a real head.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.routing import BaseRoute, Mount
+
+from gpupool.domain.permissions import Rule, Who
+from gpupool.domain.users import Scope
+
+PUBLIC = Rule(Who.PUBLIC)
+ANYONE = Rule(Who.ANYONE)
+ADMIN = Rule(Who.ADMIN, Scope.ADMIN)
+
+TABLE: dict[tuple[str, str], Rule] = {
+    # health, the dashboard's files and the API's own description hold no data
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/"): PUBLIC,
+    ("GET", "/ui"): PUBLIC,
+    ("GET", "/openapi.json"): PUBLIC,
+    ("GET", "/docs"): PUBLIC,
+    ("GET", "/docs/oauth2-redirect"): PUBLIC,
+    ("GET", "/redoc"): PUBLIC,
+    ("GET", "/api/v1/whoami"): ANYONE,
+    # jobs: the queue is public (as squeue is); what runs inside a job is its owner's
+    ("POST", "/api/v1/jobs"): Rule(Who.MEMBER, Scope.SUBMIT),
+    ("GET", "/api/v1/jobs"): ANYONE,  # command and environment only of jobs the caller may act on
+    ("GET", "/api/v1/jobs/{job_id}"): ANYONE,  # likewise
+    ("GET", "/api/v1/jobs/{job_id}/why"): ANYONE,
+    ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule(Who.OWNER, Scope.SUBMIT),
+    ("GET", "/api/v1/jobs/{job_id}/logs"): Rule(Who.OWNER),
+    # nodes, GPUs, telemetry, alerts, reports, metrics: what a wall dashboard and Prometheus read
+    ("GET", "/api/v1/nodes"): ANYONE,
+    ("GET", "/api/v1/nodes/{name}"): ANYONE,
+    ("GET", "/api/v1/nodes/{name}/telemetry"): ANYONE,
+    ("POST", "/api/v1/nodes/{name}/drain"): ADMIN,
+    ("POST", "/api/v1/nodes/{name}/undrain"): ADMIN,
+    ("GET", "/api/v1/telemetry/latest"): ANYONE,
+    ("GET", "/api/v1/alerts"): ANYONE,
+    ("GET", "/api/v1/gpus/idle"): ANYONE,
+    ("GET", "/api/v1/report"): ANYONE,
+    ("GET", "/metrics"): ANYONE,
+    ("POST", "/api/v1/cluster/join"): Rule(Who.NODE),
+    # projects and who belongs to them
+    ("GET", "/api/v1/projects"): ANYONE,
+    ("GET", "/api/v1/projects/{name}"): ANYONE,
+    ("PUT", "/api/v1/projects/{name}"): ADMIN,
+    ("DELETE", "/api/v1/projects/{name}"): ADMIN,
+    ("GET", "/api/v1/projects/{name}/members"): ANYONE,
+    ("PUT", "/api/v1/projects/{name}/members/{user}"): ADMIN,
+    ("DELETE", "/api/v1/projects/{name}/members/{user}"): ADMIN,
+    # people and their tokens
+    ("GET", "/api/v1/users"): ANYONE,
+    ("POST", "/api/v1/users"): ADMIN,
+    ("POST", "/api/v1/users/{name}/disable"): ADMIN,
+    ("POST", "/api/v1/users/{name}/enable"): ADMIN,
+    ("PUT", "/api/v1/users/{name}/role"): ADMIN,
+    ("DELETE", "/api/v1/users/{name}"): ADMIN,
+    ("GET", "/api/v1/tokens"): Rule(Who.SELF),
+    ("POST", "/api/v1/tokens"): Rule(Who.SELF, Scope.SUBMIT),
+    ("DELETE", "/api/v1/tokens/{token_id}"): Rule(Who.SELF, Scope.SUBMIT),
+    # who changed what (api/auditing.py records it)
+    ("GET", "/api/v1/audit"): ADMIN,
+}
+
+
+def routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (method, path) the app answers: what its OpenAPI description lists, and the routes
+    kept out of it (the dashboard's redirect and files, the docs pages)."""
+    found = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
+        if method.upper() in _METHODS
+    }
+    for route in app.routes:  # routes added to the app itself, not through a router
+        if isinstance(route, Mount):
+            found.add(("GET", route.path))
+        elif isinstance(route, BaseRoute) and isinstance(getattr(route, "path", None), str):
+            methods: set[str] = getattr(route, "methods", None) or set()
+            found.update((m, route.path) for m in methods if m != "HEAD")  # type: ignore[attr-defined]
+    return found
+
+
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+def check_routes(app: FastAPI) -> None:
+    """Refuse an app whose routes and table differ: a route without a rule would be reachable by
+    whatever the default happened to be."""
+    found = routes(app)
+    missing, stale = sorted(found - TABLE.keys()), sorted(TABLE.keys() - found)
+    if missing or stale:
+        raise RuntimeError(
+            f"the permission table (api/permissions.py) does not match the routes: "
+            f"routes without a rule {missing}, rules without a route {stale}"
+        )
+
+
+def rule_for(method: str, path_format: str) -> Rule:
+    rule = TABLE.get(("GET" if method == "HEAD" else method, path_format))
+    if rule is None:  # check_routes makes this unreachable for the app's own routes
+        raise RuntimeError(f"no rule for {method} {path_format} in api/permissions.py")
+    return rule

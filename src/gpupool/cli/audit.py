@@ -1,0 +1,59 @@
+"""`gpupool audit`: who changed what, from where, and how it went (admins)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.render import parse_time
+
+RESULT_STYLE = {"ok": "green", "denied": "red", "invalid": "yellow", "failed": "bold red"}
+
+
+def audit(
+    since: Annotated[
+        str | None, typer.Option(help="only this recent: a duration ago (1d, 2h) or an ISO 8601 time [default: all]")
+    ] = None,
+    user: Annotated[str | None, typer.Option(help="only this user's requests")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many, the newest")] = 1000,
+    url: UrlOpt = DEFAULT_URL,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """The audit log, newest first: every request that changed something (submit, cancel, drain,
+    projects, users, tokens, joins) and every failed sign-in, kept 90 days. Admins only."""
+    with client(url) as c:
+        entries = c.audit(since, user, limit)
+    if output is Output.JSON:
+        print_json(entries)
+        return
+    if not entries:
+        console.print("no audit entries" + (f" since {since}" if since else ""))
+        return
+    console.print(audit_table(entries))
+
+
+def audit_table(entries: list[dict[str, Any]]) -> Table:
+    """One line an entry; the target folds on a narrow terminal, the rest never wraps."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("TIME (UTC)", "USER", "TOKEN", "ACTION", "TARGET", "RESULT", "CLIENT"):
+        table.add_column(
+            column,
+            justify="right" if column == "TOKEN" else "left",
+            no_wrap=column != "TARGET",
+            overflow="fold" if column == "TARGET" else "ellipsis",
+        )
+    for e in entries:
+        table.add_row(
+            f"{parse_time(e['at']):%m-%d %H:%M:%S}",
+            e["user"] or "-",
+            "-" if e["token_id"] is None else str(e["token_id"]),
+            e["action"],
+            e["target"],
+            Text(f"{e['result']} {e['status']}", style=RESULT_STYLE.get(e["result"], "")),
+            e["client"] or "-",
+        )
+    return table

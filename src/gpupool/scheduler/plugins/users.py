@@ -1,0 +1,102 @@
+"""User order: within a queue, whose jobs go next.
+
+Fair share orders projects; inside one project the jobs of its users would otherwise go by
+priority class and age alone, so one student's 500 queued jobs would hold every colleague's work
+behind them. ``least_used``: within a priority class, the next job is the oldest one of the user
+with the least load: the mean of the GPUs they hold in the project now (what this cycle started
+for them included) and what they held there on average lately (the decayed usage, as projects'
+``below_fair_share`` mixes them). A higher priority class still goes first, and one user's jobs
+keep their own order.
+
+``none``: every job of a queue is one user's, so the queue is the job order alone (FIFO)."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.registry import JobOrder
+from gpupool.scheduler.session import Session
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class UserOrder:
+    user: Callable[[PendingJob], str]  # the line within its queue a job joins
+    load: Callable[[Session, PendingJob], float]  # of that job's user, now: less goes first
+
+
+def by_owner(job: PendingJob) -> str:
+    return job.owner
+
+
+def one_line(job: PendingJob) -> str:
+    return ""
+
+
+def least_used(session: Session, job: PendingJob) -> float:
+    """Half of what the job's owner holds in its project now (this cycle's starts included), half
+    of what they held there lately."""
+    project, user = key = (job.spec.project, job.owner)
+    held = session.memory.user_held(project, user) + session.user_started.get(key, 0.0)
+    return 0.5 * held + 0.5 * session.snapshot.user_usage.get(key, 0.0)
+
+
+def unloaded(session: Session, job: PendingJob) -> float:
+    return 0.0
+
+
+LEAST_USED = UserOrder(by_owner, least_used)
+NONE = UserOrder(one_line, unloaded)
+
+
+def behind_lighter_users(
+    session: Session, waiting: Iterable[PendingJob], order: UserOrder, job_order: JobOrder
+) -> dict[int, str]:
+    """For each waiting job that later jobs of its project and class go before, because their
+    users used less lately, a clause saying so (``gpupool why``). Users of equal load are not
+    ahead of one another (age decides between them).
+
+    The clause names the users, never loads or counts, so it stays the same from cycle to cycle
+    while the set of users ahead does (the controller writes only reasons that changed). Jobs of
+    one user tier share at most one clause per lighter user, so the cost is a bisect per job."""
+    lines: dict[tuple[str, int], dict[str, list[tuple[float, int]]]] = {}  # -> user -> (submitted, id)
+    someone: dict[tuple[str, str], PendingJob] = {}  # a job of each (project, user), to ask the load
+    for job in waiting:
+        rank, submitted, job_id = job_order(job)
+        user = order.user(job)
+        lines.setdefault((job.spec.project, rank), {}).setdefault(user, []).append((submitted, job_id))
+        someone.setdefault((job.spec.project, user), job)
+    notes: dict[int, str] = {}
+    for (project, _), by_user in lines.items():
+        if len(by_user) < 2:
+            continue
+        loads = sorted((order.load(session, someone[(project, user)]), user) for user in by_user)
+        lighter: list[tuple[float, str]] = []  # lighter users by the submit time of their latest job
+        i = 0
+        while i < len(loads):
+            end = i + 1
+            while end < len(loads) and loads[end][0] <= loads[i][0] + EPSILON:
+                end += 1
+            tier = [user for _, user in loads[i:end]]
+            i = end
+            latest = [at for at, _ in lighter]
+            clauses: dict[int, str] = {}  # by how many lighter users have no later job
+            for submitted, job_id in (job for user in tier for job in by_user[user]) if lighter else ():
+                first = bisect.bisect_right(latest, submitted)
+                if first < len(lighter):
+                    if first not in clauses:
+                        clauses[first] = _clause(project, sorted(user for _, user in lighter[first:]))
+                    notes[job_id] = clauses[first]
+            for user in tier:
+                bisect.insort(lighter, (max(at for at, _ in by_user[user]), user))
+    return notes
+
+
+def _clause(project: str, users: list[str]) -> str:
+    named = " and ".join(users) if len(users) <= 2 else f"{users[0]}, {users[1]} and {len(users) - 2} more"
+    who = users[0] if len(users) == 1 else "they"
+    return f"; later jobs of {named} go first: {who} used less of project {project} lately"

@@ -1,0 +1,249 @@
+"""The audit log over a real store: every request that changes something, and every failed
+sign-in, is recorded with who, which token, the action, its target, the result and the client;
+reads are not; only admins read it; the controller forgets entries after 90 days; nothing
+pending is lost when the app shuts down."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpupool.api import auditing
+from gpupool.api.app import create_app
+from gpupool.clock import FakeClock
+from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.domain.audit import AuditEntry, AuditResult
+from gpupool.domain.users import Role
+from gpupool.scheduler import SchedulerConfig
+from gpupool.services import audit as audit_service
+from gpupool.services import nodes as node_service
+from gpupool.services.audit import AuditLog
+from gpupool.services.context import HeadContext
+from gpupool.sim.cluster import uniform
+from gpupool.store import audit as audit_repo
+from gpupool.store import nodes as node_repo
+from gpupool.store import users
+from gpupool.store.db import Database
+from gpupool.store.tokens import create_token, principal_for
+from tests.store.test_sim_matches_controller import FakeExecutor
+
+with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
+    from fastapi.testclient import TestClient
+
+
+@dataclass
+class Api:
+    client: TestClient
+    admin: dict[str, str]
+    admin_token_id: int
+    clock: FakeClock
+    node: str
+    db: Database
+
+    def add_user(self, name: str, role: str = "member") -> dict[str, str]:
+        made = self.client.post("/api/v1/users", headers=self.admin, json={"name": name, "role": role})
+        assert made.status_code == 201, made.text
+        return _bearer(made.json()["token"])
+
+    def audit(self, **params: Any) -> list[dict[str, Any]]:
+        got = self.client.get("/api/v1/audit", headers=self.admin, params=params)
+        assert got.status_code == 200, got.text
+        return list(got.json())
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _row(e: dict[str, Any]) -> tuple[Any, ...]:
+    return (e["user"], e["action"], e["target"], e["result"], e["status"])
+
+
+@pytest.fixture
+def api(db: Database, now: datetime) -> Iterator[Api]:
+    executor = FakeExecutor(uniform(1, 1))
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), now)
+        users.ensure_user(s, "admin", Role.ADMIN, now)
+        admin = create_token(s, "admin", "admin", now)
+        who = principal_for(s, admin, now)
+    assert who is not None and who.token_id is not None
+    clock = FakeClock(now)
+    ctx = HeadContext(db, clock, executor, lambda: None)
+    with TestClient(create_app(ctx)) as client:
+        yield Api(client, _bearer(admin), who.token_id, clock, executor.nodes()[0].name, db)
+
+
+def test_changes_are_recorded_with_who_what_and_how_it_went(api: Api) -> None:
+    client, admin = api.client, api.admin
+    submitted = client.post("/api/v1/jobs", headers=admin, json={"command": ["sleep", "1"], "gpus": 1})
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()["id"]
+    assert submitted.headers["location"] == f"/api/v1/jobs/{job}"
+    assert client.post(f"/api/v1/jobs/{job}/cancel", headers=admin).status_code == 200
+    assert client.post(f"/api/v1/nodes/{api.node}/drain", headers=admin, json={"reason": "fan"}).status_code == 200
+    alice = api.add_user("alice")
+    made = client.post("/api/v1/tokens", headers=alice, json={"name": "laptop", "scope": "submit"})
+    assert made.status_code == 201, made.text
+    token_id = made.json()["id"]
+    assert client.delete(f"/api/v1/tokens/{token_id}", headers=alice).status_code == 200
+    assert client.put("/api/v1/projects/ml", headers=admin, json={"quota": 2}).status_code == 200
+    member = client.put("/api/v1/projects/ml/members/alice", headers=admin, json={"role": "member"})
+    assert member.status_code == 200, member.text
+    assert client.post("/api/v1/users/alice/disable", headers=admin).status_code == 200
+    # reads change nothing: none of these is recorded
+    for path in ("/api/v1/jobs", f"/api/v1/jobs/{job}", "/api/v1/nodes", "/api/v1/users", "/api/v1/tokens"):
+        assert client.get(path, headers=admin).status_code == 200
+    assert client.get("/healthz").status_code == 200
+
+    entries = api.audit()
+    assert [_row(e) for e in reversed(entries)] == [
+        ("admin", "jobs.submit", f"job {job}", "ok", 201),
+        ("admin", "jobs.cancel", f"job {job}", "ok", 200),
+        ("admin", "nodes.drain", f"node {api.node}", "ok", 200),
+        ("admin", "users.add", "user alice", "ok", 201),
+        ("alice", "tokens.create", f"token {token_id}", "ok", 201),
+        ("alice", "tokens.revoke", f"token {token_id}", "ok", 200),
+        ("admin", "projects.set", "project ml", "ok", 200),
+        ("admin", "projects.set_member", "project ml, member alice", "ok", 200),
+        ("admin", "users.disable", "user alice", "ok", 200),
+    ]
+    alice_token = next(e["token_id"] for e in entries if e["action"] == "tokens.create")
+    assert {e["token_id"] for e in entries if e["user"] == "admin"} == {api.admin_token_id}
+    assert alice_token is not None and alice_token != api.admin_token_id
+    assert {e["client"] for e in entries} == {"testclient"}
+    assert set(entries[0]) == {"id", "at", "user", "token_id", "action", "target", "result", "status", "client"}
+    assert all(datetime.fromisoformat(e["at"]) == api.clock.now() for e in entries)
+
+
+def test_failed_sign_ins_refusals_and_bad_requests_are_recorded(api: Api) -> None:
+    client, admin = api.client, api.admin
+    alice = api.add_user("alice")
+    assert client.get("/api/v1/jobs", headers=_bearer("gp_not-a-token")).status_code == 401
+    assert client.post("/api/v1/jobs", json={"command": ["x"]}).status_code == 401  # no token at all
+    assert client.post(f"/api/v1/nodes/{api.node}/drain", headers=alice).status_code == 403
+    assert client.post("/api/v1/users", headers=admin, json={"name": "bad name"}).status_code == 400
+    assert client.post("/api/v1/users", headers=admin, json={"name": "bob", "role": "root"}).status_code == 422
+    assert client.post("/api/v1/jobs/999/cancel", headers=admin).status_code == 404
+    assert client.post("/api/v1/no-such-route", headers=admin).status_code == 404  # no route: nothing changed
+    assert client.get("/api/v1/audit", headers=alice).status_code == 403  # a read: refused, not recorded
+
+    entries = list(reversed(api.audit()))
+    assert [_row(e) for e in entries] == [
+        ("admin", "users.add", "user alice", "ok", 201),
+        (None, "auth.failed", "GET /api/v1/jobs", "denied", 401),
+        (None, "auth.failed", "POST /api/v1/jobs", "denied", 401),
+        ("alice", "nodes.drain", f"node {api.node}", "denied", 403),
+        ("admin", "users.add", "users", "invalid", 400),
+        ("admin", "users.add", "users", "invalid", 422),
+        ("admin", "jobs.cancel", "job 999", "invalid", 404),
+    ]
+    assert [e["token_id"] for e in entries[1:3]] == [None, None]
+    assert entries[3]["token_id"] is not None and entries[3]["token_id"] != api.admin_token_id
+    assert "not-a-token" not in str(entries)
+
+
+def test_a_crash_is_recorded_as_failed(db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    executor = FakeExecutor(uniform(1, 1))
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), now)
+        users.ensure_user(s, "admin", Role.ADMIN, now)
+        admin = _bearer(create_token(s, "admin", "admin", now))
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(node_service, "drain", broken)
+    app = create_app(HeadContext(db, FakeClock(now), executor, lambda: None))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.post(f"/api/v1/nodes/{executor.nodes()[0].name}/drain", headers=admin).status_code == 500
+        got = client.get("/api/v1/audit", headers=admin).json()
+    assert [(e["action"], e["result"], e["status"]) for e in got] == [("nodes.drain", "failed", 500)]
+
+
+def test_since_user_and_limit_filter_and_only_admins_read(api: Api) -> None:
+    client, admin = api.client, api.admin
+    alice = api.add_user("alice")
+    viewer = api.add_user("val", role="viewer")
+    api.clock.advance(3 * 3600)
+    assert client.post("/api/v1/tokens", headers=alice, json={"name": "ci"}).status_code == 201
+    assert client.put("/api/v1/projects/ml", headers=admin, json={"quota": 1}).status_code == 200
+
+    assert [e["action"] for e in api.audit(since="1h")] == ["projects.set", "tokens.create"]
+    assert [e["action"] for e in api.audit(since="4h")] == ["projects.set", "tokens.create", "users.add", "users.add"]
+    start = (api.clock.now() - timedelta(minutes=1)).isoformat()
+    assert [e["action"] for e in api.audit(since=start)] == ["projects.set", "tokens.create"]
+    assert [e["action"] for e in api.audit(user="alice")] == ["tokens.create"]
+    assert [e["action"] for e in api.audit(user="admin", since="1h")] == ["projects.set"]
+    assert api.audit(user="nobody") == []
+    assert [e["action"] for e in api.audit(limit=1)] == ["projects.set"]
+
+    for who in (alice, viewer):
+        refused = client.get("/api/v1/audit", headers=who)
+        assert refused.status_code == 403 and refused.json()["code"] == "forbidden", refused.text
+    for bad in ("yesterday", "10y", "-1d"):
+        got = client.get("/api/v1/audit", headers=admin, params={"since": bad})
+        assert got.status_code == 400, got.text
+        assert set(got.json()) == {"code", "message"} and got.json()["code"] == "invalid_argument"
+    assert client.get("/api/v1/audit", headers=admin, params={"limit": 0}).status_code == 422
+
+
+def test_the_controller_forgets_entries_after_90_days(db: Database, now: datetime) -> None:
+    def entry(at: datetime, action: str) -> AuditEntry:
+        return AuditEntry(at, "admin", 1, action, "job 1", AuditResult.OK, 200, "127.0.0.1")
+
+    with db.tx() as s:
+        audit_repo.add(s, [entry(now - timedelta(days=91), "old"), entry(now - timedelta(days=89), "recent")])
+    clock = FakeClock(now)
+    settings = ControllerSettings(usage_every_s=math.inf, telemetry_every_s=math.inf, audit_prune_every_s=math.inf)
+    controller = Controller(db, FakeExecutor(uniform(1, 1)), clock, SchedulerConfig(), settings)
+    controller.tick()  # the first tick prunes at once
+    with db.tx() as s:
+        assert [e.action for e in audit_repo.listing(s)] == ["recent"]
+        audit_repo.add(s, [entry(now - timedelta(days=100), "late")])
+    controller.tick()  # the next prune is an hour (here: never) away
+    with db.tx() as s:
+        assert [e.action for e in audit_repo.listing(s)] == ["recent", "late"]
+        assert audit_repo.prune(s, now - timedelta(days=90)) == 1
+
+
+def test_pending_entries_are_written_at_shutdown(db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit_service, "FLUSH_EVERY_S", 3600.0)  # no batch is written before the shutdown
+    executor = FakeExecutor(uniform(1, 1))
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), now)
+        users.ensure_user(s, "admin", Role.ADMIN, now)
+        admin = _bearer(create_token(s, "admin", "admin", now))
+    app = create_app(HeadContext(db, FakeClock(now), executor, lambda: None))
+    log = auditing.audit_log(app)
+    with TestClient(app) as client:
+        for i in range(20):
+            assert client.put(f"/api/v1/projects/p{i}", headers=admin, json={"quota": 1}).status_code == 200
+        assert log.pending == 20
+    assert log.pending == 0  # the app's shutdown wrote them
+    with db.tx() as s:
+        assert sorted(e.target for e in audit_repo.listing(s)) == sorted(f"project p{i}" for i in range(20))
+
+
+def test_a_batch_that_cannot_be_written_is_kept_and_written_later(db: Database, now: datetime) -> None:
+    log = AuditLog(db, every_s=3600)  # only explicit flushes
+    good = AuditEntry(now, "admin", 1, "jobs.submit", "job 1", AuditResult.OK, 201, None)
+    log.record(good)
+    log.record(AuditEntry(now, "admin", 1, "jobs.submit", "job 2", AuditResult.OK, 201, None))
+    assert log.flush() == 2
+    assert log.flush() == 0
+    broken = AuditLog(Database("sqlite:////nonexistent/dir/db.sqlite"), every_s=3600)
+    broken.record(good)
+    with pytest.raises(Exception, match=r"(?i)unable to open"):
+        broken.flush()
+    assert broken.pending == 1
+    log.close()
+    with db.tx() as s:
+        assert [e.target for e in audit_repo.listing(s)] == ["job 2", "job 1"]
