@@ -35,7 +35,7 @@ def require_job(session: Tx, who: Principal, job: JobRecord, what: str) -> None:
 def require_submit(session: Tx, who: Principal, project: str) -> None:
     """The ``MEMBER`` rule: a project that does not exist is refused (404), one that is not the
     caller's too (403)."""
-    everyone, role = member_repo.project_access(session, project, who.user)
+    everyone, role = member_repo.project_access(session, project, who.user, admin=who.is_admin)
     if not may_submit_to(who.is_admin, everyone, role):
         raise Forbidden(
             f"{who.user} may not submit to project {project}: only {_MEMBER.describe()} may; "

@@ -15,9 +15,12 @@ from gpupool.store.orm import ProjectMemberRow, ProjectRow, UserRow
 from gpupool.store.transitions import add_event
 
 
-def project_access(session: Session, project: str, user: str) -> tuple[bool, ProjectRole | None]:
-    """Whether ``project`` is open to everyone, and ``user``'s role in it. A project that does
-    not exist is refused (``default`` exists until an admin sets it up: open to everyone)."""
+def project_access(
+    session: Session, project: str, user: str, *, admin: bool = False
+) -> tuple[bool, ProjectRole | None]:
+    """Whether ``project`` is open to everyone, and ``user``'s role in it (not looked up when
+    it does not matter: for an admin, or where everyone may submit). A project that does not
+    exist is refused (``default`` exists until an admin sets it up: open to everyone)."""
     row = session.get(ProjectRow, project)
     if row is None and project != DEFAULT_PROJECT:
         raise NotFound(
@@ -26,7 +29,7 @@ def project_access(session: Session, project: str, user: str) -> tuple[bool, Pro
             code="project_not_found",
         )
     everyone = row is None or row.everyone
-    return everyone, role_in(session, project, user)
+    return everyone, None if admin or everyone else role_in(session, project, user)
 
 
 def role_in(session: Session, project: str, user: str) -> ProjectRole | None:
