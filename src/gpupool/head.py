@@ -32,19 +32,23 @@ from gpupool.domain.idle import IdleSettings
 from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
+from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
 from gpupool.services.context import HeadContext, RayCluster
-from gpupool.settings import JOIN_TOKEN_FILE, Settings
+from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.head")
+# In the data dir, readable by the head's user only (0600), made so at start if they are not.
+PRIVATE_FILES = (TOKEN_FILE, JOIN_TOKEN_FILE, "ray/auth_token", "gpupool.db", "gpupool.db-wal", "gpupool.db-shm")
 
 
 class Head:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # 0700, its secrets 0600: nothing a job (or another user) can read (README "What a job sees").
+        secure_data_dir(settings.data_dir, PRIVATE_FILES)
         self._lock = _lock_data_dir(settings)
         self.db = Database(settings.database_url)
         self.db.migrate()

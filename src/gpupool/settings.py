@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.worker_env import inherited_env
 from gpupool.scheduler import policies
 from gpupool.scheduler.config import SchedulerConfig
 
 DEFAULT_PORT = 7070
 TOKEN_FILE = "admin-token"
 JOIN_TOKEN_FILE = "join-token"
-# Variables of the head that must not leak into every job's environment.
-_PRIVATE_ENV = ("GPUPOOL_TOKEN", "CUDA_VISIBLE_DEVICES", "GPUPOOL_URL", "GPUPOOL_JOIN_TOKEN")
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -36,7 +35,9 @@ def default_config_dir(environ: Mapping[str, str]) -> Path:
 
 
 def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k not in _PRIVATE_ENV}
+    """What every job gets of ``environ``: the allow-list of ``domain.worker_env``, never the rest
+    (no token, no data dir, no Ray secret)."""
+    return inherited_env(environ)
 
 
 @dataclass(frozen=True, slots=True)

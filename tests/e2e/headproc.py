@@ -26,9 +26,19 @@ def free_port() -> int:
 
 
 class HeadProcess:
-    def __init__(self, data_dir: Path, *, nodes: int | None = 2, gpus: int = 4, extra: list[str] | None = None) -> None:
-        """``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join)."""
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        nodes: int | None = 2,
+        gpus: int = 4,
+        extra: list[str] | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        """``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join). ``extra_env``: more
+        variables in the head's environment (and the CLI's)."""
         self.data_dir = data_dir
+        self.extra_env = dict(extra_env or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
@@ -88,6 +98,7 @@ class HeadProcess:
         # No credentials saved by `gpupool login` on this machine may stand in for the admin token.
         env["XDG_CONFIG_HOME"] = str(self.data_dir.parent / "config")
         env.pop("GPUPOOL_TOKEN", None)
+        env.update(self.extra_env)
         return env
 
     def token(self) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from gpupool.node.runtime import confinement
+from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 
@@ -146,7 +147,37 @@ def test_memory_limit_stops_a_worker_that_allocates_beyond_it(head: HeadProcess)
         free = c.submit(command=hog, gpus=0, memory="2G")["id"]
         assert wait_state(c, limited, ("succeeded", "failed"))["state"] == "failed"
         assert wait_state(c, free, ("succeeded", "failed"))["state"] == "succeeded"
-        assert b"MemoryError" in c.logs(limited).data
+        log = c.logs(limited).data
+        if confinement() is None:  # per-process limit only: the allocation fails inside the job
+            assert b"MemoryError" in log, log
+        else:  # the worker's cgroup: the kernel kills it, and the node says why
+            assert b"the worker ran out of memory: its limit is 200 MiB" in log, log
+            assert c.job(limited)["exit_code"] == 137
+
+
+def test_nothing_a_job_started_outlives_its_cancel(head: HeadProcess, tmp_path: Path) -> None:
+    """setsid, nohup and a double fork leave the worker's process group; its cgroup holds them."""
+    if confinement() is None:
+        pytest.skip("workers get no cgroup here (not root, or no cgroup fs): a new session escapes a cancel")
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess, time\n"
+        f"p = subprocess.Popen(['setsid', 'sleep', '300']); open('{pids}', 'a').write(f'{{p.pid}}\\n')\n"
+        "if os.fork() == 0:\n"
+        "    if os.fork() == 0:\n"
+        f"        open('{pids}', 'a').write(f'{{os.getpid()}}\\n'); time.sleep(300)\n"
+        "    os._exit(0)\n"
+        "time.sleep(300)\n"
+    )
+    with head.client() as c:
+        job = c.submit(command=[sys.executable, "-c", script], gpus=1)["id"]
+        wait_state(c, job, ("running",))
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="both escapees started")
+        escapees = [int(p) for p in pids.read_text().split()]
+        assert all(pid_alive(p) for p in escapees)
+        c.cancel(job)
+        assert wait_state(c, job, ("cancelled",))["state"] == "cancelled"
+        assert not any(pid_alive(p) for p in escapees), "a process of the cancelled job is still running"
 
 
 def test_failed_job_is_requeued_while_restarts_remain_and_sees_its_restart_count(head: HeadProcess) -> None:

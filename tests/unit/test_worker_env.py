@@ -1,5 +1,6 @@
 from gpupool.domain.jobs import JobSpec, Placement
-from gpupool.domain.worker_env import Rendezvous, worker_env
+from gpupool.domain.worker_env import Rendezvous, env_allowed, inherited_env, worker_env
+from gpupool.settings import worker_base_env
 
 
 def test_multi_worker_env_supports_torch_env_init_and_torchrun() -> None:
@@ -66,3 +67,34 @@ def test_the_checkpoint_dir_is_given_only_when_the_job_has_one_and_wins_over_the
     spec = JobSpec.create(command=["x"], env={"GPUPOOL_CHECKPOINT_DIR": "/mine"}, checkpoint_dir="/data/ck")
     assert env_of(spec)["GPUPOOL_CHECKPOINT_DIR"] == "/data/ck"
     assert "GPUPOOL_CHECKPOINT_DIR" not in env_of(JobSpec.create(command=["x"]))
+
+
+def test_a_job_inherits_only_the_allow_list_of_the_heads_environment() -> None:
+    head = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/h",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C",
+        "TZ": "UTC",
+        "TMPDIR": "/tmp",
+        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+        "CUDA_HOME": "/usr/local/cuda",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "CUDA_VISIBLE_DEVICES": "0,1",  # gpupool's own, per worker
+        "GPUPOOL_TOKEN": "t",
+        "GPUPOOL_DATA_DIR": "/d",
+        "GPUPOOL_JOIN_TOKEN": "j",
+        "RAY_AUTH_TOKEN": "r",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "PYTHONPATH": "/src",
+        "HTTPS_PROXY": "http://user:pw@proxy",
+    }
+    got = inherited_env(head)
+    assert set(got) == {
+        "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME",
+        "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+    }  # fmt: skip
+    assert got["PATH"] == "/usr/bin"
+    assert worker_base_env(head) == got  # what Settings gives both backends
+    assert not env_allowed("RAY_ADDRESS") and not env_allowed("GPUPOOL_URL") and env_allowed("LC_CTYPE")

@@ -6,9 +6,42 @@ Pure, so the same function serves the local executor, the Ray executor and tests
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpupool.domain.jobs import JobSpec, Placement
+
+# What a job gets of the environment of the process that starts it (the head, or a Ray node's
+# raylet) -- README "What a job sees". Nothing else passes: not GPUPOOL_TOKEN or GPUPOOL_DATA_DIR,
+# not RAY_* (the cluster's auth token), not a cloud key the head's user happened to export. A job
+# adds what it needs with --env; gpupool's own variables (below) go on top of both.
+#
+# HOME, USER and LOGNAME are kept: today every job runs as the head's user, who already has them,
+# and tools (pip, torch hub, ~/.cache) need HOME. Once jobs run as their owner these become the
+# owner's. CUDA_VISIBLE_DEVICES is always gpupool's own, never the head's.
+ALLOWED_ENV = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR"}
+    # shared libraries (CUDA, NCCL) outside the loader's default path
+    | {"LD_LIBRARY_PATH"}
+    # a network interface picked for tensorpipe (torch.distributed.rpc)
+    | {"TP_SOCKET_IFNAME"}
+)
+# Prefixes: locale; CUDA install and behaviour (CUDA_HOME, CUDA_DEVICE_ORDER, ...); NVIDIA container
+# runtime; the NCCL and Gloo knobs of distributed training (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...).
+ALLOWED_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_")
+# Set by gpupool for each worker, whatever the head's environment says.
+_NEVER_INHERITED = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+
+def env_allowed(name: str) -> bool:
+    if name in _NEVER_INHERITED:
+        return False
+    return name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES)
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a job may see: the allow-list, nothing else."""
+    return {k: v for k, v in environ.items() if env_allowed(k)}
 
 
 @dataclass(frozen=True, slots=True)

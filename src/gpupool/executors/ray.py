@@ -59,9 +59,7 @@ class NodeAgent:
         if not probe.gpus():
             probe = FakeProbe(name, int(env.get(GPUS_ENV, "0") or 0), env.get(MODEL_ENV) or DEFAULT_MODEL)
         host_cpus = sorted(os.sched_getaffinity(0))
-        base_env = {k: v for k, v in worker_base_env(env).items() if not k.startswith("RAY_")}
-        for key in (DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, TIMEOUT_ENV):
-            base_env.pop(key, None)
+        base_env = worker_base_env(env)  # the allow-list: no RAY_* secret, no GPUPOOL_* of the node
         self.runtime = NodeRuntime(
             name=name,
             address=ray.util.get_node_ip_address(),

@@ -51,6 +51,12 @@ class RunSpec(NamedTuple):
     memory_mib: int = 0  # 0: no limit
     grace_s: float = DEFAULT_GRACE_S  # between SIGTERM and SIGKILL
     lease: Lease | None = None  # None: no self-fencing
+    # The worker's cgroup: "<node key>/job-<id>-<attempt>-w<worker>" under gpupool's parent group
+    # (``node/cgroups.py``); None: no cgroup (not root, or no cgroup fs)
+    cgroup: str | None = None
+    pids_max: int = 0  # with a cgroup: the most processes and threads the worker may have; 0: no limit
+    devices_allow: tuple[str, ...] = ()  # with a cgroup: the job's GPU device files
+    devices_deny: tuple[str, ...] = ()  # with a cgroup: the node's other GPU device files
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -66,6 +72,11 @@ class RunSpec(NamedTuple):
         if self.lease is not None:
             data["lease"] = self.lease.path
             data["lease_timeout_s"] = self.lease.timeout_s
+        if self.cgroup is not None:
+            data["cgroup"] = self.cgroup
+            data["pids_max"] = self.pids_max
+            data["devices_allow"] = list(self.devices_allow)
+            data["devices_deny"] = list(self.devices_deny)
         return json.dumps(data)
 
     @classmethod
@@ -84,6 +95,10 @@ class RunSpec(NamedTuple):
             memory_mib=int(data.get("memory_mib") or 0),
             grace_s=float(data.get("grace_s", DEFAULT_GRACE_S)),
             lease=lease,
+            cgroup=data.get("cgroup") or None,
+            pids_max=int(data.get("pids_max") or 0),
+            devices_allow=tuple(str(d) for d in data.get("devices_allow") or ()),
+            devices_deny=tuple(str(d) for d in data.get("devices_deny") or ()),
         )
 
 
@@ -95,6 +110,7 @@ class ExitRecord(NamedTuple):
     fenced: bool = False
     note: str | None = None
     finished_at: str | None = None  # ISO 8601, UTC
+    reason: str | None = None  # why it was killed, when the node knows: "oom" (its memory limit)
 
     @property
     def lost(self) -> bool:
@@ -108,6 +124,8 @@ class ExitRecord(NamedTuple):
             data["fenced"] = True
         if self.note is not None:
             data["note"] = self.note
+        if self.reason is not None:
+            data["reason"] = self.reason
         return json.dumps(data)
 
     @classmethod
@@ -119,6 +137,7 @@ class ExitRecord(NamedTuple):
             fenced=bool(data.get("fenced")),
             note=data.get("note"),
             finished_at=data.get("finished_at"),
+            reason=data.get("reason"),
         )
 
 
@@ -200,7 +219,10 @@ def write_pid(run: Path, pid: int) -> None:
 
 
 def _replace(path: Path, text: str) -> None:
-    """Write then rename: a reader sees the old content or the new, never half of it."""
+    """Write then rename: a reader sees the old content or the new, never half of it. Readable
+    by the node's user alone, whatever the umask."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
     os.replace(tmp, path)

@@ -8,7 +8,9 @@ restartable: a new runtime over the same directory re-adopts whatever is still r
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,7 +24,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import rundir
+from gpupool.node import cgroups, private, rundir
 from gpupool.node.gpu.probe import GpuProbe
 
 
@@ -64,6 +66,7 @@ class NodeRuntime:
         lease_timeout_s: float | None = None,
         detach: bool = False,
         clock: Clock | None = None,
+        cgroups_wanted: bool = True,
     ) -> None:
         self.name = name
         self.address = address
@@ -84,6 +87,11 @@ class NodeRuntime:
         self._detach = detach
         self._launching: dict[str, subprocess.Popen[bytes]] = {}
         self._clock = clock or SystemClock()
+        # Each worker in a cgroup of its own where the node can make them (root, a cgroup fs):
+        # named by node and data dir, so two heads' virtual nodes on one machine never share one.
+        self.layout = confinement(cgroups_wanted)
+        digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
+        self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
 
     def describe(self) -> Node:
         if self._gpus is None:
@@ -111,10 +119,12 @@ class NodeRuntime:
         return self.find_in(self.run_dir(job_id, attempt, worker))
 
     def launch(self, req: LaunchRequest) -> dict[str, Any]:
-        run_dir = self.run_dir(req.job_id, req.attempt, req.worker)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # Run dir and log: the job's owner's only (today the head's user; ``hand_over`` is the seam).
+        run_dir = private.private_dir(self.run_dir(req.job_id, req.attempt, req.worker), below=self.data_dir)
         log = self.log_path(req.job_id, req.worker)
-        log.parent.mkdir(parents=True, exist_ok=True)
+        private.private_dir(log.parent, below=self.data_dir)
+        private.private_file(log)
+        private.hand_over([run_dir, log], uid=None, gid=None)
         env = dict(self._base_env)
         env.update(req.env)
         spec = rundir.RunSpec(
@@ -127,11 +137,13 @@ class NodeRuntime:
             grace_s=req.grace_s,
             header=req.header,
             lease=None if self._lease_timeout_s is None else rundir.Lease(str(self.lease_path), self._lease_timeout_s),
+            **self._confine(req),
         )
         spec_path = run_dir / rundir.SPEC
-        spec_path.write_text(spec.to_json())
+        private.write_private(spec_path, spec.to_json())
         detach = ["--detach"] if self._detach else []
-        with open(run_dir / rundir.SUPERVISOR_ERR, "wb") as err:
+        err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(err_fd, "wb") as err:
             child = subprocess.Popen(
                 [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
                 stdin=subprocess.DEVNULL,
@@ -150,6 +162,22 @@ class NodeRuntime:
         self._children[child.pid] = child
         (run_dir / rundir.SUPERVISOR_PID).write_text(str(child.pid))
         return {"pid": child.pid, "run_dir": str(run_dir)}
+
+    def _confine(self, req: LaunchRequest) -> dict[str, Any]:
+        """The cgroup part of a worker's spec: its group, a process limit, and its GPUs' device
+        files allowed and the node's other GPUs' denied (where ``/dev/nvidiaN`` exist)."""
+        if self.layout is None:
+            return {}
+        visible = {int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()}
+        present = {
+            int(m.group(1)): str(p) for p in Path("/dev").glob("nvidia[0-9]*") if (m := _GPU_DEV.fullmatch(p.name))
+        }
+        return {
+            "cgroup": f"{self._cgroup_node}/job-{req.job_id}-{req.attempt}-w{req.worker}",
+            "pids_max": PIDS_MAX,
+            "devices_allow": tuple(p for g, p in sorted(present.items()) if g in visible),
+            "devices_deny": tuple(p for g, p in sorted(present.items()) if g not in visible),
+        }
 
     def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
         """None while the worker runs; its exit once the supervisor recorded one."""
@@ -239,11 +267,38 @@ class NodeRuntime:
 
     @staticmethod
     def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
+        """The worker's process group, and its whole cgroup (what left the group too) when it has one."""
         child = rundir.read_child(run_dir)
-        if child is None:
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pgid, sig)
+        try:
+            spec = rundir.read_spec(run_dir)
+        except (OSError, ValueError, KeyError):
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pgid, sig)
+        if spec.cgroup is not None and sig == signal.SIGKILL:
+            node, _, name = spec.cgroup.partition("/")
+            with contextlib.suppress(ValueError, OSError):
+                group = cgroups.WorkerGroup(cgroups.detect(), node, name)
+                group.kill()
+                if group.wait_empty(timeout=5):
+                    group.remove()
+
+
+PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
+_GPU_DEV = re.compile(r"nvidia(\d+)")
+
+
+def confinement(wanted: bool = True) -> cgroups.Layout | None:
+    """The cgroup layout workers are confined in, or None: not wanted, not root (only root may
+    make groups and move processes into them), or no hierarchy where gpupool can make its group."""
+    if not wanted or os.geteuid() != 0:
+        return None
+    try:
+        layout = cgroups.detect()
+    except OSError:
+        return None
+    return layout if any(v != "none" for v in layout.isolation().values()) else None
 
 
 def stop_leftovers(data_dir: Path, note: str) -> int:

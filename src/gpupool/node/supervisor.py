@@ -29,9 +29,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
-from gpupool.node import rundir
+from gpupool.node import cgroups, rundir
 
 
 def main(spec_path: str) -> int:
@@ -41,12 +41,49 @@ def main(spec_path: str) -> int:
         rundir.write_pid(run, os.getpid())
     with open(spec.log, "ab", buffering=0) as log:
         log.write((spec.header + "\n").encode())
-        code, fenced = _run(spec, run, log)
-    rundir.write_exit(run, rundir.ExitRecord(code, fenced=fenced, finished_at=datetime.now(UTC).isoformat()))
+        group = _group(spec, log)
+        reason = None
+        try:
+            code, fenced = _run(spec, run, log, group) if group is not False else (126, False)
+        finally:
+            if group:
+                reason = _teardown(group, spec, log)
+    record = rundir.ExitRecord(code, fenced=fenced, finished_at=datetime.now(UTC).isoformat(), reason=reason)
+    rundir.write_exit(run, record)
     return 0
 
 
-def _run(spec: rundir.RunSpec, run: Path, log: Any) -> tuple[int, bool]:
+def _group(spec: rundir.RunSpec, log: Any) -> cgroups.WorkerGroup | Literal[False] | None:
+    """The worker's cgroup, made with its limits; None without one; False when the node has
+    cgroups but this one could not be made: the worker is not started unconfined."""
+    if spec.cgroup is None:
+        return None
+    node, _, name = spec.cgroup.partition("/")
+    limits = cgroups.Limits(spec.memory_mib, spec.cpus, spec.pids_max, spec.devices_allow, spec.devices_deny)
+    try:
+        group = cgroups.WorkerGroup(cgroups.detect(), node, name)
+        group.create(limits)
+    except (cgroups.CgroupError, ValueError, OSError) as exc:
+        log.write(f"gpupool: cannot confine the worker ({exc}); not starting it\n".encode())
+        return False
+    return group
+
+
+def _teardown(group: cgroups.WorkerGroup, spec: rundir.RunSpec, log: Any) -> str | None:
+    """Kill whatever the worker left in its cgroup (setsid, double forks, nohup), wait until the
+    group is empty, so its GPUs are handed out only once nothing of it runs, and say whether the
+    memory limit killed it."""
+    group.kill()
+    if not group.wait_empty(timeout=10):
+        log.write(f"gpupool: processes of this worker outlived it: {sorted(group.pids())}\n".encode())
+    oom = group.oom_killed()
+    if oom:
+        log.write(f"gpupool: the worker ran out of memory: its limit is {spec.memory_mib} MiB (--memory)\n".encode())
+    group.remove()
+    return "oom" if oom else None
+
+
+def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup | None) -> tuple[int, bool]:
     cwd = spec.cwd
     if cwd and not os.path.isdir(cwd):
         log.write(f"gpupool: working directory {cwd} does not exist on this node\n".encode())
@@ -68,7 +105,7 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any) -> tuple[int, bool]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(list(spec.cpus), spec.memory_mib),
+            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group),
         )
     except FileNotFoundError:
         log.write(f"gpupool: command not found: {spec.argv[0]}\n".encode())
@@ -107,11 +144,16 @@ class _Lease:
         return f"this node lost contact with the cluster for more than {self.timeout_s:g}s"
 
 
-def _limits(cpus: list[int], memory_mib: int) -> Any:
+def _limits(cpus: list[int], memory_mib: int, group: cgroups.WorkerGroup | None) -> Any:
+    """Between fork and exec: into the cgroup first (which holds memory, cores and processes),
+    else the per-process limits, which a job can escape (a child's own affinity, a shared mapping)."""
+
     def apply() -> None:
+        if group is not None:
+            group.add_self()
         if cpus:
             os.sched_setaffinity(0, cpus)
-        if memory_mib:
+        if memory_mib and group is None:
             # RLIMIT_DATA, not RLIMIT_AS: CUDA reserves large virtual ranges it never touches.
             limit = memory_mib * 2**20
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,12 +41,33 @@ def make_engine(url: str) -> Engine:
             f"unknown database driver in {url!r}: use sqlite:///PATH or postgresql+psycopg://..."
         ) from None
     if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+            _private_sqlite_file(Path(parsed.database))
         engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """The database holds token hashes and every job's spec: 0600 from its first byte (created here,
+    empty, before SQLite opens it; its -wal and -shm files take its mode). One found wider is made so."""
+    if not path.parent.is_dir():
+        return  # SQLite says why it cannot open it
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        flags = os.O_RDONLY | (os.O_CREAT if each == path else 0)
+        try:
+            fd = os.open(each, flags, 0o600)
+        except OSError:
+            continue  # absent, or not ours to open: SQLite says what it makes of it
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            if mode & 0o077:
+                os.fchmod(fd, mode & 0o700)
+        finally:
+            os.close(fd)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:

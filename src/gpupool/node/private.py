@@ -1,0 +1,98 @@
+"""Files only their owner may read: the head's data dir and secrets, each worker's run directory
+and log (README "What a job sees").
+
+Everything belongs to the head's user today. Jobs will run as their owner's user in a later step:
+``hand_over`` is the one place that then gives a worker's run directory and log to that user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from pathlib import Path
+
+log = logging.getLogger("gpupool.private")
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def private_dir(path: Path, *, below: Path | None = None) -> Path:
+    """Create ``path`` 0700, with every missing directory on the way; those from ``below`` (itself
+    included) down to ``path`` are made 0700 even if they already exist."""
+    missing: list[Path] = []
+    for level in (path, *path.parents):
+        if level.exists():
+            break
+        missing.append(level)
+    for level in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another launch
+            level.mkdir(mode=DIR_MODE)
+        os.chmod(level, DIR_MODE)  # whatever the umask
+    if below is not None and path.is_relative_to(below):
+        for level in (path, *path.parents):
+            tighten(level, DIR_MODE)
+            if level == below:
+                break
+    return path
+
+
+def tighten(path: Path, mode: int, *, warn: bool = False) -> bool:
+    """Take away from ``path`` every permission bit beyond ``mode``; True if it had any. Nothing
+    happens to a path that does not exist."""
+    try:
+        current = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
+    if not current & ~mode:
+        return False
+    os.chmod(path, current & mode)
+    if warn:
+        log.warning("%s was mode %04o, readable by others; made it %04o", path, current, current & mode)
+    return True
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` empty and 0600 if it does not exist, else take away what goes beyond 0600.
+    Whoever writes it later (append or truncate) keeps that mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    try:
+        current = stat.S_IMODE(os.fstat(fd).st_mode)
+        if current & ~FILE_MODE:
+            os.fchmod(fd, current & FILE_MODE)
+    finally:
+        os.close(fd)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` 0600 from its first byte (a new file renamed over the old one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), FILE_MODE)
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def secure_data_dir(data_dir: Path, secrets: tuple[str, ...]) -> None:
+    """The head's data dir at start: 0700, created so or fixed (with a warning) if it was wider;
+    each of ``secrets`` (names under it: tokens, the database) 0600 if it exists."""
+    if data_dir.exists():
+        tighten(data_dir, DIR_MODE, warn=True)
+    else:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
+    for name in secrets:
+        tighten(data_dir / name, FILE_MODE, warn=True)
+
+
+def hand_over(paths: list[Path], uid: int | None, gid: int | None) -> None:
+    """Give a worker's run directory and log to the user the job runs as. ``None`` (today, every
+    job runs as the head's user): they stay the head's."""
+    if uid is None and gid is None:
+        return
+    for path in paths:
+        os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)

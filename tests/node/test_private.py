@@ -1,0 +1,71 @@
+"""Owner-only files and directories (``node/private.py``), whatever the umask."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpupool.node import private
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def loose_umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_private_dir_makes_every_new_level_0700_and_tightens_those_below_the_root(
+    tmp_path: Path, loose_umask: None
+) -> None:
+    os.chmod(tmp_path, 0o755)
+    root = tmp_path / "node"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    leaf = private.private_dir(root / "runs" / "job-1" / "worker-0", below=root)
+    assert [mode(p) for p in (root, root / "runs", root / "runs" / "job-1", leaf)] == [0o700] * 4
+    assert mode(tmp_path) == 0o755  # above the root: left alone
+    private.private_dir(leaf, below=root)  # again: nothing to do, no error
+
+
+def test_private_file_and_write_private_are_0600(tmp_path: Path, loose_umask: None) -> None:
+    log = private.private_file(tmp_path / "w.log")
+    assert mode(log) == 0o600 and log.read_text() == ""
+    os.chmod(log, 0o644)
+    log.write_text("kept")
+    private.private_file(log)
+    assert mode(log) == 0o600 and log.read_text() == "kept"
+    spec = tmp_path / "spec.json"
+    spec.write_text("old")
+    os.chmod(spec, 0o644)
+    private.write_private(spec, "{}")
+    assert mode(spec) == 0o600 and spec.read_text() == "{}"
+
+
+def test_secure_data_dir_creates_it_0700_or_closes_it_and_its_secrets(tmp_path: Path, loose_umask: None) -> None:
+    fresh = tmp_path / "a" / "data"
+    private.secure_data_dir(fresh, ("admin-token",))
+    assert mode(fresh) == 0o700
+    opened = tmp_path / "open"
+    opened.mkdir()
+    os.chmod(opened, 0o755)
+    (opened / "admin-token").write_text("t")
+    os.chmod(opened / "admin-token", 0o644)
+    private.secure_data_dir(opened, ("admin-token", "absent"))
+    assert mode(opened) == 0o700 and mode(opened / "admin-token") == 0o600
+
+
+def test_hand_over_to_nobody_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "x"
+    path.write_text("")
+    before = path.stat()
+    private.hand_over([path], uid=None, gid=None)
+    assert (path.stat().st_uid, path.stat().st_gid) == (before.st_uid, before.st_gid)
