@@ -40,6 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--command", default="true", help="job command (default 'true')")
     parser.add_argument("--poll-ms", type=float, default=5.0, help="pause between status polls, ms (default 5)")
     parser.add_argument("--timeout", type=float, default=30.0, help="give up on a job after this many s (default 30)")
+    parser.add_argument(
+        "--no-cgroups",
+        action="store_true",
+        help="start the head with --no-cgroups: the cost of the walls by difference",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser.parse_args(argv)
 
@@ -82,7 +87,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     wall0 = time.perf_counter()
     with (
-        running_head(nodes=args.nodes, gpus=args.gpus_per_node, interval=args.interval) as head,
+        running_head(
+            nodes=args.nodes,
+            gpus=args.gpus_per_node,
+            interval=args.interval,
+            extra_args=["--no-cgroups"] if args.no_cgroups else [],
+        ) as head,
         httpx.Client(base_url=head.url, headers={"Authorization": f"Bearer {head.token}"}, timeout=30) as http,
     ):
         for _ in range(args.warmup):
@@ -102,6 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "cluster": f"{args.nodes} nodes x {args.gpus_per_node} fake GPUs",
             "job": {"command": body["command"], "gpus": args.gpus},
             "poll_ms": args.poll_ms,
+            "cgroups": not args.no_cgroups,
         },
         "client_submit_to_running_ms": summary_ms([r["client_s"] for r in results]),
         "server_started_minus_submitted_ms": summary_ms(server) if server else None,

@@ -97,6 +97,7 @@ def _build_local(settings: Settings) -> Built:
             cpus=len(host_cpus),
             memory_mib=_host_memory_mib(),
             host_cpus=host_cpus,
+            cgroups_wanted=settings.cgroups,
         )
         for name, probe in topology.probes
     ]

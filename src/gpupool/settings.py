@@ -66,6 +66,7 @@ class Settings:
     idle_threshold_pct: float = 5.0
     idle_after_s: float = 600.0
     alert_temperature_c: float = 85.0
+    cgroups: bool = True  # workers in cgroups where the node can make them (local backend)
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

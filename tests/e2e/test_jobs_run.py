@@ -7,9 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 
-from gpupool.node.runtime import confinement
+from gpupool.node.runtime import confinement, isolation
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
@@ -152,7 +153,14 @@ def test_memory_limit_stops_a_worker_that_allocates_beyond_it(head: HeadProcess)
             assert b"MemoryError" in log, log
         else:  # the worker's cgroup: the kernel kills it, and the node says why
             assert b"the worker ran out of memory: its limit is 200 MiB" in log, log
-            assert c.job(limited)["exit_code"] == 137
+            job = c.job(limited)
+            assert (job["exit_code"], job["exit_reason"]) == (137, "oom")
+            assert c.job(free)["exit_reason"] is None
+            assert "oom" in [e["kind"] for e in job["events"]]
+            shown = head.cli("show", str(limited))
+            assert "137 (out of memory: its --memory limit)" in shown.stdout, shown
+            metrics = httpx.get(f"{head.url}/metrics", headers={"Authorization": f"Bearer {head.token()}"}).text
+            assert 'gpupool_worker_kills_total{project="default",reason="oom"} 1.0' in metrics
 
 
 def test_nothing_a_job_started_outlives_its_cancel(head: HeadProcess, tmp_path: Path) -> None:
@@ -215,3 +223,19 @@ def test_missing_command_and_missing_workdir_fail_with_shell_exit_codes(head: He
         assert wait_state(c, nope, ("failed",))["exit_code"] == 127
         assert wait_state(c, nowd, ("failed",))["exit_code"] == 126
         assert b"command not found: no-such-program-xyz" in c.logs(nope).data
+
+
+def test_nodes_say_which_walls_they_enforce(head: HeadProcess) -> None:
+    """``isolation`` tells the truth of this machine: cgroup mechanisms where workers get a group,
+    the weaker per-process limits (and how a job gets past them) where not."""
+    listing = json.loads(head.cli("nodes", "-o", "json").stdout)
+    layout = confinement()
+    expected = isolation(layout)
+    assert [n["isolation"] for n in listing] == [expected, expected]
+    assert set(expected) == {"users", "memory", "cpus", "devices", "kill"}
+    if layout is not None:
+        assert expected["memory"].startswith("cgroup") and expected["kill"].startswith("cgroup")
+    table = head.cli("nodes").stdout
+    assert f"walls on node-1, node-2: users {expected['users']}; memory {expected['memory']}" in table.replace(
+        "\n", " "
+    )

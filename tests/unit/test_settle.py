@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.domain.jobs import JobState, StopReason, may_replace
@@ -78,3 +80,17 @@ def test_live_workers_are_stopped_first_whatever_the_reason(stop: StopReason | N
 
 def test_a_running_job_with_no_stop_and_live_workers_is_left_alone() -> None:
     assert settle(facts(), workers((R, None), (E, 0))) is None
+
+
+def test_an_out_of_memory_kill_is_the_reason_the_job_gives_and_a_requeue_forgets_it() -> None:
+    """The node says why a worker was killed (``oom``): the job that fails of it says so, a
+    requeued one keeps the reason of its last end until it ends again, another failure has none."""
+    oom = [replace(w, exit_reason="oom") if w.placement.worker == 1 else w for w in workers((E, 0), (E, 137))]
+    failed = settle(facts(), oom)
+    assert failed is not None and (failed.exit_code, failed.exit_reason) == (137, "oom")
+    assert "out of memory" in failed.steps[-1].message
+    requeued = settle(replace(facts(max_restarts=1), exit_code=1, exit_reason=None), oom)
+    assert requeued is not None and requeued.steps[-1].state is S.PENDING
+    assert (requeued.exit_code, requeued.exit_reason) == (1, None)
+    plain = settle(facts(), workers((E, 3)))
+    assert plain is not None and plain.exit_reason is None and "memory" not in plain.steps[-1].message

@@ -204,7 +204,16 @@ def idle_and_alert_families(figures: ClusterFigures) -> Iterator[Metric]:
     for kind in sorted(set(metrics_service.ALERT_KINDS) | set(figures.alerts_raised)):
         active.add_metric([kind], figures.alerts_active.get(kind, 0))
         raised.add_metric([kind], figures.alerts_raised.get(kind, 0))
-    yield from (idle, seconds, active, raised)
+    kills = CounterMetricFamily(
+        "gpupool_worker_kills",
+        "Workers their node killed for a reason it knows (oom: at the --memory limit), by reason and project",
+        labels=["reason", "project"],
+    )
+    # Every project's oom series from zero, so a first kill shows as an increase, not a new series.
+    counted = {("oom", v.project.name): 0 for v in figures.projects} | figures.kills
+    for (reason, project), n in sorted(counted.items()):
+        kills.add_metric([reason, project], n)
+    yield from (idle, seconds, active, raised, kills)
 
 
 # dcgm-exporter's names, units and types, so that Grafana dashboards made for it work unchanged.

@@ -23,6 +23,22 @@ def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABL
         print_json(listing)
     else:
         console.print(nodes_table(listing))
+        for line in walls(listing):
+            console.print(line)
+
+
+def walls(listing: list[dict[str, Any]]) -> list[str]:
+    """What each node enforces around a job, one line per distinct set, so nobody believes in a
+    wall that is not there."""
+    by_walls: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for n in listing:
+        if n.get("isolation"):
+            by_walls.setdefault(tuple(sorted(n["isolation"].items())), []).append(n["name"])
+    order = ("users", "memory", "cpus", "devices", "kill")
+    return [
+        f"walls on {', '.join(names)}: " + "; ".join(f"{k} {dict(w).get(k, 'none')}" for k in order)
+        for w, names in by_walls.items()
+    ]
 
 
 def drain(

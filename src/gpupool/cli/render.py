@@ -138,7 +138,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         ("placements", placement_text(job) or "-"),
         *([("checkpoint dir", job["checkpoint_dir"])] if job.get("checkpoint_dir") else []),
         ("restarts", f"{job['restarts']} of {job['max_restarts']} (starts: {job['starts']})"),
-        ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
+        ("exit code", _exit(job)),
         ("submitted", job["submitted_at"]),
         ("started", job["started_at"] or "-"),
         ("finished", job["finished_at"] or "-"),
@@ -148,6 +148,13 @@ def job_detail(job: dict[str, Any]) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _exit(job: dict[str, Any]) -> str:
+    if job["exit_code"] is None:
+        return "-"
+    reason = job.get("exit_reason")
+    return f"{job['exit_code']} (out of memory: its --memory limit)" if reason == "oom" else str(job["exit_code"])
 
 
 def events_table(events: list[dict[str, Any]]) -> Table:

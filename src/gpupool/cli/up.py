@@ -78,6 +78,14 @@ def up(
     alert_temperature: Annotated[
         float, typer.Option(help="raise an alert when a GPU reaches this temperature (°C)", min=30, max=150)
     ] = 85.0,
+    cgroups: Annotated[
+        bool,
+        typer.Option(
+            "--cgroups/--no-cgroups",
+            help="each worker in a cgroup of its own where the node can make them (root, a cgroup fs);"
+            " --no-cgroups keeps only per-process limits (gpupool nodes says so)",
+        ),
+    ] = True,
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
     preset(policy)  # an unknown name is refused before anything starts
@@ -106,5 +114,6 @@ def up(
         idle_threshold_pct=idle_threshold,
         idle_after_s=_bounded("--idle-after", idle_after, 10, 7 * 86400),
         alert_temperature_c=alert_temperature,
+        cgroups=cgroups,
     )
     Head(settings).serve()

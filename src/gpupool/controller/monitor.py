@@ -46,7 +46,7 @@ class Monitor:
         now = self._clock.now()
         with self._db.tx() as s:
             for w, ended in exits:
-                worker_repo.record_exit(s, w.id, ended.exit_code, ended.lost, now)
+                worker_repo.record_exit(s, w.id, ended.exit_code, ended.lost, now, exit_reason=ended.reason)
         self._applier.forget([w.id for w, _ in exits])
         return {w.job_id for w, _ in exits}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -35,6 +36,9 @@ class Node:
     cpus: int
     memory_mib: int
     labels: dict[str, str] = field(default_factory=dict)
+    # What the node enforces around each job: users, memory, cpus, devices, kill -> the mechanism,
+    # or "none". Reported, not a scheduling fact: two nodes differing only here compare equal.
+    isolation: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def schedulable(self) -> bool:

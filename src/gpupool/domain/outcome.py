@@ -38,6 +38,7 @@ class Outcome:
     exit_code: int | None
     message: str
     lost: str = ""  # set when a lost worker ends the attempt: the job is ``lost`` before requeue or failure
+    exit_reason: str | None = None  # of the first worker that failed, when its node knows why
 
 
 def judge(
@@ -56,6 +57,7 @@ def judge(
     bad = [w for w in ended if w.status is WorkerStatus.LOST or w.exit_code != 0]
     first_bad = bad[0] if bad else None
     code = first_bad.exit_code if first_bad else None
+    why = first_bad.exit_reason if first_bad else None
     if stop is not None and stop.ends_job:
         if live:
             return Outcome(Verdict.STOP_REST, code, "stopping workers for cancel")
@@ -67,14 +69,17 @@ def judge(
     if first_bad is not None:
         where = f"worker {first_bad.placement.worker} on {first_bad.placement.node}"
         what = f"{where} was lost" if first_bad.status is WorkerStatus.LOST else f"{where} exited with code {code}"
+        what += " (out of memory: its --memory limit)" if why == "oom" else ""
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
         lost = what if first_bad.status is WorkerStatus.LOST else ""
         if restarts < max_restarts:
-            return Outcome(Verdict.REQUEUE, code, f"{what}; requeued (restart {restarts + 1} of {max_restarts})", lost)
+            requeued = f"{what}; requeued (restart {restarts + 1} of {max_restarts})"
+            return Outcome(Verdict.REQUEUE, code, requeued, lost, exit_reason=why)
         if lost:
-            return Outcome(Verdict.FAILED, code, f"{what}; no restarts left", lost)
-        return Outcome(Verdict.FAILED, code, f"{what}" + ("; no restarts left" if max_restarts else ""))
+            return Outcome(Verdict.FAILED, code, f"{what}; no restarts left", lost, exit_reason=why)
+        no_more = "; no restarts left" if max_restarts else ""
+        return Outcome(Verdict.FAILED, code, what + no_more, exit_reason=why)
     if live:
         return Outcome(Verdict.WAIT, None, "")
     return Outcome(Verdict.SUCCEEDED, 0, "all workers exited with code 0")
@@ -91,6 +96,7 @@ class JobFacts:
     max_restarts: int
     max_runtime_s: int | None
     exit_code: int | None
+    exit_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,7 @@ class Settlement:
     steps: tuple[Step, ...] = ()
     restarts: int = 0
     exit_code: int | None = None
+    exit_reason: str | None = None
 
 
 _VERDICT_STATE = {
@@ -129,7 +136,9 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
         return None
     if outcome.verdict is Verdict.STOP_REST:
         live = tuple(w for w in workers if w.status.holds_resources)
-        return Settlement(stop_workers=live, restarts=job.restarts, exit_code=job.exit_code)
+        return Settlement(
+            stop_workers=live, restarts=job.restarts, exit_code=job.exit_code, exit_reason=job.exit_reason
+        )
     steps: list[Step] = []
     if job.state is JobState.STARTING:
         steps.append(Step(JobState.RUNNING, "running"))
@@ -140,6 +149,7 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
         message = f"stopped after its max runtime of {job.max_runtime_s}s"
     restarts = job.restarts + 1 if outcome.verdict is Verdict.REQUEUE else job.restarts
     exit_code = job.exit_code if target is JobState.PENDING else outcome.exit_code
+    exit_reason = job.exit_reason if target is JobState.PENDING else outcome.exit_reason
     if outcome.lost:  # its node died or its supervisor vanished: lost, then requeued or failed
         steps.append(Step(JobState.LOST, f"job lost: {outcome.lost}"))
     steps.append(Step(target, message, "requeued" if target is JobState.PENDING else None))
@@ -148,4 +158,4 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
             f"requeued after preemption (restarts stay {restarts} of {job.max_restarts}: a preemption does not count)"
         )
         steps.append(Step(JobState.PENDING, requeued, "requeued"))
-    return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code)
+    return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code, exit_reason=exit_reason)

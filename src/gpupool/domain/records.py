@@ -37,6 +37,7 @@ class WorkerRecord:
     exit_code: int | None
     started_at: datetime | None
     finished_at: datetime | None
+    exit_reason: str | None = None  # why it ended, when its node knows: "oom" (its memory limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class JobRecord:
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    exit_reason: str | None = None  # of the worker whose exit ended it: "oom"
 
     @property
     def cancel_requested(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pwd
 import re
 import signal
 import socket
@@ -48,6 +49,7 @@ class WorkerExit:
 
     exit_code: int | None
     lost: bool = False
+    reason: str | None = None  # what the node knows of why: "oom" (its cgroup's memory limit)
 
 
 class NodeRuntime:
@@ -96,7 +98,15 @@ class NodeRuntime:
     def describe(self) -> Node:
         if self._gpus is None:
             self._gpus = self._probe.gpus()
-        return Node(self.name, NodeState.UP, self.address, tuple(self._gpus), self._cpus, self._memory_mib)
+        return Node(
+            self.name,
+            NodeState.UP,
+            self.address,
+            tuple(self._gpus),
+            self._cpus,
+            self._memory_mib,
+            isolation=isolation(self.layout),
+        )
 
     def sample(self, busy: Collection[int]) -> list[GpuSample]:
         """A telemetry reading of every GPU of the node, stamped with the node's clock. ``busy``:
@@ -289,6 +299,22 @@ PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not 
 _GPU_DEV = re.compile(r"nvidia(\d+)")
 
 
+def isolation(layout: cgroups.Layout | None) -> dict[str, str]:
+    """What this node enforces around each job, said plainly: the cgroup mechanisms where workers
+    get a group; otherwise the per-process limits, with how a job gets past them."""
+    who = pwd.getpwuid(os.geteuid()).pw_name
+    users = f"none (every job runs as {who})"
+    if layout is not None:
+        return {"users": users, **layout.isolation()}
+    return {
+        "users": users,
+        "memory": "rlimit data, per process (a shared mapping or a child escapes it)",
+        "cpus": "affinity (a job can widen it)",
+        "devices": "none (CUDA_VISIBLE_DEVICES only)",
+        "kill": "process group (a new session escapes it)",
+    }
+
+
 def confinement(wanted: bool = True) -> cgroups.Layout | None:
     """The cgroup layout workers are confined in, or None: not wanted, not root (only root may
     make groups and move processes into them), or no hierarchy where gpupool can make its group."""
@@ -336,7 +362,7 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
     if record.lost:
         # Stopped by the node itself (self-fencing, or cleaned on return): the head sees it lost.
         return WorkerExit(exit_code=None, lost=True)
-    return WorkerExit(exit_code=record.exit_code)
+    return WorkerExit(exit_code=record.exit_code, reason=record.reason)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

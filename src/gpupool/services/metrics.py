@@ -22,6 +22,7 @@ from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import telemetry as telemetry_repo
+from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
 from gpupool.store.idle import IdleGpu
 
@@ -51,6 +52,7 @@ class ClusterFigures:
     idle: list[IdleGpu] = field(default_factory=list)  # allocated GPUs idle for the head's idle time
     alerts_active: Counter[str] = field(default_factory=Counter)  # by kind
     alerts_raised: Counter[str] = field(default_factory=Counter)  # by kind, every alert kept
+    kills: dict[tuple[str, str], int] = field(default_factory=dict)  # workers killed, by (reason, project)
 
     def model_of(self, node: str, index: int) -> str:
         for record in self.nodes:
@@ -74,6 +76,7 @@ def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
         latest = telemetry_repo.latest(s)
         idle = idle_repo.idle_gpus(s, now, idle_after_s)
         active, raised = alert_repo.counts(s)
+        kills = worker_repo.kills_by_reason(s)
     down = {r.node.name for r in nodes if r.node.state is NodeState.DOWN}
     samples = [sample for sample in latest if sample.node not in down]
     names = sorted({v.project.name for v in projects} | {project for _, project in counts})
@@ -86,6 +89,7 @@ def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
         idle=idle,
         alerts_active=active,
         alerts_raised=raised,
+        kills=kills,
     )
 
 

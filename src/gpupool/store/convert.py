@@ -43,6 +43,7 @@ def worker_record(row: WorkerRow) -> WorkerRecord:
         exit_code=row.exit_code,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        exit_reason=row.exit_reason,
     )
 
 
@@ -63,4 +64,5 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         submitted_at=row.submitted_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        exit_reason=row.exit_reason,
     )

@@ -177,11 +177,12 @@ def settle_job(session: Session, job_id: int, now: datetime) -> tuple[WorkerReco
         max_restarts=row.max_restarts,
         max_runtime_s=row.max_runtime_s,
         exit_code=row.exit_code,
+        exit_reason=row.exit_reason,
     )
     plan = settle(facts, workers)
     if plan is None:
         return ()
-    row.restarts, row.exit_code = plan.restarts, plan.exit_code
+    row.restarts, row.exit_code, row.exit_reason = plan.restarts, plan.exit_code, plan.exit_reason
     for step in plan.steps:
         transition_job(session, row, step.state, now, step.message, kind=step.kind)
     return plan.stop_workers

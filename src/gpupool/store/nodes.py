@@ -37,6 +37,7 @@ def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> No
                 labels=dict(node.labels),
                 updated_at=now,
                 drain_requested=False,
+                isolation=dict(node.isolation) or None,
             )
             session.add(row)
             add_event(session, now, kind="node_up", node=node.name, message=f"node {node.name} joined")
@@ -46,6 +47,8 @@ def register_nodes(session: Session, nodes: Iterable[Node], now: datetime) -> No
                 kept = "" if target is NodeState.UP else f", {target.value} as an admin asked while it was down"
                 transition_node(session, row, target, now, f"node {node.name} is back{kept}")
             row.address, row.cpus, row.memory_mib, row.updated_at = node.address, node.cpus, node.memory_mib, now
+            if node.isolation:
+                row.isolation = dict(node.isolation)
         _sync_gpus(session, node)
     session.flush()
     for row in session.scalars(select(NodeRow).where(NodeRow.name.not_in(seen) if seen else NodeRow.name.is_not(None))):
@@ -150,6 +153,7 @@ def _load(session: Session) -> list[tuple[Node, bool, frozenset[int]]]:
                 cpus=r.cpus,
                 memory_mib=r.memory_mib,
                 labels=dict(r.labels),
+                isolation=dict(r.isolation or {}),
             ),
             r.drain_requested,
             frozenset(disabled.get(r.name, ())),

@@ -64,6 +64,7 @@ class JobRow(Base):
     reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared
@@ -98,6 +99,7 @@ class WorkerRow(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
@@ -114,6 +116,8 @@ class NodeRow(Base):
     updated_at: Mapped[datetime] = mapped_column()
     # The admin's wish, apart from the state: a node drained while down comes back drained (0003).
     drain_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # What the node enforces around each job, as it reported (0010): {users, memory, cpus, devices, kill}
+    isolation: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
 
 
 class GpuRow(Base):

@@ -27,7 +27,7 @@ def transition_job(
     if target is JobState.STARTING:
         row.starts += 1
         row.reason_code = row.reason = None
-        row.exit_code = None
+        row.exit_code = row.exit_reason = None
         row.finished_at = None
     elif target is JobState.RUNNING:
         row.started_at = now

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Stale
@@ -15,7 +15,7 @@ from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, WorkerRecord, WorkerStatus
 from gpupool.store.convert import worker_record
 from gpupool.store.jobs import job_row
-from gpupool.store.orm import NodeRow, WorkerRow
+from gpupool.store.orm import JobRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
 
@@ -93,17 +93,26 @@ def attempt_workers(session: Session, job_id: int, attempt: int) -> list[WorkerR
 
 
 def record_exit(
-    session: Session, worker_id: int, exit_code: int | None, lost: bool, now: datetime, reason: str | None = None
+    session: Session,
+    worker_id: int,
+    exit_code: int | None,
+    lost: bool,
+    now: datetime,
+    reason: str | None = None,
+    exit_reason: str | None = None,
 ) -> None:
-    """A worker ended: a ``worker_exit`` event, or a ``lost`` one when nobody saw it end. The
-    reason of a loss defaults to the state of its node: down, or its supervisor vanished."""
+    """A worker ended: a ``worker_exit`` event (``oom`` when its node says the memory limit
+    killed it), or a ``lost`` one when nobody saw it end. The reason of a loss defaults to the
+    state of its node: down, or its supervisor vanished."""
     row = session.get_one(WorkerRow, worker_id)
     if row.status not in LIVE_WORKER_STATES:
         return
     row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
-    row.exit_code, row.finished_at = exit_code, now
+    row.exit_code, row.exit_reason, row.finished_at = exit_code, exit_reason, now
     if lost:
         kind, what = "lost", f"was lost ({reason or _why_lost(session, row.node)})"
+    elif exit_reason == "oom":
+        kind, what = "oom", f"ran out of memory and was killed (code {exit_code}): raise --memory, or use less"
     else:
         kind, what = "worker_exit", f"exited with code {exit_code}"
     add_event(
@@ -114,6 +123,17 @@ def record_exit(
         node=row.node,
         message=f"worker {row.worker} on {row.node} {what}",
     )
+
+
+def kills_by_reason(session: Session) -> dict[tuple[str, str], int]:
+    """Workers their node killed for a reason it knows (``oom``), by (reason, project), every one kept."""
+    query = (
+        select(WorkerRow.exit_reason, JobRow.project, func.count(WorkerRow.id))
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .where(WorkerRow.exit_reason.is_not(None))
+        .group_by(WorkerRow.exit_reason, JobRow.project)
+    )
+    return {(str(reason), project): int(n) for reason, project, n in session.execute(query)}
 
 
 def _describe(placements: tuple[Placement, ...]) -> str:

@@ -88,6 +88,9 @@ class JobOut(BaseModel):
     reason_code: str | None
     reason: str | None
     exit_code: int | None
+    exit_reason: str | None = Field(
+        None, description="why its last attempt ended, when the node knows: oom (killed at its --memory limit)"
+    )
     restarts: int
     starts: int
     cancel_requested: bool
@@ -113,6 +116,7 @@ class JobOut(BaseModel):
             reason_code=job.reason_code,
             reason=job.reason,
             exit_code=job.exit_code,
+            exit_reason=job.exit_reason,
             restarts=job.restarts,
             starts=job.starts,
             cancel_requested=job.cancel_requested,

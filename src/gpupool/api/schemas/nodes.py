@@ -41,6 +41,11 @@ class NodeOut(BaseModel):
     gpus_free: int = Field(description="GPUs a new job could get now: 0 on a node that is not up")
     drain_requested: bool = Field(description="an admin drained it; a node that is down comes back drained")
     jobs: list[int] = Field(description="jobs with a live worker on the node")
+    isolation: dict[str, str] = Field(
+        default_factory=dict,
+        description="what the node enforces around each job: users, memory, cpus, devices, kill -> the"
+        " mechanism, or none (empty: the node has not said)",
+    )
 
     @classmethod
     def of(cls, r: NodeRecord) -> NodeOut:
@@ -69,6 +74,7 @@ class NodeOut(BaseModel):
             gpus_free=r.gpus_free,
             drain_requested=r.drain_requested,
             jobs=list(r.jobs),
+            isolation=dict(n.isolation),
         )
 
 

@@ -106,6 +106,19 @@ function nodeCard(node, data, selected, onClick) {
     down ? h("p", { class: "node-warning" }, "Node is down: its GPUs are not scheduled and show their last state.") : null,
     nodeAlerts.map((a) => h("p", { class: "node-warning" }, a.message)),
     h("div", { class: "gpu-grid" }, node.gpus.map((gpu) => gpuTile(node, gpu, data, selected, onClick))),
+    walls(node),
+  );
+}
+
+// What the node enforces around each job, as it says: no wall is shown that is not there.
+function walls(node) {
+  const isolation = node.isolation || {};
+  const kinds = ["users", "memory", "cpus", "devices", "kill"].filter((k) => k in isolation);
+  if (!kinds.length) return null;
+  return h(
+    "p",
+    { class: "node-walls", testid: "node-walls" },
+    `Walls: ${kinds.map((k) => `${k} ${isolation[k]}`).join(" · ")}`,
   );
 }
 
