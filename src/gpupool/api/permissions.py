@@ -91,9 +91,16 @@ def routes(app: FastAPI) -> set[tuple[str, str]]:
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
 
-def check_routes(app: FastAPI) -> None:
+_checked = False  # every app of a process is built by the same create_app: its routes were checked
+
+
+def check_routes(app: FastAPI, *, again: bool = False) -> None:
     """Refuse an app whose routes and table differ: a route without a rule would be reachable by
-    whatever the default happened to be."""
+    whatever the default happened to be. Listing the routes builds the OpenAPI description
+    (~0.2 s), so it is done once per process, not for every app a test builds."""
+    global _checked
+    if _checked and not again:
+        return
     found = routes(app)
     missing, stale = sorted(found - TABLE.keys()), sorted(TABLE.keys() - found)
     if missing or stale:
@@ -101,6 +108,7 @@ def check_routes(app: FastAPI) -> None:
             f"the permission table (api/permissions.py) does not match the routes: "
             f"routes without a rule {missing}, rules without a route {stale}"
         )
+    _checked = True
 
 
 def rule_for(method: str, path_format: str) -> Rule:
