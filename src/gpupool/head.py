@@ -32,8 +32,10 @@ from gpupool.domain.idle import IdleSettings
 from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
+from gpupool.node import accounts
 from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
+from gpupool.services.accounts import JobAccounts
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
@@ -79,7 +81,14 @@ class Head:
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
         )
-        self.ctx = HeadContext(self.db, clock, self.executor, self.controller.wake, self.ray, idle)
+        self.ctx = HeadContext(
+            self.db, clock, self.executor, self.controller.wake, self.ray, idle, job_accounts(self.executor)
+        )
+        if not self.ctx.accounts.owners:
+            self.notes.append(
+                f"single-user mode: every job runs as {accounts.me()}, the head's own user"
+                " (run gpupool as root for jobs to run as their owners' Unix accounts)"
+            )
         self.app = create_app(self.ctx, self.metrics)
 
     def _ensure_token(self, path: Path, role: str) -> str | None:
@@ -181,6 +190,14 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _with_port(settings: Settings, port: int) -> Settings:
     return replace(settings, port=port)
+
+
+def job_accounts(executor: Executor) -> JobAccounts:
+    """As root, jobs run as their owners (checked here at submit where the nodes are this
+    machine); otherwise as the head's own user."""
+    local = not executor.capabilities.multi_host
+    exists = (lambda name: accounts.lookup(name) is not None) if local else None
+    return JobAccounts(owners=accounts.privileged(), head_user=accounts.me(), exists=exists)
 
 
 def _lock_data_dir(settings: Settings) -> IO[str]:

@@ -22,6 +22,7 @@ import pytest
 
 from gpupool.client import ClientError, GpupoolClient
 from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -232,15 +233,15 @@ def sign_out(page: Any, expect: Any) -> None:
 
 
 def test_the_dashboard_offers_each_user_only_the_actions_they_may_take(
-    head: HeadProcess, browser: Any, playwright_api: Any
+    head: HeadProcess, browser: Any, playwright_api: Any, unix_accounts: TestAccounts
 ) -> None:
     """A member sees who is signed in, no drain button, a cancel button on their own job that
     cancels it and none on another user's job; a read-only token gets no action at all; an admin
     drains and undrains a node and one GPU from the page."""
     expect = playwright_api.expect
     with head.client() as admin:
-        mia = str(admin.add_user("mia")["token"])
-        otto = str(admin.add_user("otto")["token"])
+        mia = str(admin.add_user("mia", unix_user=unix_accounts.make("mia"))["token"])
+        otto = str(admin.add_user("otto", unix_user=unix_accounts.make("otto"))["token"])
         wall = str(admin.create_token(name="wall", scope="read")["token"])
         node, other = sorted(n["name"] for n in admin.nodes())
     with GpupoolClient(head.url, mia) as c:

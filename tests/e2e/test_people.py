@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.headproc import HeadProcess, wait_for
+from tests.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -30,11 +31,13 @@ def _refused(head: HeadProcess, *args: str, token: str | None, says: str) -> Non
     assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
 
 
-def test_an_admin_two_members_and_a_viewer(head: HeadProcess) -> None:
+def test_an_admin_two_members_and_a_viewer(head: HeadProcess, unix_accounts: TestAccounts) -> None:
     _ok(head, "project", "set", "lab", "--quota", "4")
     _ok(head, "project", "set", "nlp", "--quota", "4")
     tokens = {
-        name: _ok(head, "user", "add", name, "--role", role).strip().splitlines()[-1]
+        name: _ok(head, "user", "add", name, "--role", role, "--unix-user", unix_accounts.make(name))
+        .strip()
+        .splitlines()[-1]
         for name, role in [("ann", "member"), ("ben", "member"), ("val", "viewer")]
     }
     ann, ben, val = tokens["ann"], tokens["ben"], tokens["val"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import pwd
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from gpupool.api.permissions import TABLE
 from gpupool.domain.permissions import Rule, Who
 from gpupool.domain.users import Scope
 from tests.e2e.headproc import HeadProcess, wait_state
+from tests.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +58,7 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, unix_accounts: TestAccounts) -> Iterator[World]:
     head = HeadProcess(tmp_path_factory.mktemp("permissions") / "data").start()
     http = httpx.Client(base_url=head.url, timeout=10, follow_redirects=False)
     tokens: dict[str, str | None] = {"admin": head.token(), "join": (head.data_dir / "join-token").read_text().strip()}
@@ -63,7 +66,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w.admin("PUT", "/api/v1/projects/lab", {"quota": 1})
     w.admin("PUT", "/api/v1/projects/vision", {"quota": 1})
     for name, role in [("mia", "member"), ("max", "member"), ("kim", "member"), ("val", "viewer")]:
-        tokens[name] = w.admin("POST", "/api/v1/users", {"name": name, "role": role}).json()["token"]
+        person = {"name": name, "role": role, "unix_user": unix_accounts.make(name)}
+        tokens[name] = w.admin("POST", "/api/v1/users", person).json()["token"]
     w.admin("PUT", "/api/v1/projects/lab/members/mia", {"role": "manager"})
     w.admin("PUT", "/api/v1/projects/lab/members/max", {"role": "member"})
     w.admin("PUT", "/api/v1/projects/vision/members/kim", {"role": "member"})
@@ -111,6 +115,7 @@ def _target(w: World, method: str, path: str) -> tuple[str, object]:
         ("POST", "/api/v1/cluster/join"): {"name": f"worker{n}"},
         ("POST", "/api/v1/users"): {"name": f"user{n}"},
         ("PUT", "/api/v1/users/{name}/role"): {"role": "viewer"},
+        ("PUT", "/api/v1/users/{name}/unix-user"): {"unix_user": pwd.getpwuid(os.geteuid()).pw_name},
         ("POST", "/api/v1/tokens"): {"name": f"t{n}", "scope": "read"},
         ("PUT", "/api/v1/projects/{name}"): {"quota": 0},
     }

@@ -9,19 +9,21 @@ import time
 import pytest
 
 from tests.e2e.headproc import HeadProcess
+from tests.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
 
-def test_user_and_token_commands(head: HeadProcess) -> None:
-    added = head.cli("user", "add", "alice", "--unix-user", "alice")
+def test_user_and_token_commands(head: HeadProcess, unix_accounts: TestAccounts) -> None:
+    account = unix_accounts.make("alice")
+    added = head.cli("user", "add", "alice", "--unix-user", account)
     assert added.returncode == 0, added.stderr
     alice = added.stdout.strip().splitlines()[-1]
     assert alice.startswith("gp_")
     users = json.loads(head.cli("user", "list", "-o", "json").stdout)
     assert [(u["name"], u["role"], u["unix_user"], u["projects"], u["disabled"]) for u in users] == [
         ("admin", "admin", None, [], False),
-        ("alice", "member", "alice", [], False),
+        ("alice", "member", account, [], False),
     ]
     assert set(users[0]) == {"name", "role", "unix_user", "projects", "created_at", "disabled"}
     made = head.cli("token", "create", "--name", "ci", "--expires", "90d", "-o", "json", token=alice)

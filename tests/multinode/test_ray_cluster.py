@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import stat
 import subprocess
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 
 from gpupool.client import ClientError, GpupoolClient
-from tests.e2e.headproc import wait_for, wait_state
+from tests.e2e.headproc import pid_alive, wait_for, wait_state
 from tests.multinode.conftest import RayCluster
+from tests.unix_accounts import TestAccounts
 
 # Generous: the first test also pays for starting the shared Ray cluster on a slow 2-core machine.
 pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.timeout(420)]
@@ -86,6 +88,40 @@ def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) 
         assert env["MASTER_ADDR"] == addresses[nodes[0]]
         assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
         assert not [k for k in env if k.startswith("RAY_")], "Ray's variables must not leak into jobs"
+
+
+# Prints its uid, then leaves three processes outside its process group: setsid, nohup and a double fork.
+ESCAPE = (
+    'echo "UID $(id -u)"; setsid sleep 300 & echo "ESCAPED $!"; '
+    '(nohup sleep 301 >/dev/null 2>&1 & echo "ESCAPED $!"); sleep 300'
+)
+
+
+def test_on_ray_a_job_runs_as_its_owner_and_nothing_it_started_outlives_its_cancel(
+    cluster: RayCluster, unix_accounts: TestAccounts
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("jobs run as their owners, in cgroups, only where the node runtime runs as root; this is not root")
+    account = unix_accounts.make("rue")
+    with cluster.head.client() as admin:
+        token = str(admin.add_user("rue", unix_user=account)["token"])
+    with GpupoolClient(cluster.head.url, token) as c:
+        job_id = int(c.submit(command=["sh", "-c", ESCAPE], workers=2, gpus=1, env=ENV)["id"])
+        wait_state(c, job_id, ("running",), timeout=60)
+
+        def escaped() -> list[list[int]]:
+            return [[int(p) for p in re.findall(r"^ESCAPED (\d+)$", log_text(c, job_id, w), re.M)] for w in (0, 1)]
+
+        wait_for(lambda: all(len(e) == 2 for e in escaped()), timeout=30, what="both workers' escapees started")
+        logs = [log_text(c, job_id, w) for w in (0, 1)]
+        escapees = [p for worker in escaped() for p in worker]
+        assert all(pid_alive(p) for p in escapees)
+        assert {p["node"] for p in c.job(job_id)["placements"]} == {"w1", "w2"}
+        c.cancel(job_id)
+        assert wait_state(c, job_id, ("cancelled",), timeout=60)["run_as"] == account
+    uid = pwd.getpwnam(account).pw_uid
+    assert all(f"UID {uid}\n" in log for log in logs), logs
+    assert not [p for p in escapees if pid_alive(p)], "a process of the cancelled job outlived it on a Ray node"
 
 
 def test_ddp_example_trains_across_two_nodes(cluster: RayCluster) -> None:

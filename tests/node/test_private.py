@@ -61,11 +61,3 @@ def test_secure_data_dir_creates_it_0700_or_closes_it_and_its_secrets(tmp_path: 
     os.chmod(opened / "admin-token", 0o644)
     private.secure_data_dir(opened, ("admin-token", "absent"))
     assert mode(opened) == 0o700 and mode(opened / "admin-token") == 0o600
-
-
-def test_hand_over_to_nobody_changes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "x"
-    path.write_text("")
-    before = path.stat()
-    private.hand_over([path], uid=None, gid=None)
-    assert (path.stat().st_uid, path.stat().st_gid) == (before.st_uid, before.st_gid)

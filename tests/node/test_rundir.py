@@ -119,5 +119,5 @@ def test_the_supervisor_imports_only_the_standard_library() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert (
         out.strip()
-        == "['gpupool', 'gpupool.node', 'gpupool.node.cgroups', 'gpupool.node.rundir', 'gpupool.node.supervisor']"
+        == "['gpupool', 'gpupool.node', 'gpupool.node.accounts', 'gpupool.node.cgroups', 'gpupool.node.rundir', 'gpupool.node.supervisor']"
     )

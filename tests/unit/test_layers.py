@@ -54,9 +54,10 @@ RESTRICTED = {
 # ``python -m gpupool.node.supervisor`` runs on every launch: the standard library only, plus the
 # run-directory protocol it shares with the runtime. Importing that runs the package __init__ files.
 STDLIB_ONLY = {
-    "node/supervisor.py": frozenset({"gpupool.node.rundir", "gpupool.node.cgroups"}),
-    "node/rundir.py": frozenset(),
+    "node/supervisor.py": frozenset({"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts"}),
+    "node/rundir.py": frozenset({"gpupool.node.accounts"}),
     "node/cgroups.py": frozenset(),
+    "node/accounts.py": frozenset(),
     "node/__init__.py": frozenset(),
     "__init__.py": frozenset(),
 }

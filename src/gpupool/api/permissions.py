@@ -61,6 +61,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/users/{name}/disable"): ADMIN,
     ("POST", "/api/v1/users/{name}/enable"): ADMIN,
     ("PUT", "/api/v1/users/{name}/role"): ADMIN,
+    ("PUT", "/api/v1/users/{name}/unix-user"): ADMIN,
     ("DELETE", "/api/v1/users/{name}"): ADMIN,
     ("GET", "/api/v1/tokens"): Rule(Who.SELF),
     ("POST", "/api/v1/tokens"): Rule(Who.SELF, Scope.SUBMIT),

@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gpupool.clock import Clock
+from gpupool.domain import exit_reasons
 from gpupool.domain.idle import IdleSettings
 from gpupool.domain.telemetry import GpuSample
 from gpupool.services import metrics as metrics_service
@@ -206,11 +207,12 @@ def idle_and_alert_families(figures: ClusterFigures) -> Iterator[Metric]:
         raised.add_metric([kind], figures.alerts_raised.get(kind, 0))
     kills = CounterMetricFamily(
         "gpupool_worker_kills",
-        "Workers their node killed for a reason it knows (oom: at the --memory limit), by reason and project",
+        "Workers their node killed for a reason it knows (oom: at the --memory limit; gpu_oom: over its"
+        " share of a shared GPU's memory), by reason and project",
         labels=["reason", "project"],
     )
-    # Every project's oom series from zero, so a first kill shows as an increase, not a new series.
-    counted = {("oom", v.project.name): 0 for v in figures.projects} | figures.kills
+    # Every project's series from zero, so a first kill shows as an increase, not a new series.
+    counted = {(r, v.project.name): 0 for r in exit_reasons.KILLED for v in figures.projects} | figures.kills
     for (reason, project), n in sorted(counted.items()):
         kills.add_metric([reason, project], n)
     yield from (idle, seconds, active, raised, kills)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import NodeState
 
@@ -151,10 +152,7 @@ def job_detail(job: dict[str, Any]) -> Table:
 
 
 def _exit(job: dict[str, Any]) -> str:
-    if job["exit_code"] is None:
-        return "-"
-    reason = job.get("exit_reason")
-    return f"{job['exit_code']} (out of memory: its --memory limit)" if reason == "oom" else str(job["exit_code"])
+    return exit_reasons.explain(job["exit_code"], job.get("exit_reason"))
 
 
 def events_table(events: list[dict[str, Any]]) -> Table:

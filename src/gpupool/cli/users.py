@@ -24,7 +24,9 @@ _URL = "http://127.0.0.1:7070"
 def add(
     name: str,
     role: Annotated[Role, typer.Option(help="what the user may do")] = Role.MEMBER,
-    unix_user: Annotated[str | None, typer.Option(help="the Unix account their jobs run as (later)")] = None,
+    unix_user: Annotated[
+        str | None, typer.Option(help="the Unix account their jobs run as [default: the one of the same name]")
+    ] = None,
     url: UrlOpt = _URL,
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -71,6 +73,18 @@ def set_role(name: str, role: Role, url: UrlOpt = _URL) -> None:
     with client(url) as c:
         c.set_user_role(name, role.value)
     console.print(f"user {name} is now {role.value}")
+
+
+@user_app.command("set-unix-user")
+def set_unix_user(
+    name: str,
+    account: Annotated[str | None, typer.Argument(help="a Unix account on the nodes; left out: the same name")] = None,
+    url: UrlOpt = _URL,
+) -> None:
+    """Choose the Unix account a user's jobs run as, from their next job on."""
+    with client(url) as c:
+        c.set_unix_user(name, account)
+    console.print(f"{name}'s jobs now run as the Unix account {account or name}")
 
 
 @user_app.command("delete")

@@ -144,6 +144,9 @@ class GpupoolClient:
     def set_user_role(self, name: str, role: str) -> dict[str, Any]:
         return dict(self._call("PUT", f"/api/v1/users/{name}/role", json={"role": role}))
 
+    def set_unix_user(self, name: str, unix_user: str | None) -> dict[str, Any]:
+        return dict(self._call("PUT", f"/api/v1/users/{name}/unix-user", json={"unix_user": unix_user}))
+
     def delete_user(self, name: str) -> None:
         self._send("DELETE", f"/api/v1/users/{name}")
 

@@ -91,6 +91,7 @@ class Applier:
                 cpus=p.cpus,
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
+                run_as=ticket.run_as,
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
             )
             try:

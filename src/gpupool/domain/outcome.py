@@ -16,6 +16,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState, StopReason, may_replace
 from gpupool.domain.records import WorkerRecord, WorkerStatus
 
@@ -69,7 +70,7 @@ def judge(
     if first_bad is not None:
         where = f"worker {first_bad.placement.worker} on {first_bad.placement.node}"
         what = f"{where} was lost" if first_bad.status is WorkerStatus.LOST else f"{where} exited with code {code}"
-        what += " (out of memory: its --memory limit)" if why == "oom" else ""
+        what += f" ({exit_reasons.MEANING[why]})" if why in exit_reasons.MEANING else ""
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
         lost = what if first_bad.status is WorkerStatus.LOST else ""

@@ -57,6 +57,7 @@ class JobRecord:
     started_at: datetime | None
     finished_at: datetime | None
     exit_reason: str | None = None  # of the worker whose exit ended it: "oom"
+    run_as: str | None = None  # the Unix account its workers run as, fixed at submit; None: the node's user
 
     @property
     def cancel_requested(self) -> bool:

@@ -1,8 +1,9 @@
 """Files only their owner may read: the head's data dir and secrets, each worker's run directory
 and log (README "What a job sees").
 
-Everything belongs to the head's user today. Jobs will run as their owner's user in a later step:
-``hand_over`` is the one place that then gives a worker's run directory and log to that user.
+Everything here belongs to the head's (the node runtime's) user, even when jobs run as their
+owners: a job's run directory holds what its supervisor trusts (its process group, its exit), and
+its owner reads the log through the head, which checks who asks.
 """
 
 from __future__ import annotations
@@ -87,12 +88,3 @@ def secure_data_dir(data_dir: Path, secrets: tuple[str, ...]) -> None:
         private_dir(data_dir)
     for name in secrets:
         tighten(data_dir / name, FILE_MODE, warn=True)
-
-
-def hand_over(paths: list[Path], uid: int | None, gid: int | None) -> None:
-    """Give a worker's run directory and log to the user the job runs as. ``None`` (today, every
-    job runs as the head's user): they stay the head's."""
-    if uid is None and gid is None:
-        return
-    for path in paths:
-        os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpupool.node.accounts import Account
+
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
 SUPERVISOR_PID = "supervisor.pid"  # the supervisor's pid (for a detached one, written by its parent)
 SUPERVISOR_ERR = "supervisor.err"  # the supervisor's own stderr
@@ -57,6 +59,7 @@ class RunSpec(NamedTuple):
     pids_max: int = 0  # with a cgroup: the most processes and threads the worker may have; 0: no limit
     devices_allow: tuple[str, ...] = ()  # with a cgroup: the job's GPU device files
     devices_deny: tuple[str, ...] = ()  # with a cgroup: the node's other GPU device files
+    account: Account | None = None  # the Unix account the worker runs as; None: the supervisor's own
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -77,6 +80,8 @@ class RunSpec(NamedTuple):
             data["pids_max"] = self.pids_max
             data["devices_allow"] = list(self.devices_allow)
             data["devices_deny"] = list(self.devices_deny)
+        if self.account is not None:
+            data["account"] = self.account.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -99,6 +104,7 @@ class RunSpec(NamedTuple):
             pids_max=int(data.get("pids_max") or 0),
             devices_allow=tuple(str(d) for d in data.get("devices_allow") or ()),
             devices_deny=tuple(str(d) for d in data.get("devices_deny") or ()),
+            account=Account.from_json(data["account"]) if data.get("account") else None,
         )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import pwd
 import re
 import signal
 import socket
@@ -19,14 +18,16 @@ import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import cgroups, private, rundir
+from gpupool.node import accounts, cgroups, private, rundir
 from gpupool.node.gpu.probe import GpuProbe
+from gpupool.node.walls import confinement, isolation
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class LaunchRequest:
     memory_mib: int
     grace_s: float
     header: str
+    run_as: str | None = None  # the job's Unix account, fixed at submit; None: this runtime's own user
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,8 @@ class NodeRuntime:
         # Each worker in a cgroup of its own where the node can make them (root, a cgroup fs):
         # named by node and data dir, so two heads' virtual nodes on one machine never share one.
         self.layout = confinement(cgroups_wanted)
+        # Root runs each job as its owner's account; anyone else runs every job as itself.
+        self.as_owners = accounts.privileged()
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
 
@@ -105,7 +109,7 @@ class NodeRuntime:
             tuple(self._gpus),
             self._cpus,
             self._memory_mib,
-            isolation=isolation(self.layout),
+            isolation=isolation(self.layout, self.as_owners),
         )
 
     def sample(self, busy: Collection[int]) -> list[GpuSample]:
@@ -129,13 +133,21 @@ class NodeRuntime:
         return self.find_in(self.run_dir(job_id, attempt, worker))
 
     def launch(self, req: LaunchRequest) -> dict[str, Any]:
-        # Run dir and log: the job's owner's only (today the head's user; ``hand_over`` is the seam).
+        # Run dir and log stay the runtime's, 0700/0600, even when the job runs as its owner: a job
+        # that could write its supervisor's records (the worker's process group) could make root
+        # signal any process. Its owner reads the log through the head.
         run_dir = private.private_dir(self.run_dir(req.job_id, req.attempt, req.worker), below=self.data_dir)
         log = self.log_path(req.job_id, req.worker)
         private.private_dir(log.parent, below=self.data_dir)
         private.private_file(log)
-        private.hand_over([run_dir, log], uid=None, gid=None)
         env = dict(self._base_env)
+        account = None
+        if req.run_as is not None and self.as_owners:
+            account = accounts.lookup(req.run_as)
+            if account is None:
+                why = f"no Unix account {req.run_as!r} on node {self.name}: an admin creates it, or maps the user"
+                return _refuse(run_dir, log, req.header, why, NO_ACCOUNT)
+            env.update(account.env())
         env.update(req.env)
         spec = rundir.RunSpec(
             argv=req.argv,
@@ -147,6 +159,7 @@ class NodeRuntime:
             grace_s=req.grace_s,
             header=req.header,
             lease=None if self._lease_timeout_s is None else rundir.Lease(str(self.lease_path), self._lease_timeout_s),
+            account=account,
             **self._confine(req),
         )
         spec_path = run_dir / rundir.SPEC
@@ -295,36 +308,9 @@ class NodeRuntime:
                     group.remove()
 
 
+NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
 PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
 _GPU_DEV = re.compile(r"nvidia(\d+)")
-
-
-def isolation(layout: cgroups.Layout | None) -> dict[str, str]:
-    """What this node enforces around each job, said plainly: the cgroup mechanisms where workers
-    get a group; otherwise the per-process limits, with how a job gets past them."""
-    who = pwd.getpwuid(os.geteuid()).pw_name
-    users = f"none (every job runs as {who})"
-    if layout is not None:
-        return {"users": users, **layout.isolation()}
-    return {
-        "users": users,
-        "memory": "rlimit data, per process (a shared mapping or a child escapes it)",
-        "cpus": "affinity (a job can widen it)",
-        "devices": "none (CUDA_VISIBLE_DEVICES only)",
-        "kill": "process group (a new session escapes it)",
-    }
-
-
-def confinement(wanted: bool = True) -> cgroups.Layout | None:
-    """The cgroup layout workers are confined in, or None: not wanted, not root (only root may
-    make groups and move processes into them), or no hierarchy where gpupool can make its group."""
-    if not wanted or os.geteuid() != 0:
-        return None
-    try:
-        layout = cgroups.detect()
-    except OSError:
-        return None
-    return layout if any(v != "none" for v in layout.isolation().values()) else None
 
 
 def stop_leftovers(data_dir: Path, note: str) -> int:
@@ -342,6 +328,16 @@ def stop_leftovers(data_dir: Path, note: str) -> int:
         rundir.write_exit(run_dir, rundir.ExitRecord(None, fenced=True, note=note))
         stopped += 1
     return stopped
+
+
+def _refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dict[str, Any]:
+    """A worker that cannot start, recorded as if its supervisor had tried (exit 126, with why in
+    its log), so the head learns it through the same ``poll`` as any other exit."""
+    with open(log, "a") as f:
+        f.write(f"{header}\ngpupool: {why}; not starting the worker\n")
+    record = rundir.ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
+    rundir.write_exit(run_dir, record)
+    return {"pid": 0, "run_dir": str(run_dir)}
 
 
 def _supervisor_running(pid: int, run_dir: Path) -> bool:

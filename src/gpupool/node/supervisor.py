@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from gpupool.node import cgroups, rundir
+from gpupool.node.accounts import Account
 
 
 def main(spec_path: str) -> int:
@@ -85,6 +86,9 @@ def _teardown(group: cgroups.WorkerGroup, spec: rundir.RunSpec, log: Any) -> str
 
 def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup | None) -> tuple[int, bool]:
     cwd = spec.cwd
+    if cwd is None and spec.account is not None:
+        # Not the head's working directory, which its owner may not even enter: their home.
+        cwd = spec.account.home if os.path.isdir(spec.account.home) else "/"
     if cwd and not os.path.isdir(cwd):
         log.write(f"gpupool: working directory {cwd} does not exist on this node\n".encode())
         return 126, False
@@ -105,13 +109,14 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group),
+            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group, spec.account, cwd),
         )
     except FileNotFoundError:
         log.write(f"gpupool: command not found: {spec.argv[0]}\n".encode())
         return 127, False
     except PermissionError as exc:
-        log.write(f"gpupool: cannot run {spec.argv[0]}: {exc.strerror}\n".encode())
+        where = f" as {spec.account.name} in {cwd or os.getcwd()}" if spec.account is not None else ""
+        log.write(f"gpupool: cannot run {spec.argv[0]}{where}: {exc.strerror}\n".encode())
         return 126, False
     killer.attach(child.pid)
     rundir.write_child(run, rundir.ChildRecord(pid=child.pid, pgid=child.pid))
@@ -144,9 +149,12 @@ class _Lease:
         return f"this node lost contact with the cluster for more than {self.timeout_s:g}s"
 
 
-def _limits(cpus: list[int], memory_mib: int, group: cgroups.WorkerGroup | None) -> Any:
+def _limits(
+    cpus: list[int], memory_mib: int, group: cgroups.WorkerGroup | None, account: Account | None, cwd: str | None
+) -> Any:
     """Between fork and exec: into the cgroup first (which holds memory, cores and processes),
-    else the per-process limits, which a job can escape (a child's own affinity, a shared mapping)."""
+    else the per-process limits, which a job can escape (a child's own affinity, a shared mapping);
+    last, down to the owner's account, once nothing left needs root."""
 
     def apply() -> None:
         if group is not None:
@@ -157,6 +165,10 @@ def _limits(cpus: list[int], memory_mib: int, group: cgroups.WorkerGroup | None)
             # RLIMIT_DATA, not RLIMIT_AS: CUDA reserves large virtual ranges it never touches.
             limit = memory_mib * 2**20
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        if account is not None:
+            account.become()
+            if cwd:
+                os.chdir(cwd)  # again, as the owner: Popen entered it as root
 
     return apply
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from gpupool.clock import Clock
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
+from gpupool.services.accounts import JobAccounts
 from gpupool.store.db import Database
 
 
@@ -28,3 +29,4 @@ class HeadContext:
     wake_controller: Callable[[], None]
     ray: RayCluster | None = None  # None on the local backend
     idle: IdleSettings = field(default_factory=IdleSettings)  # what the head counts as an idle GPU
+    accounts: JobAccounts = field(default_factory=JobAccounts)  # whose Unix account each job runs as

@@ -28,7 +28,8 @@ def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
     with ctx.db.tx() as s:
         require_submit(s, who, spec.project)
         _check_satisfiable(spec, node_repo.load_nodes(s))
-        job = job_repo.insert_job(s, spec, who.user, ctx.clock.now())
+        run_as = ctx.accounts.run_as(who.user, who.unix_user)
+        job = job_repo.insert_job(s, spec, who.user, ctx.clock.now(), run_as=run_as)
     ctx.wake_controller()
     return job
 

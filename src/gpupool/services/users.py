@@ -53,6 +53,8 @@ def add_user(ctx: HeadContext, who: Principal, name: str, role: Role, unix_user:
     _require(who, Scope.ADMIN, "add users")
     check_user_name(name)
     check_unix_user(unix_user)
+    if unix_user is not None and ctx.accounts.owners:
+        ctx.accounts.check(name, unix_user)
     now = ctx.clock.now()
     with ctx.db.tx() as s:
         user = user_repo.add_user(s, name, role, unix_user, now)
@@ -70,6 +72,17 @@ def set_role(ctx: HeadContext, who: Principal, name: str, role: Role) -> User:
     _require(who, Scope.ADMIN, "change a user's role")
     with ctx.db.tx() as s:
         return user_repo.set_role(s, name, role, ctx.clock.now())
+
+
+def set_unix_user(ctx: HeadContext, who: Principal, name: str, unix_user: str | None) -> User:
+    """Which Unix account ``name``'s next jobs run as; refused when the head can tell that it
+    does not exist."""
+    _require(who, Scope.ADMIN, "map users to Unix accounts")
+    check_unix_user(unix_user)
+    if ctx.accounts.owners:
+        ctx.accounts.check(name, ctx.accounts.account_of(name, unix_user))
+    with ctx.db.tx() as s:
+        return user_repo.set_unix_user(s, name, unix_user, ctx.clock.now())
 
 
 def delete_user(ctx: HeadContext, who: Principal, name: str) -> None:

@@ -65,4 +65,5 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         exit_reason=row.exit_reason,
+        run_as=row.run_as,
     )

@@ -18,8 +18,9 @@ from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
 
-def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime) -> JobRecord:
+def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime, run_as: str | None = None) -> JobRecord:
     row = JobRow(
+        run_as=run_as,
         **spec_columns(spec),
         owner=owner,
         state=JobState.PENDING.value,

@@ -65,6 +65,7 @@ class JobRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
+    run_as: Mapped[str | None] = mapped_column(String(32), nullable=True)  # Unix account (0011)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared

@@ -32,6 +32,7 @@ class Principal:
     role: str
     scope: Scope | None = field(default=None, compare=False)  # None: the widest the role allows
     token_id: int | None = field(default=None, compare=False)
+    unix_user: str | None = field(default=None, compare=False)  # the account their jobs run as, if mapped
 
     @property
     def is_admin(self) -> bool:
@@ -112,7 +113,8 @@ def principal_for(session: Session, token: str, now: datetime) -> Principal | No
     role = user.role if user is not None else row.role
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
         session.execute(update(TokenRow).where(TokenRow.id == row.id).values(last_used_at=now))
-    return Principal(row.user, role, Scope(row.scope) if row.scope else None, row.id)
+    unix_user = user.unix_user if user is not None else None
+    return Principal(row.user, role, Scope(row.scope) if row.scope else None, row.id, unix_user)
 
 
 def list_tokens(session: Session, user: str | None) -> list[TokenInfo]:

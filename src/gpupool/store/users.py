@@ -63,6 +63,16 @@ def set_role(session: Session, name: str, role: Role, now: datetime) -> User:
     return _user(row)
 
 
+def set_unix_user(session: Session, name: str, unix_user: str | None, now: datetime) -> User:
+    """Map a user to a Unix account (None: the account of the same name). Jobs already submitted
+    keep the account they were submitted with."""
+    row = _row(session, name, lock=True)
+    row.unix_user = unix_user
+    what = f"the Unix account {unix_user}" if unix_user else "the Unix account of the same name"
+    add_event(session, now, kind="user_unix_user_set", message=f"user {name}'s jobs now run as {what}")
+    return _user(row)
+
+
 def delete_user(session: Session, name: str, now: datetime) -> None:
     """Refused while the user owns pending or running jobs; their tokens go with them."""
     row = _row(session, name, lock=True)

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobState, Placement, StopReason
 from gpupool.domain.nodes import NodeState
@@ -26,6 +27,7 @@ class StartTicket:
     attempt: int
     preempted: bool
     workers: tuple[tuple[int, Placement], ...]
+    run_as: str | None = None  # the Unix account its workers run as (fixed at submit)
 
 
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
@@ -72,7 +74,8 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         )
     session.add_all(rows)
     session.flush()
-    return StartTicket(row.starts, preempted, tuple((w.id, p) for w, p in zip(rows, placements, strict=True)))
+    workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
+    return StartTicket(row.starts, preempted, workers, run_as=row.run_as)
 
 
 def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:
@@ -111,8 +114,12 @@ def record_exit(
     row.exit_code, row.exit_reason, row.finished_at = exit_code, exit_reason, now
     if lost:
         kind, what = "lost", f"was lost ({reason or _why_lost(session, row.node)})"
-    elif exit_reason == "oom":
+    elif exit_reason == exit_reasons.OOM:
         kind, what = "oom", f"ran out of memory and was killed (code {exit_code}): raise --memory, or use less"
+    elif exit_reason == exit_reasons.GPU_OOM:
+        kind, what = "gpu_oom", f"used more than its share of GPU memory and was stopped (code {exit_code})"
+    elif exit_reason == exit_reasons.NO_UNIX_ACCOUNT:
+        kind, what = "no_account", "could not start: its owner has no Unix account on that node (see its log)"
     else:
         kind, what = "worker_exit", f"exited with code {exit_code}"
     add_event(
@@ -126,11 +133,12 @@ def record_exit(
 
 
 def kills_by_reason(session: Session) -> dict[tuple[str, str], int]:
-    """Workers their node killed for a reason it knows (``oom``), by (reason, project), every one kept."""
+    """Workers their node killed for a reason it knows (``oom``, ``gpu_oom``), by (reason, project),
+    every one kept."""
     query = (
         select(WorkerRow.exit_reason, JobRow.project, func.count(WorkerRow.id))
         .join(JobRow, JobRow.id == WorkerRow.job_id)
-        .where(WorkerRow.exit_reason.is_not(None))
+        .where(WorkerRow.exit_reason.in_(exit_reasons.KILLED))
         .group_by(WorkerRow.exit_reason, JobRow.project)
     )
     return {(str(reason), project): int(n) for reason, project, n in session.execute(query)}

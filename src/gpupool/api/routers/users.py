@@ -5,7 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.users import RoleSet, TokenCreate, TokenCreated, TokenOut, UserAdd, UserCreated, UserOut
+from gpupool.api.schemas.users import (
+    RoleSet,
+    TokenCreate,
+    TokenCreated,
+    TokenOut,
+    UnixUserSet,
+    UserAdd,
+    UserCreated,
+    UserOut,
+)
 from gpupool.services import users as user_service
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
@@ -36,6 +45,11 @@ def enable(name: str, ctx: Ctx, who: Caller) -> UserOut:
 @router.put("/users/{name}/role", response_model=UserOut)
 def set_role(name: str, body: RoleSet, ctx: Ctx, who: Caller) -> UserOut:
     return UserOut.of(user_service.set_role(ctx, who, name, body.role))
+
+
+@router.put("/users/{name}/unix-user", response_model=UserOut)
+def set_unix_user(name: str, body: UnixUserSet, ctx: Ctx, who: Caller) -> UserOut:
+    return UserOut.of(user_service.set_unix_user(ctx, who, name, body.unix_user))
 
 
 @router.delete("/users/{name}", status_code=204, response_class=Response)

@@ -91,6 +91,9 @@ class JobOut(BaseModel):
     exit_reason: str | None = Field(
         None, description="why its last attempt ended, when the node knows: oom (killed at its --memory limit)"
     )
+    run_as: str | None = Field(
+        None, description="the Unix account its workers run as; null: the node's own user (single-user mode)"
+    )
     restarts: int
     starts: int
     cancel_requested: bool
@@ -117,6 +120,7 @@ class JobOut(BaseModel):
             reason=job.reason,
             exit_code=job.exit_code,
             exit_reason=job.exit_reason,
+            run_as=job.run_as,
             restarts=job.restarts,
             starts=job.starts,
             cancel_requested=job.cancel_requested,

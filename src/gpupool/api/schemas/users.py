@@ -19,6 +19,12 @@ class UserAdd(BaseModel):
     unix_user: str | None = Field(None, max_length=MAX_UNIX_USER)
 
 
+class UnixUserSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    unix_user: str | None = Field(description="null: the Unix account of the user's own name", max_length=MAX_UNIX_USER)
+
+
 class RoleSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

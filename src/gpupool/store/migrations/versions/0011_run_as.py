@@ -1,0 +1,25 @@
+"""the Unix account each job runs as, fixed at submit: jobs.run_as
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-11-24 05:00:00.000000
+
+Null for jobs submitted before, and in single-user mode: they run as the node's own user, as
+they always did. Plain ``op.add_column`` of a nullable column (see 0002 and 0003).
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("run_as", sa.String(length=32), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("jobs", "run_as")
