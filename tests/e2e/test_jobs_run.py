@@ -7,6 +7,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -162,6 +163,37 @@ def test_memory_limit_stops_a_worker_that_allocates_beyond_it(head: HeadProcess)
             assert "137 (out of memory: its --memory limit)" in shown.stdout, shown
             metrics = httpx.get(f"{head.url}/metrics", headers={"Authorization": f"Bearer {head.token()}"}).text
             assert 'gpupool_worker_kills_total{project="default",reason="oom"} 1.0' in metrics
+
+
+def test_show_top_and_metrics_say_what_each_worker_uses_from_its_cgroup(head_factory: type[HeadProcess]) -> None:
+    """A worker holding ~150 MiB and spinning one core reads so in ``show``, ``top`` and /metrics."""
+    if confinement() is None:
+        pytest.skip("workers get no cgroup here (not root, or no cgroup fs): nothing measures them")
+    head = head_factory(extra=["--telemetry-every", "1s"]).start()
+    busy = "x = bytearray(150 * 2**20); print('holding', flush=True)\nwhile True: x[0] = (x[0] + 1) % 256"
+    with head.client() as c:
+        job_id = c.submit(command=[sys.executable, "-c", busy], gpus=1, memory="1G", cpus=1)["id"]
+        wait_state(c, job_id, ("running",))
+
+        def measured() -> dict[str, Any] | None:
+            usage = c.job(job_id)["usage"]
+            return usage[0] if usage and usage[0]["cpu_pct"] is not None else None
+
+        usage = wait_for(measured, timeout=30, what="two cgroup readings of the worker")
+        assert usage["worker"] == 0
+        assert 150 <= usage["memory_mib"] <= 1024 and usage["memory_peak_mib"] >= usage["memory_mib"], usage
+        assert 40 <= usage["cpu_pct"] <= 110, usage  # one core, spinning (a slow machine shares it)
+        shown = head.cli("show", str(job_id)).stdout
+        assert "worker 0: memory " in shown and " of 1024 MiB (peak " in shown, shown
+        top = json.loads(head.cli("top", "--once", "-o", "json").stdout)
+        (holder,) = [j for n in top["nodes"] for g in n["gpus"] for j in g["jobs"] if j["id"] == job_id]
+        assert holder["memory_mib"] >= 150 and holder["cpu_pct"] is not None
+        metrics = httpx.get(f"{head.url}/metrics", headers={"Authorization": f"Bearer {head.token()}"}).text
+        node = c.job(job_id)["placements"][0]["node"]
+        labels = f'job="{job_id}",node="{node}",project="default",user="admin",worker="0"'
+        assert f"gpupool_worker_memory_bytes{{{labels}}}" in metrics, metrics
+        assert f"gpupool_worker_cpu_percent{{{labels}}}" in metrics
+        c.cancel(job_id)
 
 
 def test_nothing_a_job_started_outlives_its_cancel(head: HeadProcess, tmp_path: Path) -> None:

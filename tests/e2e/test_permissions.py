@@ -61,24 +61,29 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory, unix_accounts: TestAccounts) -> Iterator[World]:
     head = HeadProcess(tmp_path_factory.mktemp("permissions") / "data").start()
     http = httpx.Client(base_url=head.url, timeout=10, follow_redirects=False)
-    tokens: dict[str, str | None] = {"admin": head.token(), "join": (head.data_dir / "join-token").read_text().strip()}
-    w = World(head, http, tokens, 0)
-    w.admin("PUT", "/api/v1/projects/lab", {"quota": 1})
-    w.admin("PUT", "/api/v1/projects/vision", {"quota": 1})
-    for name, role in [("mia", "member"), ("max", "member"), ("kim", "member"), ("val", "viewer")]:
-        person = {"name": name, "role": role, "unix_user": unix_accounts.make(name)}
-        tokens[name] = w.admin("POST", "/api/v1/users", person).json()["token"]
-    w.admin("PUT", "/api/v1/projects/lab/members/mia", {"role": "manager"})
-    w.admin("PUT", "/api/v1/projects/lab/members/max", {"role": "member"})
-    w.admin("PUT", "/api/v1/projects/vision/members/kim", {"role": "member"})
-    tokens["admin_read"] = w.admin("POST", "/api/v1/tokens", {"scope": "read", "name": "wall"}).json()["token"]
-    tokens["nobody"] = None
-    w.job = w.max_job()
-    with head.client() as client:
-        wait_state(client, w.job, ("running",))
-    yield w
-    http.close()
-    head.kill_everything()
+    try:  # a failing setup must not leave the head running
+        tokens: dict[str, str | None] = {
+            "admin": head.token(),
+            "join": (head.data_dir / "join-token").read_text().strip(),
+        }
+        w = World(head, http, tokens, 0)
+        w.admin("PUT", "/api/v1/projects/lab", {"quota": 1})
+        w.admin("PUT", "/api/v1/projects/vision", {"quota": 1})
+        for name, role in [("mia", "member"), ("max", "member"), ("kim", "member"), ("val", "viewer")]:
+            person = {"name": name, "role": role, "unix_user": unix_accounts.make(name)}
+            tokens[name] = w.admin("POST", "/api/v1/users", person).json()["token"]
+        w.admin("PUT", "/api/v1/projects/lab/members/mia", {"role": "manager"})
+        w.admin("PUT", "/api/v1/projects/lab/members/max", {"role": "member"})
+        w.admin("PUT", "/api/v1/projects/vision/members/kim", {"role": "member"})
+        tokens["admin_read"] = w.admin("POST", "/api/v1/tokens", {"scope": "read", "name": "wall"}).json()["token"]
+        tokens["nobody"] = None
+        w.job = w.max_job()
+        with head.client() as client:
+            wait_state(client, w.job, ("running",))
+        yield w
+    finally:
+        http.close()
+        head.kill_everything()
 
 
 def expected(rule: Rule, caller: str, method: str) -> bool:

@@ -143,6 +143,8 @@ class FakeGpu:
     energy_mj: int | None = 9_000_000
     ecc: int | None = 0
     events: bool = True
+    compute: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes it holds (None: unknown)
+    graphics: dict[int, int | None] | None = field(default_factory=dict)  # None: not supported
 
 
 @dataclass
@@ -155,6 +157,12 @@ class Event:
     device: int
     eventType: int
     eventData: int
+
+
+@dataclass
+class _Process:
+    pid: int
+    usedGpuMemory: int | None
 
 
 @dataclass
@@ -211,6 +219,15 @@ class FakeNvml:
     def nvmlDeviceGetTotalEccErrors(self, handle: int, kind: int, counter: int) -> int:
         assert (kind, counter) == (self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, self.NVML_VOLATILE_ECC)
         return self._supported(self.gpus[handle].ecc)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [_Process(pid, used) for pid, used in self.gpus[handle].compute.items()]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[Any]:
+        graphics = self.gpus[handle].graphics
+        if graphics is None:
+            raise NVMLError_NotSupported("not supported")
+        return [_Process(pid, used) for pid, used in graphics.items()]
 
     def nvmlEventSetCreate(self) -> str:
         return "event-set"

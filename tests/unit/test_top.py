@@ -42,7 +42,17 @@ NODES = [
     {"name": "node-1", "state": "up", "simulated": True, "gpus": [gpu(0, [7]), gpu(1, []), gpu(2, [])]},
     {"name": "node-2", "state": "down", "simulated": True, "gpus": [gpu(0, [9], model="A100")]},
 ]
-JOBS = [{"id": 7, "name": "train", "owner": "alice"}]
+JOBS = [
+    {
+        "id": 7,
+        "name": "train",
+        "owner": "alice",
+        "usage": [  # two workers' cgroups; the second's CPU not measured yet
+            {"worker": 0, "memory_mib": 2048, "memory_peak_mib": 3000, "cpu_pct": 95.0, "at": NOW.isoformat()},
+            {"worker": 1, "memory_mib": 1024, "memory_peak_mib": 1024, "cpu_pct": None, "at": NOW.isoformat()},
+        ],
+    }
+]
 SAMPLES = [
     sample("node-1", 0, 50.0, 40960, 400.0),
     sample("node-1", 1, 0.0, 0, 70.0),
@@ -80,7 +90,7 @@ def test_snapshot_joins_jobs_and_readings_and_sums_up() -> None:
         "power_w": 470.0,
     }
     first, second, third = snap["nodes"][0]["gpus"]
-    assert first["jobs"] == [{"id": 7, "name": "train", "user": "alice"}]
+    assert first["jobs"] == [{"id": 7, "name": "train", "user": "alice", "memory_mib": 3072, "cpu_pct": 95.0}]
     assert (first["utilization_pct"], first["memory_used_mib"], first["sampled_at"]) == (
         50.0,
         40960,
@@ -90,14 +100,16 @@ def test_snapshot_joins_jobs_and_readings_and_sums_up() -> None:
     assert third["utilization_pct"] is None and third["sampled_at"] is None and third["memory_total_mib"] == 81920
     (down,) = snap["nodes"][1]["gpus"]
     assert down["utilization_pct"] is None and down["power_w"] is None  # stale: not shown as current
-    assert down["jobs"] == [{"id": 9, "name": None, "user": None}]  # not in the jobs listing any more
+    assert down["jobs"] == [
+        {"id": 9, "name": None, "user": None, "memory_mib": None, "cpu_pct": None}
+    ]  # not in the jobs listing any more
 
 
 def test_the_view_has_a_header_and_a_row_per_gpu() -> None:
     header, columns, *rows = render(snapshot(NODES, JOBS, SAMPLES, NOW))
     assert header.startswith("gpupool top · 2 nodes (1 up) · 4 GPUs (simulated) · 2 allocated")
     assert "mean utilisation 25% · power 470 W" in header
-    assert columns.split() == ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "USER", "NAME"]
+    assert columns.split() == ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "USER", "NAME", "USE"]
     assert len(rows) == 4
     busy, idle, unread, down = (r.split() for r in rows)
     assert busy == [
@@ -112,10 +124,12 @@ def test_the_view_has_a_header_and_a_row_per_gpu() -> None:
         "7",
         "alice",
         "train",
+        "95%",
+        "3.0G",
     ]
     assert idle == ["1", "Simulated-H100", "░░░░░░░░░░", "0%", "0.0/80.0G", "30°C", "70W", "-"]
     assert unread == ["2", "Simulated-H100", "-", "-/80.0G", "-", "-", "-"]
-    assert down == ["node-2", "(down)", "0", "A100", "simulated", "-", "-/80.0G", "-", "-", "9", "?", "?"]
+    assert down == ["node-2", "(down)", "0", "A100", "simulated", "-", "-/80.0G", "-", "-", "9", "?", "?", "-", "-"]
 
 
 def test_no_readings_at_all_shows_dashes_in_the_header() -> None:
@@ -143,5 +157,5 @@ def test_idle_gpus_and_active_alerts_are_marked() -> None:
     assert [g["idle_for_s"] for g in snap["nodes"][0]["gpus"]] == [754.0, None, None]
     header, _, busy, *_, last = render(snap)
     assert "2 allocated (1 idle)" in header and "· 1 alert ·" in header
-    assert busy.rstrip().endswith("train idle 12m")
+    assert busy.rstrip().endswith("train idle 12m  95% 3.0G"), busy
     assert last == "! node node-2 is down: lost; its jobs were requeued or failed"

@@ -215,7 +215,30 @@ def idle_and_alert_families(figures: ClusterFigures) -> Iterator[Metric]:
     counted = {(r, v.project.name): 0 for r in exit_reasons.KILLED for v in figures.projects} | figures.kills
     for (reason, project), n in sorted(counted.items()):
         kills.add_metric([reason, project], n)
-    yield from (idle, seconds, active, raised, kills)
+    yield from (idle, seconds, active, raised, kills, *_worker_usage(figures))
+
+
+def _worker_usage(figures: metrics_service.ClusterFigures) -> tuple[GaugeMetricFamily, ...]:
+    """Each running worker's memory and CPU from its cgroup, as of the last telemetry reading."""
+    labels = ["job", "worker", "node", "project", "user"]
+    memory = GaugeMetricFamily("gpupool_worker_memory_bytes", "Memory a running worker's cgroup uses", labels=labels)
+    peak = GaugeMetricFamily(
+        "gpupool_worker_memory_peak_bytes", "The most memory a running worker's cgroup has used", labels=labels
+    )
+    cpu = GaugeMetricFamily(
+        "gpupool_worker_cpu_percent",
+        "CPU a running worker used since the reading before (100: one core)",
+        labels=labels,
+    )
+    for live in figures.usage:
+        u = live.usage
+        values = [str(live.job_id), str(u.worker), live.node, live.project, live.owner]
+        for family, value in ((memory, u.memory_mib), (peak, u.memory_peak_mib)):
+            if value is not None:
+                family.add_metric(values, value * 2**20)
+        if u.cpu_pct is not None:
+            cpu.add_metric(values, u.cpu_pct)
+    return memory, peak, cpu
 
 
 # dcgm-exporter's names, units and types, so that Grafana dashboards made for it work unchanged.

@@ -137,6 +137,8 @@ def job_detail(job: dict[str, Any]) -> Table:
             f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
         ),
         ("placements", placement_text(job) or "-"),
+        *([("in use", usage_text(job))] if job.get("usage") else []),
+        *([("runs as", job["run_as"])] if job.get("run_as") else []),
         *([("checkpoint dir", job["checkpoint_dir"])] if job.get("checkpoint_dir") else []),
         ("restarts", f"{job['restarts']} of {job['max_restarts']} (starts: {job['starts']})"),
         ("exit code", _exit(job)),
@@ -149,6 +151,17 @@ def job_detail(job: dict[str, Any]) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def usage_text(job: dict[str, Any]) -> str:
+    """Each running worker's memory and CPU from its cgroup, against what it asked for."""
+    limit = f" of {job['memory_mib']}" if job["memory_mib"] else ""
+    parts = []
+    for u in job["usage"]:
+        memory = "-" if u["memory_mib"] is None else f"{u['memory_mib']}{limit} MiB (peak {u['memory_peak_mib']})"
+        cpu = "-" if u["cpu_pct"] is None else f"{u['cpu_pct']:g}%"
+        parts.append(f"worker {u['worker']}: memory {memory}, CPU {cpu}")
+    return "; ".join(parts)
 
 
 def _exit(job: dict[str, Any]) -> str:

@@ -101,8 +101,19 @@ def snapshot(
 
 
 def _job(job_id: int, job: dict[str, Any] | None) -> dict[str, Any]:
-    """A job on a GPU; name and user are null when the jobs listing no longer has it (it just ended)."""
-    return {"id": job_id, "name": None if job is None else job["name"], "user": None if job is None else job["owner"]}
+    """A job on a GPU; name and user are null when the jobs listing no longer has it (it just ended).
+    Its memory (MiB) and CPU (100 = one core) are its workers' together, from their cgroups; null
+    where none was read."""
+    usage = [] if job is None else job.get("usage") or []
+    memory = [u["memory_mib"] for u in usage if u["memory_mib"] is not None]
+    cpu = [u["cpu_pct"] for u in usage if u["cpu_pct"] is not None]
+    return {
+        "id": job_id,
+        "name": None if job is None else job["name"],
+        "user": None if job is None else job["owner"],
+        "memory_mib": sum(memory) if memory else None,
+        "cpu_pct": round(sum(cpu), 1) if cpu else None,
+    }
 
 
 def _totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -158,12 +169,13 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Table:
     table.add_column("JOB", justify="right", no_wrap=True)
     table.add_column("USER", overflow="ellipsis", min_width=5)
     table.add_column("NAME", overflow="ellipsis", min_width=4)
+    table.add_column("USE", justify="right", no_wrap=True)  # the job's, from its workers' cgroups
     for n in nodes:
         name = Text(n["name"], style="bold")
         if n["state"] != NodeState.UP:
             name.append(f" ({n['state']})", style=STATE_STYLE.get(n["state"], ""))
         if not n["gpus"]:
-            table.add_row(name, "-", "no GPU", *["" for _ in range(7)])
+            table.add_row(name, "-", "no GPU", *["" for _ in range(8)])
         for i, g in enumerate(n["gpus"]):
             table.add_row(
                 name if i == 0 else "",
@@ -176,8 +188,19 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Table:
                 ",".join(str(j["id"]) for j in g["jobs"]) or "-",
                 ",".join(j["user"] or "?" for j in g["jobs"]),
                 _names(g),
+                ",".join(_use(j) for j in g["jobs"]),
             )
     return table
+
+
+def _use(job: dict[str, Any]) -> str:
+    cpu = "-" if job["cpu_pct"] is None else f"{job['cpu_pct']:.0f}%"
+    memory = "-" if job["memory_mib"] is None else _mib(job["memory_mib"])
+    return f"{cpu} {memory}"
+
+
+def _mib(mib: int) -> str:
+    return f"{mib / 1024:.1f}G" if mib >= 1024 else f"{mib}M"
 
 
 def _names(gpu: dict[str, Any]) -> Text:

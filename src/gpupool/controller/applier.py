@@ -92,6 +92,8 @@ class Applier:
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
                 run_as=ticket.run_as,
+                gpu_share=p.gpu_share,
+                gpu_memory_mib=p.gpu_memory_mib,
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
             )
             try:

@@ -1,5 +1,6 @@
 """The controller's telemetry step: every ``every_s`` of clock time, ask the executor for a reading
-of every node that is not down, and write them all to the store (which downsamples and prunes).
+of every node that is not down, and write them all to the store (which downsamples and prunes);
+with it, each live worker's memory and CPU use from its cgroup (``gpupool show``, ``top``, /metrics).
 
 Load → process → apply: one short read (which nodes, which GPUs their live workers hold), the
 executor calls with no session open, one short write. A node that cannot be read is logged (once
@@ -11,11 +12,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpupool.clock import Clock
+from gpupool.domain.records import UsageReading
 from gpupool.domain.telemetry import GpuKey, GpuSample, TelemetryRetention
 from gpupool.executors.base import Executor
 from gpupool.store import telemetry as telemetry_repo
+from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.controller")
@@ -58,12 +62,31 @@ class TelemetrySampler:
         with self._db.tx() as s:
             holders = telemetry_repo.holders(s)
             busy = telemetry_repo.busy_gpus(s, holders)
+            live = worker_repo.live_handles(s)
         samples: list[GpuSample] = []
         for node, held in sorted(busy.items()):
             samples.extend(self._read(node, held))
+        usage: dict[int, UsageReading] = {}
+        for node, workers in sorted(live.items()):
+            usage.update(self._usage(node, workers))
         with self._db.tx() as s:
-            telemetry_repo.write_samples(s, samples, self._clock.now(), self._retention)
+            now = self._clock.now()
+            telemetry_repo.write_samples(s, samples, now, self._retention)
+            worker_repo.write_usage(s, usage, now)
         return Round(samples, holders)
+
+    def _usage(self, node: str, workers: list[tuple[int, dict[str, Any]]]) -> dict[int, UsageReading]:
+        """Each live worker's cgroup reading on ``node`` (those without a cgroup left out)."""
+        try:
+            stats = self._executor.usage(node, [handle for _, handle in workers])
+        except Exception as exc:
+            log.debug("cannot read the workers' use on node %s: %s", node, exc)
+            return {}
+        return {
+            worker_id: (s.memory_bytes, s.memory_peak_bytes, s.cpu_seconds)
+            for (worker_id, _), s in zip(workers, stats, strict=False)
+            if s is not None
+        }
 
     def _read(self, node: str, held: frozenset[int]) -> list[GpuSample]:
         try:

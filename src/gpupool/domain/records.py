@@ -26,6 +26,34 @@ class WorkerStatus(enum.StrEnum):
 LIVE_WORKER_STATES = tuple(s.value for s in WorkerStatus if s.holds_resources)
 
 
+# A worker cgroup's reading as its node gives it: memory now and at its peak (bytes), CPU time (s).
+UsageReading = tuple[int | None, int | None, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerUsage:
+    """What one live worker's cgroup says it uses, as of the last telemetry reading: memory now and
+    at its peak (MiB, its descendants included), and CPU as a percentage of one core since the
+    reading before (None until there were two)."""
+
+    worker: int
+    memory_mib: int | None
+    memory_peak_mib: int | None
+    cpu_pct: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LiveUsage:
+    """A running worker's reading with whose it is (for /metrics)."""
+
+    job_id: int
+    project: str
+    owner: str
+    node: str
+    usage: WorkerUsage
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
     id: int
@@ -58,6 +86,7 @@ class JobRecord:
     finished_at: datetime | None
     exit_reason: str | None = None  # of the worker whose exit ended it: "oom"
     run_as: str | None = None  # the Unix account its workers run as, fixed at submit; None: the node's user
+    usage: tuple[WorkerUsage, ...] = ()  # of its live workers that have a cgroup, by worker
 
     @property
     def cancel_requested(self) -> bool:

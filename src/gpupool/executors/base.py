@@ -12,13 +12,14 @@ Backends are chosen by name from the table in ``gpupool/backends.py``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import Capabilities
+from gpupool.node.cgroups import Stats
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 
 
@@ -45,6 +46,10 @@ class Executor(Protocol):
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
         """A reading of every GPU of ``node``; ``busy``: the GPU indices its live workers hold.
         Empty for a node that is down or silent: a reading is never worth waiting on."""
+        ...
+
+    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+        """What each live worker's cgroup says it uses, in the order of ``handles`` (None: no cgroup)."""
         ...
 
     def close(self) -> None: ...

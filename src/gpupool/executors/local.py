@@ -6,7 +6,7 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gpupool.domain.errors import NotFound
@@ -14,6 +14,7 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import LOCAL
+from gpupool.node.cgroups import Stats
 from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
 
 
@@ -47,6 +48,9 @@ class LocalExecutor:
 
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
         return self._runtime(node).sample(busy)
+
+    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+        return self._runtime(node).usage(handles)
 
     def close(self) -> None:
         for runtime in self._runtimes.values():

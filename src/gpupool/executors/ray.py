@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import RAY
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
+from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
@@ -107,6 +108,9 @@ class NodeAgent:
 
     def sample(self, busy: list[int]) -> list[GpuSample]:
         return self.runtime.sample(busy)
+
+    def usage(self, handles: list[dict[str, Any]]) -> list[Stats | None]:
+        return self.runtime.usage(handles)
 
     def _keep_lease(self) -> None:
         while True:
@@ -251,6 +255,14 @@ class RayExecutor:
                 return []
         samples: list[GpuSample] = self._call(node, agent.sample.remote(sorted(busy)))
         return samples
+
+    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return [None] * len(handles)
+        stats: list[Stats | None] = self._call(node, agent.usage.remote([dict(h) for h in handles]))
+        return stats
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""

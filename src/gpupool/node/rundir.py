@@ -29,6 +29,7 @@ SUPERVISOR_PID = "supervisor.pid"  # the supervisor's pid (for a detached one, w
 SUPERVISOR_ERR = "supervisor.err"  # the supervisor's own stderr
 CHILD = "child.json"  # the worker's pid and process group, once it started
 EXIT = "exit.json"  # how the worker ended; its presence means "ended"
+STOP = "stop.json"  # why the node runtime stopped the worker (over its GPU memory share), before it ends
 LEASE = "lease"  # in the node's data dir, not in a run dir
 DEFAULT_GRACE_S = 10.0
 DEFAULT_LEASE_TIMEOUT_S = 10.0
@@ -200,6 +201,29 @@ def read_exit(run: Path) -> ExitRecord | None:
 
 def write_exit(run: Path, record: ExitRecord) -> None:
     _replace(run / EXIT, record.to_json())
+
+
+class StopRecord(NamedTuple):
+    """Why the node runtime itself stopped a worker (``stop.json``): the exit's reason wins over
+    the supervisor's, which only saw a SIGKILL."""
+
+    reason: str
+    note: str
+
+    def to_json(self) -> str:
+        return json.dumps({"reason": self.reason, "note": self.note})
+
+
+def write_stop(run: Path, record: StopRecord) -> None:
+    _replace(run / STOP, record.to_json())
+
+
+def read_stop(run: Path) -> StopRecord | None:
+    try:
+        data = json.loads((run / STOP).read_text())
+        return StopRecord(str(data["reason"]), str(data.get("note") or ""))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def read_child(run: Path) -> ChildRecord | None:

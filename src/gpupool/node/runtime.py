@@ -25,7 +25,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, cgroups, private, rundir
+from gpupool.node import accounts, cgroups, gpu_share, private, rundir
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import confinement, isolation
 
@@ -43,6 +43,8 @@ class LaunchRequest:
     grace_s: float
     header: str
     run_as: str | None = None  # the job's Unix account, fixed at submit; None: this runtime's own user
+    gpu_share: float = 0.0  # its part of its one GPU, when it shares one (0: whole GPUs, or none)
+    gpu_memory_mib: int = 0  # with a share: the GPU memory it asked for (0: its share of the GPU's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,7 @@ class NodeRuntime:
         self.layout = confinement(cgroups_wanted)
         # Root runs each job as its owner's account; anyone else runs every job as itself.
         self.as_owners = accounts.privileged()
+        self._gpu_watch = gpu_share.GpuShareWatch(probe)
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
 
@@ -149,6 +152,9 @@ class NodeRuntime:
                 return _refuse(run_dir, log, req.header, why, NO_ACCOUNT)
             env.update(account.env())
         env.update(req.env)
+        gpu, limit = self._gpu_limit(req)
+        if limit and gpu_share.mps_running(self._base_env):
+            env.update(gpu_share.mps_env(limit))
         spec = rundir.RunSpec(
             argv=req.argv,
             env=env,
@@ -176,15 +182,25 @@ class NodeRuntime:
                 close_fds=True,
                 env=self._base_env,
             )
+        # Kept in the store: a restarted head hands the limit back and the watch goes on.
+        watched = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
             # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".
             self._launching[str(run_dir)] = child
             threading.Thread(target=child.wait, name="gpupool-reap", daemon=True).start()
-            return {"pid": 0, "run_dir": str(run_dir)}
+            return {"pid": 0, "run_dir": str(run_dir), **watched}
         self._children[child.pid] = child
         (run_dir / rundir.SUPERVISOR_PID).write_text(str(child.pid))
-        return {"pid": child.pid, "run_dir": str(run_dir)}
+        return {"pid": child.pid, "run_dir": str(run_dir), **watched}
+
+    def _gpu_limit(self, req: LaunchRequest) -> tuple[int | None, int]:
+        """The shared GPU of a fractional worker and the most of its memory the worker may hold."""
+        visible = [int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
+        if not req.gpu_share or len(visible) != 1:
+            return None, 0
+        total = next((g.memory_mib for g in self.describe().gpus if g.index == visible[0]), 0)
+        return visible[0], gpu_share.share_limit_mib(req.gpu_share, req.gpu_memory_mib, total)
 
     def _confine(self, req: LaunchRequest) -> dict[str, Any]:
         """The cgroup part of a worker's spec: its group, a process limit, and its GPUs' device
@@ -209,8 +225,10 @@ class NodeRuntime:
         pid = self._pid(handle)
         if recorded is not None:
             self._reap(pid)
+            self._gpu_watch.forget(str(run_dir))
             return recorded
         if pid is None or self._supervisor_alive(pid, run_dir):
+            self._gpu_watch.check(handle)
             return None
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
@@ -230,6 +248,10 @@ class NodeRuntime:
             _signal(pid, signal.SIGTERM)
         else:
             self._kill_worker_group(run_dir, signal.SIGKILL)
+
+    def usage(self, handles: Sequence[Mapping[str, Any]]) -> list[cgroups.Stats | None]:
+        """What each worker's cgroup says it uses (None for one without a cgroup)."""
+        return [gpu_share.worker_stats(Path(h["run_dir"])) for h in handles]
 
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return read_log(self.log_path(job_id, worker), offset, limit)
@@ -358,7 +380,8 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
     if record.lost:
         # Stopped by the node itself (self-fencing, or cleaned on return): the head sees it lost.
         return WorkerExit(exit_code=None, lost=True)
-    return WorkerExit(exit_code=record.exit_code, reason=record.reason)
+    stopped = rundir.read_stop(run_dir)  # the runtime stopped it (over its GPU memory): that is why
+    return WorkerExit(exit_code=record.exit_code, reason=stopped.reason if stopped else record.reason)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

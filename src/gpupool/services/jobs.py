@@ -135,8 +135,19 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
     return LogChunk(data, offset + len(data), job.state.terminal and len(data) < (1 << 20))
 
 
+MIN_MEMORY_MIB = 32  # a Python interpreter alone takes ~10 MiB; below this a worker dies at start
+
+
 def _check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
-    """Refuse at submit what no node could ever run, rather than let it wait forever."""
+    """Refuse at submit what no node could ever run, rather than let it wait forever; and a memory
+    limit so low that the worker would be killed as it starts (a job's memory limit is real here,
+    unlike in a simulation, which keeps the traces' figures)."""
+    if 0 < spec.memory_mib < MIN_MEMORY_MIB:
+        raise InvalidInput(
+            f"--memory {spec.memory_mib}M is below the least a worker can start with ({MIN_MEMORY_MIB}M): "
+            "leave it out for no limit",
+            code="memory_too_low",
+        )
     if not nodes:
         return
     demand = WorkerDemand.of(spec)

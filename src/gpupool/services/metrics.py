@@ -14,7 +14,7 @@ from datetime import datetime
 from gpupool.domain.alerts import AlertKind
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import GpuInfo, NodeState
-from gpupool.domain.records import NodeRecord
+from gpupool.domain.records import LiveUsage, NodeRecord
 from gpupool.domain.telemetry import GpuSample
 from gpupool.services.projects import ProjectView, views
 from gpupool.store import alerts as alert_repo
@@ -53,6 +53,7 @@ class ClusterFigures:
     alerts_active: Counter[str] = field(default_factory=Counter)  # by kind
     alerts_raised: Counter[str] = field(default_factory=Counter)  # by kind, every alert kept
     kills: dict[tuple[str, str], int] = field(default_factory=dict)  # workers killed, by (reason, project)
+    usage: list[LiveUsage] = field(default_factory=list)  # each live worker's cgroup reading
 
     def model_of(self, node: str, index: int) -> str:
         for record in self.nodes:
@@ -77,6 +78,7 @@ def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
         idle = idle_repo.idle_gpus(s, now, idle_after_s)
         active, raised = alert_repo.counts(s)
         kills = worker_repo.kills_by_reason(s)
+        usage = worker_repo.live_usage(s)
     down = {r.node.name for r in nodes if r.node.state is NodeState.DOWN}
     samples = [sample for sample in latest if sample.node not in down]
     names = sorted({v.project.name for v in projects} | {project for _, project in counts})
@@ -90,6 +92,7 @@ def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
         alerts_active=active,
         alerts_raised=raised,
         kills=kills,
+        usage=usage,
     )
 
 

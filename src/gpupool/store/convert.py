@@ -6,7 +6,7 @@ from typing import Any
 
 from gpupool.domain.jobs import SPEC_FIELDS, JobSpec, JobState, Placement
 from gpupool.domain.outcome import StopReason
-from gpupool.domain.records import JobRecord, WorkerRecord, WorkerStatus
+from gpupool.domain.records import LIVE_WORKER_STATES, JobRecord, WorkerRecord, WorkerStatus, WorkerUsage
 from gpupool.store.orm import JobRow, WorkerRow
 
 
@@ -66,4 +66,10 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         finished_at=row.finished_at,
         exit_reason=row.exit_reason,
         run_as=row.run_as,
+        usage=tuple(usage_of(w) for w in current if w.usage_at is not None and w.status in LIVE_WORKER_STATES),
     )
+
+
+def usage_of(row: WorkerRow) -> WorkerUsage:
+    assert row.usage_at is not None
+    return WorkerUsage(row.worker, row.memory_used_mib, row.memory_peak_mib, row.cpu_pct, row.usage_at)

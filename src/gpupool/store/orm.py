@@ -101,6 +101,12 @@ class WorkerRow(Base):
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
+    # Its cgroup's readings, from the telemetry step (0011): None without a cgroup, or not read yet.
+    memory_used_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memory_peak_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cpu_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    usage_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
 

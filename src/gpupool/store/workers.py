@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,8 +14,8 @@ from gpupool.domain import exit_reasons
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobState, Placement, StopReason
 from gpupool.domain.nodes import NodeState
-from gpupool.domain.records import LIVE_WORKER_STATES, WorkerRecord, WorkerStatus
-from gpupool.store.convert import worker_record
+from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, WorkerRecord, WorkerStatus
+from gpupool.store.convert import usage_of, worker_record
 from gpupool.store.jobs import job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
@@ -132,6 +133,17 @@ def record_exit(
     )
 
 
+def live_usage(session: Session) -> list[LiveUsage]:
+    """The latest cgroup reading of every live worker that has one, for /metrics."""
+    rows = session.execute(
+        select(WorkerRow, JobRow.project, JobRow.owner)
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .where(WorkerRow.status.in_(LIVE_WORKER_STATES), WorkerRow.usage_at.is_not(None))
+        .order_by(WorkerRow.job_id, WorkerRow.worker)
+    )
+    return [LiveUsage(row.job_id, project, owner, row.node, usage_of(row)) for row, project, owner in rows]
+
+
 def kills_by_reason(session: Session) -> dict[tuple[str, str], int]:
     """Workers their node killed for a reason it knows (``oom``, ``gpu_oom``), by (reason, project),
     every one kept."""
@@ -158,3 +170,31 @@ def _why_lost(session: Session, node: str) -> str:
     if row is None or row.state == NodeState.DOWN.value:
         return "node down"
     return "its supervisor vanished"
+
+
+def live_handles(session: Session) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Each node's live workers that were launched: (worker id, handle), for the usage readings."""
+    rows = session.execute(
+        select(WorkerRow.node, WorkerRow.id, WorkerRow.handle).where(
+            WorkerRow.status.in_(LIVE_WORKER_STATES), WorkerRow.handle.is_not(None)
+        )
+    )
+    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for node, worker_id, handle in rows:
+        out.setdefault(node, []).append((worker_id, handle))
+    return out
+
+
+def write_usage(session: Session, readings: Mapping[int, UsageReading], now: datetime) -> None:
+    """Each worker's latest cgroup reading; its CPU use is the CPU time it used since the reading
+    before, over the time between them (100 % is one core busy)."""
+    for row in session.scalars(select(WorkerRow).where(WorkerRow.id.in_(list(readings)))):
+        memory, peak, cpu_seconds = readings[row.id]
+        if row.cpu_seconds is not None and row.usage_at is not None and cpu_seconds is not None:
+            elapsed = (now - row.usage_at).total_seconds()
+            if elapsed > 0:
+                row.cpu_pct = round(max(0.0, cpu_seconds - row.cpu_seconds) / elapsed * 100, 1)
+        row.cpu_seconds = cpu_seconds
+        row.memory_used_mib = None if memory is None else memory // 2**20
+        row.memory_peak_mib = None if peak is None else peak // 2**20
+        row.usage_at = now

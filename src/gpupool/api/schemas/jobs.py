@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.domain.jobs import Placement
-from gpupool.domain.records import Event, JobRecord
+from gpupool.domain.records import Event, JobRecord, WorkerUsage
 
 
 class SubmitRequest(BaseModel):
@@ -62,6 +62,20 @@ class PlacementOut(BaseModel):
         )
 
 
+class UsageOut(BaseModel):
+    worker: int
+    memory_mib: int | None = Field(description="memory its processes use now (MiB), page cache included")
+    memory_peak_mib: int | None
+    cpu_pct: float | None = Field(description="CPU use since the reading before, 100 = one core busy")
+    at: datetime
+
+    @classmethod
+    def of(cls, u: WorkerUsage) -> UsageOut:
+        return cls(
+            worker=u.worker, memory_mib=u.memory_mib, memory_peak_mib=u.memory_peak_mib, cpu_pct=u.cpu_pct, at=u.at
+        )
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -94,6 +108,10 @@ class JobOut(BaseModel):
     run_as: str | None = Field(
         None, description="the Unix account its workers run as; null: the node's own user (single-user mode)"
     )
+    usage: list[UsageOut] = Field(
+        default_factory=list,
+        description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",
+    )
     restarts: int
     starts: int
     cancel_requested: bool
@@ -121,6 +139,7 @@ class JobOut(BaseModel):
             exit_code=job.exit_code,
             exit_reason=job.exit_reason,
             run_as=job.run_as,
+            usage=[UsageOut.of(u) for u in job.usage],
             restarts=job.restarts,
             starts=job.starts,
             cancel_requested=job.cancel_requested,

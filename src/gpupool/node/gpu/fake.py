@@ -43,6 +43,9 @@ class FakeProbe:
     def sample(self, node: str, busy: Collection[int], now: datetime) -> list[GpuSample]:
         return self.sensors.read(node, self.gpus(), busy, now)
 
+    def used_by(self, pids: Collection[int]) -> dict[int, int]:
+        return simulated_memory_use(pids)
+
 
 @dataclass(frozen=True, slots=True)
 class ListedProbe:
@@ -57,6 +60,34 @@ class ListedProbe:
 
     def sample(self, node: str, busy: Collection[int], now: datetime) -> list[GpuSample]:
         return self.sensors.read(node, self.listed, busy, now)
+
+    def used_by(self, pids: Collection[int]) -> dict[int, int]:
+        return simulated_memory_use(pids)
+
+
+SIMULATED_USE_ENV = "GPUPOOL_SIMULATED_GPU_MEMORY_MIB"
+
+
+def simulated_memory_use(pids: Collection[int]) -> dict[int, int]:
+    """What processes hold on simulated GPUs, as they declare it: a process started with
+    ``GPUPOOL_SIMULATED_GPU_MEMORY_MIB=N`` in its environment holds N MiB on each GPU of its
+    ``CUDA_VISIBLE_DEVICES``, as a CUDA process would after allocating. A stand-in for NVML's
+    per-process query, so the GPU memory watch is tested end to end where there is no GPU."""
+    used: dict[int, int] = {}
+    for pid in pids:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
+        try:
+            mib = int(env.get(SIMULATED_USE_ENV.encode(), b"0"))
+            gpus = [int(g) for g in env.get(b"CUDA_VISIBLE_DEVICES", b"").split(b",") if g.strip()]
+        except ValueError:
+            continue
+        for gpu in gpus if mib > 0 else ():
+            used[gpu] = used.get(gpu, 0) + mib
+    return used
 
 
 def load_hardware(path: Path) -> list[ListedProbe]:

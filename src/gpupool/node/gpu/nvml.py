@@ -70,6 +70,28 @@ class NvmlProbe:
                     log.warning("cannot read GPU %d through NVML: %s", index, exc)
             return out
 
+    def used_by(self, pids: Collection[int]) -> dict[int, int]:
+        """Per GPU, the memory the processes ``pids`` hold (compute and graphics contexts); a GPU
+        that cannot say (no permission, MIG without process accounting) counts none."""
+        wanted = set(pids)
+        with self._lock:
+            nv = self._open()
+            if nv is None or not wanted:
+                return {}
+            used: dict[int, int] = {}
+            for index in range(_optional(nv, lambda: int(nv.nvmlDeviceGetCount())) or 0):
+                try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(index)
+                    procs = [*nv.nvmlDeviceGetComputeRunningProcesses(handle)]
+                    procs += _optional(nv, lambda: list(nv.nvmlDeviceGetGraphicsRunningProcesses(handle))) or []  # noqa: B023
+                except nv.NVMLError as exc:
+                    log.debug("cannot list the processes on GPU %d: %s", index, exc)
+                    continue
+                held = sum(int(p.usedGpuMemory or 0) for p in procs if int(p.pid) in wanted) // 2**20
+                if held:
+                    used[index] = held
+            return used
+
     def _module(self) -> Any:
         if self._given is not None:
             return self._given

@@ -17,3 +17,8 @@ class GpuProbe(Protocol):
         """One reading of every GPU, stamped ``now`` and ``node``. ``busy``: the indices live
         workers hold (real GPUs ignore it; simulated ones are driven by it)."""
         ...
+
+    def used_by(self, pids: Collection[int]) -> dict[int, int]:
+        """GPU index -> MiB of its memory that the processes ``pids`` hold, for the GPUs they use:
+        how a worker on a shared GPU is kept to its share."""
+        ...

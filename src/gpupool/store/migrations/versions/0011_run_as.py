@@ -1,4 +1,4 @@
-"""the Unix account each job runs as, fixed at submit: jobs.run_as
+"""the Unix account each job runs as, fixed at submit: jobs.run_as; each worker's cgroup readings
 
 Revision ID: 0011
 Revises: 0010
@@ -17,9 +17,22 @@ branch_labels = None
 depends_on = None
 
 
+USAGE = (
+    ("memory_used_mib", sa.Integer()),
+    ("memory_peak_mib", sa.Integer()),
+    ("cpu_seconds", sa.Float()),
+    ("cpu_pct", sa.Float()),
+    ("usage_at", sa.DateTime(timezone=True)),
+)
+
+
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("run_as", sa.String(length=32), nullable=True))
+    for name, kind in USAGE:
+        op.add_column("workers", sa.Column(name, kind, nullable=True))
 
 
 def downgrade() -> None:
+    for name, _ in reversed(USAGE):
+        op.drop_column("workers", name)
     op.drop_column("jobs", "run_as")
