@@ -20,7 +20,7 @@ from typing import IO
 import uvicorn
 
 from gpupool import backends
-from gpupool.api import auditing
+from gpupool.api import auditing, guard
 from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.backends import Topology
@@ -77,6 +77,7 @@ class Head:
                 telemetry_every_s=settings.telemetry_every_s,
                 idle=idle,
                 alerts=AlertRules(temperature_c=settings.alert_temperature_c),
+                restart_backoff_s=settings.restart_backoff_s,
             ),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
@@ -89,7 +90,7 @@ class Head:
                 f"single-user mode: every job runs as {accounts.me()}, the head's own user"
                 " (run gpupool as root for jobs to run as their owners' Unix accounts)"
             )
-        self.app = create_app(self.ctx, self.metrics)
+        self.app = create_app(self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s)
 
     def _ensure_token(self, path: Path, role: str) -> str | None:
         """Create the admin (or join) token at first start, and again if its file was deleted;
@@ -128,7 +129,14 @@ class Head:
         if self.settings.port == 0:
             self.settings = _with_port(self.settings, sock.getsockname()[1])
         self.controller.start()
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            http=guard.header_timeout(self.settings.header_timeout_s),
+            limit_concurrency=self.settings.max_connections,
+        )
         server = _Server(config, on_ready=lambda: self._announce(out))
         try:
             server.run(sockets=[sock])

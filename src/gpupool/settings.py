@@ -67,6 +67,13 @@ class Settings:
     idle_after_s: float = 600.0
     alert_temperature_c: float = 85.0
     cgroups: bool = True  # workers in cgroups where the node can make them (local backend)
+    restart_backoff_s: float = 10.0  # a failed job's first wait before its next attempt, doubling per failure
+    # The API's door (api/guard.py): the largest request body, how long a client may take to send
+    # its headers, then its body, and how many connections are served at once (then 503).
+    max_body_bytes: int = 1 << 20
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    max_connections: int = 1000
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

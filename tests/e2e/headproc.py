@@ -49,6 +49,8 @@ class HeadProcess:
             "0.1",
             "--kill-grace",
             "2",
+            "--restart-backoff",  # short: tests of restarts wait for them; test_restart_backoff.py uses its own
+            "0.2s",
             *(extra or []),
         ]
         self.proc: subprocess.Popen[str] | None = None

@@ -85,7 +85,8 @@ def test_top_shows_the_job_on_its_busy_gpu(head_factory: type[HeadProcess], monk
     assert all(n["state"] == "up" and len(n["gpus"]) == 2 for n in snap["nodes"])
     by_gpu = {(n["name"], g["index"]): g for n in snap["nodes"] for g in n["gpus"]}
     mine = by_gpu.pop((node, gpu))
-    assert mine["jobs"] == [{"id": job_id, "name": "spin", "user": "admin"}]
+    assert {k: mine["jobs"][0][k] for k in ("id", "name", "user")} == {"id": job_id, "name": "spin", "user": "admin"}
+    assert set(mine["jobs"][0]) == {"id", "name", "user", "memory_mib", "cpu_pct"}  # from its cgroup, where it has one
     assert mine["utilization_pct"] > 0 and mine["memory_used_mib"] > 0 and mine["power_w"] > 0
     assert mine["simulated"] is True and mine["sampled_at"] is not None
     assert all(g["jobs"] == [] and g["utilization_pct"] == 0 for g in by_gpu.values())

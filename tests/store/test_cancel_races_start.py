@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from gpupool.clock import FakeClock, SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
-from gpupool.domain.jobs import JobSpec, JobState, StopReason
+from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig, schedule
@@ -154,35 +155,36 @@ def test_a_cancel_and_a_start_in_either_order(db: Database, start_first: bool) -
     assert job_service.get(ctx, job.id).state is JobState.CANCELLED
 
 
-def test_a_cancel_whose_job_starts_between_its_read_and_its_write_decides_again(
+def test_a_start_that_comes_while_a_cancel_decides_waits_for_it_and_is_dropped(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cancel reads a pending job; before it writes, the controller commits the start. The
-    cancel's guarded write is refused (``Stale``), it reads the job again, now starting, and asks
-    its workers to stop instead of writing ``cancelled`` over a start."""
-    if db.engine.dialect.name != "sqlite":
-        pytest.skip("PostgreSQL locks the row when the cancel reads it, so no start can slip in between")
+    """The cancel reads a pending job; before it writes, the controller tries to start it. The
+    start cannot slip in between: SQLite's cancel holds the write lock from its BEGIN IMMEDIATE,
+    PostgreSQL's the job's row lock from its read. The start waits until the cancel commits, then
+    finds the job cancelled and launches nothing."""
     controller, ctx, executor = one_node(db, gpus=1)
     job = job_service.submit(ctx, JobSpec.create(command=["sleep", "9"], gpus=1), USER)
     with db.tx() as s:
         snapshot = load_snapshot(s, ctx.clock.now())
     (decision,) = schedule(snapshot, SchedulerConfig()).starts
     real = job_repo.transition_job
-    slipped: list[int] = []
+    started: list[int | None] = []
+    racer: list[threading.Thread] = []
 
-    def start_slips_in(*args: object, **kwargs: object) -> None:
-        if not slipped:  # the cancel's first write: the controller commits its start just before it
-            slipped.append(controller._applier.start(decision, job.spec) or 0)
+    def start_tries_to_slip_in(*args: object, **kwargs: object) -> None:
+        if not racer:  # the cancel's first write: the controller's start comes just before it
+            racer.append(threading.Thread(target=lambda: started.append(controller._applier.start(decision, job.spec))))
+            racer[0].start()
+            racer[0].join(timeout=0.5)
+            assert racer[0].is_alive(), "the start went through while the cancel held the job"
         real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(job_repo, "transition_job", start_slips_in)
+    monkeypatch.setattr(job_repo, "transition_job", start_tries_to_slip_in)
     cancelled = job_service.cancel(ctx, job.id, USER)
+    racer[0].join(timeout=30)
 
-    assert slipped == [1]
-    assert (cancelled.state, cancelled.stop_reason) == (JobState.RUNNING, StopReason.CANCEL)
-    controller.tick()  # the monitor stops the workers the start launched
+    assert cancelled.state is JobState.CANCELLED
+    assert started == [None]  # dropped as stale: the job was no longer pending
     assert executor.running == set()
     controller.tick()
-    events = [e.kind for e in job_service.show(ctx, job.id, USER)[2]]
     assert job_service.get(ctx, job.id).state is JobState.CANCELLED
-    assert events.index("running") < events.index("cancel_requested") < events.index("cancelled")

@@ -131,3 +131,26 @@ def test_a_failing_write_is_logged_and_the_loop_goes_on(
     h.tick()
     assert "writing GPU telemetry failed" in caplog.text
     assert job_service.get(h.ctx, job.id).state is not JobState.PENDING  # the cycle scheduled all the same
+
+
+def test_each_running_worker_s_cgroup_reading_is_kept_with_its_cpu_use_between_readings(db: Database) -> None:
+    """Memory now and at its peak from the first reading; CPU from the second (the CPU time used
+    between two readings over the time between them); nothing once the worker ended."""
+    h = Harness(db)
+    h.tick()
+    job = job_service.submit(h.ctx, JobSpec.create(command=["train"], gpus=1, workers=2), USER)
+    h.tick()  # it starts
+    assert job_service.get(h.ctx, job.id).usage == ()  # not read yet
+    h.tick(5)  # a reading: memory, no CPU figure yet
+    first = job_service.get(h.ctx, job.id).usage
+    assert [(u.worker, u.memory_mib, u.memory_peak_mib, u.cpu_pct) for u in first] == [
+        (0, 256, 512, None),
+        (1, 256, 512, None),
+    ]
+    h.tick(5)  # the next: the fake keeps one core busy
+    assert [u.cpu_pct for u in job_service.get(h.ctx, job.id).usage] == [100.0, 100.0]
+    assert all(u.at == h.clock.now() for u in job_service.get(h.ctx, job.id).usage)
+    h.executor.exit(job.id, 0)
+    h.tick()
+    done = job_service.get(h.ctx, job.id)
+    assert done.state is JobState.SUCCEEDED and done.usage == ()

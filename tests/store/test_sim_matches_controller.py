@@ -25,7 +25,7 @@ accrual is off), and schedules at every event (every controller tick is a full c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -43,6 +43,7 @@ from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import Snapshot
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.simulated import SimulatedSensors
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
@@ -159,7 +160,8 @@ class FakeExecutor:
 
     def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
         self.launched.append((node, request))
-        return {"job_id": request.job_id, "attempt": request.attempt, "worker": request.worker}
+        started = self.clock.now().timestamp() if self.clock is not None else 0.0
+        return {"job_id": request.job_id, "attempt": request.attempt, "worker": request.worker, "at": started}
 
     def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
         return None
@@ -179,6 +181,13 @@ class FakeExecutor:
             return []
         gpus = next((n.gpus for n in self.nodes() if n.name == node), ())
         return self.sensors.read(node, gpus, busy, self.clock.now())
+
+    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+        """With a clock: each worker holds 256 MiB (512 at its peak) and keeps one core busy."""
+        if self.clock is None:
+            return [None] * len(handles)
+        now = self.clock.now().timestamp()
+        return [Stats(256 * 2**20, 512 * 2**20, now - float(h.get("at", now))) for h in handles]
 
     def close(self) -> None:
         pass

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from gpupool import __version__
-from gpupool.api import auditing, errors, permissions
+from gpupool.api import auditing, errors, guard, permissions
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
 from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry, users
@@ -18,15 +18,23 @@ from gpupool.services import users as user_service
 from gpupool.services.context import HeadContext
 
 
-def create_app(ctx: HeadContext, scheduler_metrics: SchedulerMetrics | None = None) -> FastAPI:
+def create_app(
+    ctx: HeadContext,
+    scheduler_metrics: SchedulerMetrics | None = None,
+    max_body: int = guard.DEFAULT_MAX_BODY,
+    body_timeout_s: float = guard.DEFAULT_BODY_TIMEOUT_S,
+) -> FastAPI:
     """``scheduler_metrics``: what the head's controller observes (cycle and pending times), shown
-    at ``/metrics``; without it, those histograms stay empty."""
+    at ``/metrics``; without it, those histograms stay empty. ``max_body``, ``body_timeout_s``: the
+    door's limits (``api/guard.py``)."""
     app = FastAPI(
         title="gpupool", version=__version__, description="Pool the GPUs of many machines into one shared cluster."
     )
     app.state.ctx = ctx
     app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
     errors.install(app)
+    # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in.
+    app.add_middleware(guard.BodyGuard, ctx=ctx, max_body=max_body, body_timeout_s=body_timeout_s)
     auditing.install(app, ctx.db, ctx.clock)  # every change and failed sign-in, to the audit log
     app.include_router(jobs.router)
     app.include_router(nodes.router)

@@ -41,6 +41,24 @@ _cache = _PrincipalCache()
 _bearer = HTTPBearer(auto_error=False, description="a gpupool token (the admin token is in the data dir)")
 
 
+MISSING_TOKEN = "missing token: sign in with gpupool login URL, or set GPUPOOL_TOKEN"
+INVALID_TOKEN = (
+    "invalid token (unknown, expired or revoked, or its user is disabled): sign in again with"
+    " gpupool login URL, or check GPUPOOL_TOKEN"
+)
+
+
+def authenticate(ctx: HeadContext, token: str) -> Principal | None:
+    """Whom a token speaks for, or None: from the cache, else the store."""
+    who = _cache.get(token)
+    if who is None:
+        with ctx.db.tx() as s:
+            who = principal_for(s, token, ctx.clock.now())
+        if who is not None:
+            _cache.put(token, who)
+    return who
+
+
 def context(request: Request) -> HeadContext:
     ctx: HeadContext = request.app.state.ctx
     return ctx
@@ -51,19 +69,10 @@ def principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None:
-        raise Unauthorized("missing token: sign in with gpupool login URL, or set GPUPOOL_TOKEN")
-    ctx = context(request)
-    who = _cache.get(credentials.credentials)
+        raise Unauthorized(MISSING_TOKEN)
+    who = authenticate(context(request), credentials.credentials)
     if who is None:
-        with ctx.db.tx() as s:
-            who = principal_for(s, credentials.credentials, ctx.clock.now())
-        if who is not None:
-            _cache.put(credentials.credentials, who)
-    if who is None:
-        raise Unauthorized(
-            "invalid token (unknown, expired or revoked, or its user is disabled): sign in again with"
-            " gpupool login URL, or check GPUPOOL_TOKEN"
-        )
+        raise Unauthorized(INVALID_TOKEN)
     request.state.principal = who  # for the audit log
     route = request.scope.get("route")
     rule = rule_for(request.method, route.path_format if isinstance(route, APIRoute) else request.url.path)

@@ -43,6 +43,13 @@ def submit(
             "(relative: to the current one); the job creates it and owns its contents, gpupool never touches them"
         ),
     ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="the same key within 24 hours gives back the job it made instead of a second one "
+            "(for scripts that retry) [default: a new one, kept across the CLI's own retries]"
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -73,7 +80,7 @@ def submit(
         checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
     )
     with client(url) as c:
-        job = c.submit(spec)
+        job = c.submit(spec, idempotency_key=idempotency_key)
     if output is Output.JSON:
         print_json(job)
         return

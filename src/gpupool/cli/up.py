@@ -12,6 +12,7 @@ import typer
 from gpupool.cli.render import span
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.resources import parse_bytes
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.settings import DEFAULT_PORT, Settings
 
@@ -86,6 +87,20 @@ def up(
             " --no-cgroups keeps only per-process limits (gpupool nodes says so)",
         ),
     ] = True,
+    restart_backoff: Annotated[
+        str,
+        typer.Option(
+            help="a job that failed waits this long before its next attempt, doubling with each failure up to"
+            " 10m (0 to 10m; 0: at once)"
+        ),
+    ] = "10s",
+    max_body: Annotated[str, typer.Option(help="the largest request body the API reads (1K to 64M)")] = "1M",
+    client_timeout: Annotated[
+        str, typer.Option(help="how long a client may take to send a request's headers, and then its body (1s to 5m)")
+    ] = "10s",
+    max_connections: Annotated[
+        int, typer.Option(help="connections served at once; more get 503 (16 to 100000)", min=16, max=100_000)
+    ] = 1000,
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
     preset(policy)  # an unknown name is refused before anything starts
@@ -115,5 +130,17 @@ def up(
         idle_after_s=_bounded("--idle-after", idle_after, 10, 7 * 86400),
         alert_temperature_c=alert_temperature,
         cgroups=cgroups,
+        restart_backoff_s=_bounded("--restart-backoff", restart_backoff, 0, 600),
+        max_body_bytes=_body_size(max_body),
+        max_connections=max_connections,
+        header_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
+        body_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
     )
     Head(settings).serve()
+
+
+def _body_size(text: str) -> int:
+    size = parse_bytes(text)
+    if not 1024 <= size <= 64 * 2**20:
+        raise InvalidInput(f"--max-body must be between 1K and 64M, got {text}")
+    return size

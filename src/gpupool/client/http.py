@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
@@ -19,6 +21,9 @@ def _plain(value: object) -> object:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return list(value)
     return value
+
+
+SUBMIT_RETRIES = (0.2, 0.5, 1.0, 2.0)  # ~4 s of a head restarting or a network blip
 
 
 class ClientError(Exception):
@@ -62,17 +67,22 @@ class GpupoolClient:
         """Who the token belongs to: ``{"user", "role"}`` (and whatever the head adds)."""
         return dict(self._call("GET", "/api/v1/whoami"))
 
-    def submit(self, spec: JobSpec | None = None, **fields: Unpack[Submission]) -> dict[str, Any]:
+    def submit(
+        self, spec: JobSpec | None = None, *, idempotency_key: str | None = None, **fields: Unpack[Submission]
+    ) -> dict[str, Any]:
         """Submit a job; returns it as the API shows it (``id``, ``state``, ...).
 
         Give a ``JobSpec`` (``JobSpec.create(...)`` checks it here, with the head's own rules)
         or the same keywords directly, which the head checks: ``submit(command=[...], gpus=2)``.
+        Each submission carries an ``Idempotency-Key`` (a new UUID unless given) and is sent again,
+        with the same key, when the connection fails before an answer: the head makes the job once.
         """
         if spec is not None and fields:
             raise TypeError("submit() takes a JobSpec or keyword fields, not both")
         plain = {k: _plain(v) for k, v in fields.items() if v is not None}
         body = spec.submission() if spec is not None else plain
-        return dict(self._call("POST", "/api/v1/jobs", json=body))
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        return dict(self._send("POST", "/api/v1/jobs", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 
     def jobs(self, include_finished: bool = False, limit: int = 1000, user: str | None = None) -> list[dict[str, Any]]:
         return self.jobs_page(include_finished, limit, user)[0]
@@ -229,14 +239,20 @@ class GpupoolClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise HeadUnreachable(
-                f"cannot reach the gpupool head at {self.url} ({exc}); "
-                "start one with gpupool up, or set --url / GPUPOOL_URL"
-            ) from None
+    def _send(self, method: str, path: str, retries: Sequence[float] = (), **kwargs: Any) -> httpx.Response:
+        """``retries``: pauses before sending again after a failed connection (only for requests
+        that are safe to repeat)."""
+        for pause in (*retries, None):
+            try:
+                response = self._http.request(method, path, **kwargs)
+                break
+            except httpx.TransportError as exc:
+                if pause is None:
+                    raise HeadUnreachable(
+                        f"cannot reach the gpupool head at {self.url} ({exc}); "
+                        "start one with gpupool up, or set --url / GPUPOOL_URL"
+                    ) from None
+                time.sleep(pause)
         if response.status_code >= 400:
             try:
                 body = response.json()

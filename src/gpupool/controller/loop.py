@@ -59,6 +59,8 @@ class ControllerSettings:
     # The audit log keeps this long (90 days); older entries are pruned this often.
     audit_kept_s: float = AUDIT_KEPT.total_seconds()
     audit_prune_every_s: float = 3600.0
+    # A job requeued after a failure waits this long before its next attempt, doubling per failure.
+    restart_backoff_s: float = 10.0
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -94,7 +96,7 @@ class Controller:
         self._config = config
         self._settings = settings
         self._applier = Applier(db, executor, clock, settings.kill_grace_s)
-        self._monitor = Monitor(db, executor, clock, self._applier)
+        self._monitor = Monitor(db, executor, clock, self._applier, settings.restart_backoff_s)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._specs = SpecCache()
@@ -163,7 +165,9 @@ class Controller:
         with self._db.tx() as s:
             on_hold = job_repo.on_hold(s, self._clock.now())
             if on_hold:
-                job_repo.set_reasons(s, {i: _on_hold_reason(until) for i, until in on_hold.items()})
+                # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
+                idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
+                job_repo.set_reasons(s, idle)
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}

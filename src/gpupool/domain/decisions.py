@@ -26,6 +26,7 @@ class ReasonCode(enum.StrEnum):
     PREEMPTING = "preempting"  # lower-priority jobs of its project are being stopped for it
     BACKFILL = "backfill"  # it would fit, but in GPUs held for the job first in line
     IDLE_HOLD = "idle_hold"  # preempted for sitting idle: the jobs that waited go first
+    BACKOFF = "backoff"  # failed and requeued: it waits a growing while before its next attempt
 
 
 @dataclass(frozen=True, slots=True)

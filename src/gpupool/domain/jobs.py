@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
+from gpupool.domain import bounds
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import NAME_RE
 from gpupool.domain.resources import parse_memory, validate_gpus
@@ -190,7 +191,7 @@ class JobSpec:
         return self.priority is not Priority.TRAIN
 
     @classmethod
-    def create(  # noqa: C901 - a flat list of independent checks reads best as one
+    def create(
         cls,
         *,
         command: Sequence[str],
@@ -212,32 +213,33 @@ class JobSpec:
         argv = tuple(command)
         if not argv or not argv[0].strip():
             raise InvalidInput("empty command: give the command after --, e.g. gpupool submit -- python train.py")
-        if any("\x00" in a for a in argv):
-            raise InvalidInput("command arguments must not contain NUL bytes")
+        bounds.command(argv)
         gpus = validate_gpus(gpus)
-        gpu_memory_mib = parse_memory(gpu_memory)
+        if gpus > bounds.MAX_GPUS_PER_WORKER:
+            raise InvalidInput(f"gpus per worker must be at most {bounds.MAX_GPUS_PER_WORKER}, got {gpus:g}")
+        gpu_memory_mib = _memory("gpu memory", gpu_memory)
         if gpu_memory_mib and gpus == 0:
             raise InvalidInput("--gpu-memory needs GPUs: it is the GPU memory a (fractional) GPU must offer")
         if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
             raise InvalidInput(f"workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
         if workers > 1 and 0 < gpus < 1:
             raise InvalidInput("a multi-worker job needs whole GPUs per worker (fractions are for one worker)")
-        if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 0:
-            raise InvalidInput(f"cpus must be a whole number >= 0, got {cpus!r}")
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
-            raise InvalidInput(f"max-restarts must be a whole number >= 0, got {max_restarts!r}")
-        if max_runtime_s is not None and max_runtime_s <= 0:
-            raise InvalidInput(f"max runtime must be positive, got {max_runtime_s}")
+        bounds.whole("cpus", cpus, 0, bounds.MAX_CPUS_PER_WORKER)
+        bounds.whole("max-restarts", max_restarts, 0, bounds.MAX_RESTARTS)
+        if max_runtime_s is not None:
+            bounds.whole("max runtime (seconds)", max_runtime_s, 1, bounds.MAX_RUNTIME_S)
         project = project or "default"
         if not NAME_RE.match(project):
             raise InvalidInput(f"invalid project name {project!r}: letters, digits, '.', '_' and '-'")
-        name = name or _default_name(argv)
-        if len(name) > 128:
-            raise InvalidInput("job name is longer than 128 characters")
+        name = bounds.readable("the job name", name or _default_name(argv), 128)
         clean_env = dict(env or {})
         for key in clean_env:
             if not _ENV_KEY_RE.match(key):
-                raise InvalidInput(f"invalid environment variable name {key!r}: use K=V with K like MY_VAR")
+                raise InvalidInput(f"invalid environment variable name {_short(key)}: use K=V with K like MY_VAR")
+        bounds.environment(clean_env)
+        bounds.path("workdir", workdir)
+        if gpu_model is not None:
+            bounds.readable("the GPU model", gpu_model, bounds.MAX_MODEL)
         checkpoint_dir = _checkpoint_dir(checkpoint_dir, workdir)
         return cls(
             command=argv,
@@ -246,7 +248,7 @@ class JobSpec:
             gpus=gpus,
             workers=workers,
             cpus=cpus,
-            memory_mib=parse_memory(memory),
+            memory_mib=_memory("memory", memory),
             priority=Priority.parse(priority),
             max_restarts=max_restarts,
             env=clean_env,
@@ -259,6 +261,19 @@ class JobSpec:
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobSpec))
+
+
+def _memory(what: str, value: str | int | None) -> int:
+    mib = parse_memory(value)
+    if mib > bounds.MAX_MEMORY_MIB:
+        raise InvalidInput(f"{what} must be at most {bounds.MAX_MEMORY_MIB // 2**20} TiB per worker")
+    return mib
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
 MAX_PATH = 4096
 
 

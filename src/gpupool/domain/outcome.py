@@ -160,3 +160,15 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
         )
         steps.append(Step(JobState.PENDING, requeued, "requeued"))
     return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code, exit_reason=exit_reason)
+
+
+RESTART_BACKOFF_CAP_S = 600.0  # the longest a failed job waits before its next attempt
+
+
+def restart_delay(restarts: int, base_s: float, cap_s: float = RESTART_BACKOFF_CAP_S) -> float:
+    """How long a job that failed waits before attempt ``restarts + 1``: ``base_s`` after its first
+    failure, doubling with each one after, never more than ``cap_s`` (0: no back-off), so a job
+    that fails at once cannot restart dozens of times a minute."""
+    if base_s <= 0 or restarts <= 0:
+        return 0.0
+    return min(cap_s, base_s * 2.0 ** min(restarts - 1, 30))

@@ -13,6 +13,8 @@ from gpupool.domain.errors import InvalidInput
 
 DEFAULT_PROJECT = "default"
 # The one rule for names people give things: projects, users (and a job's project).
+MAX_GPUS = 1_000_000  # a quota, limit or weight beyond any cluster: bounded so arithmetic stays exact
+MAX_IDLE_S = 365 * 86400
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
@@ -37,18 +39,19 @@ class Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
         for label, value in (("quota", quota), ("weight", weight)):
-            if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) or value < 0:
-                raise InvalidInput(f"{label} must be a number >= 0, got {value!r}")
+            if not isinstance(value, int | float) or math.isnan(value) or not 0 <= value <= MAX_GPUS:
+                raise InvalidInput(f"{label} must be a number from 0 to {MAX_GPUS}, got {value!r}")
         if weight == 0:
             raise InvalidInput("weight must be above 0 (it is the project's part of the GPUs beyond all quotas)")
         if limit is not None:
-            if math.isnan(limit) or limit < 0:
-                raise InvalidInput(f"limit must be a number >= 0, got {limit!r}")
+            if math.isnan(limit) or not 0 <= limit <= MAX_GPUS:
+                raise InvalidInput(f"limit must be a number from 0 to {MAX_GPUS}, got {limit!r}")
             if limit < quota:
                 raise InvalidInput(f"limit {limit:g} is below quota {quota:g}: a project may always use its quota")
-        if idle_timeout_s is not None and not (math.isfinite(idle_timeout_s) and idle_timeout_s >= 60):
+        if idle_timeout_s is not None and not (math.isfinite(idle_timeout_s) and 60 <= idle_timeout_s <= MAX_IDLE_S):
             raise InvalidInput(
-                f"idle timeout must be at least 60 seconds (readings come every few seconds), got {idle_timeout_s!r}"
+                "idle timeout must be from 60 seconds (readings come every few seconds) to 365 days,"
+                f" got {idle_timeout_s!r}"
             )
         return cls(
             name,

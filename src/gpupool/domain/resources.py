@@ -36,6 +36,15 @@ def parse_memory(value: str | int | None) -> int:
     return math.ceil(number * _UNIT_MIB[unit])
 
 
+def parse_bytes(value: str) -> int:
+    """Bytes from ``1M``, ``512K``, ``4096`` (bytes here, not MiB) or ``1.5G``."""
+    match = _MEMORY_RE.match(value)
+    if not match:
+        raise InvalidInput(f"malformed size {value!r}: use e.g. 1M, 512K or 4096 (bytes)")
+    unit = (match.group(2) or match.group(3) or "B").upper()
+    return math.ceil(float(match.group(1)) * _UNIT_MIB[unit] * 2**20)
+
+
 def validate_gpus(value: float) -> float:
     """Check a per-worker GPU request: 0 (CPU only), a fraction of one GPU, or a whole number."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):

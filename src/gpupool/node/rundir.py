@@ -15,6 +15,7 @@ node's cores beside the worker, so the records are ``NamedTuple``s (frozen and t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -256,3 +257,17 @@ def _replace(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as out:
         out.write(text)
     os.replace(tmp, path)
+
+
+def read_log(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
+    """Up to ``limit`` bytes of a worker's log from ``offset``; nothing past its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except (FileNotFoundError, OverflowError):
+        return b""
+    except OSError as exc:  # an offset past what the file system allows: nothing there
+        if exc.errno == errno.EINVAL:
+            return b""
+        raise

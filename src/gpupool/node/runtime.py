@@ -254,7 +254,7 @@ class NodeRuntime:
         return [gpu_share.worker_stats(Path(h["run_dir"])) for h in handles]
 
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
-        return read_log(self.log_path(job_id, worker), offset, limit)
+        return rundir.read_log(self.log_path(job_id, worker), offset, limit)
 
     def lease_expired(self, timeout_s: float) -> bool:
         return rundir.lease_expired(self.lease_path, timeout_s)
@@ -387,12 +387,3 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-
-
-def read_log(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
-        return b""

@@ -60,7 +60,7 @@ def report(ctx: HeadContext, since: str | None = None, until: str | None = None,
         group_by = GroupBy(by)
     except ValueError:
         raise InvalidInput(f"unknown grouping {by!r}: use project, user or job") from None
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         spans = accounting_repo.worker_spans(s, start, end)
         starts = accounting_repo.job_starts(s, start, end)
         readings = accounting_repo.readings(s, spans, start, end)

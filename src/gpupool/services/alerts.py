@@ -10,11 +10,11 @@ from gpupool.store.idle import IdleGpu
 
 
 def alerts(ctx: HeadContext, include_cleared: bool = False) -> list[Alert]:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return alert_repo.listing(s, include_cleared)
 
 
 def idle_gpus(ctx: HeadContext) -> list[IdleGpu]:
     """GPUs allocated to a job and idle for at least the head's idle time (``gpupool up --idle-after``)."""
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return idle_repo.idle_gpus(s, ctx.clock.now(), ctx.idle.after_s)

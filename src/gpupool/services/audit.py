@@ -109,5 +109,5 @@ def listing(
         raise Forbidden(f"only an admin may read the audit log; {who.user} is a {who.role}")
     now = ctx.clock.now()
     start = None if since is None or not since.strip() else parse_when(since, now, now)
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return audit_repo.listing(s, start, user or None, max(1, min(limit, MAX_LIMIT)))

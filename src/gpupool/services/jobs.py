@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
-from gpupool.domain.errors import InvalidInput, Stale, Unsatisfiable
+from gpupool.domain.errors import Conflict, InvalidInput, Stale, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
@@ -15,8 +17,10 @@ from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.services.access import Visibility, require_job, require_submit
 from gpupool.services.context import HeadContext
+from gpupool.store import idempotency
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
+from gpupool.store.db import Tx
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
 
@@ -25,23 +29,52 @@ MAX_LIST = 100_000
 
 def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
     """Only to a project that exists and that is the caller's (or open to everyone)."""
-    with ctx.db.tx() as s:
-        require_submit(s, who, spec.project)
-        _check_satisfiable(spec, node_repo.load_nodes(s))
-        run_as = ctx.accounts.run_as(who.user, who.unix_user)
-        job = job_repo.insert_job(s, spec, who.user, ctx.clock.now(), run_as=run_as)
+    return submit_once(ctx, spec, who, None)[0]
+
+
+def submit_once(ctx: HeadContext, spec: JobSpec, who: Principal, key: str | None) -> tuple[JobRecord, bool]:
+    """``submit``; with an idempotency ``key`` the caller used within 24 hours for the same request,
+    the job it made then, and True (a replay). The same key for a different request is a 409."""
+    fingerprint = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest() if key else ""
+    for _ in range(2):
+        try:
+            with ctx.db.tx() as s:
+                now = ctx.clock.now()
+                if key is not None and (made := idempotency.find(s, who.user, key, now)) is not None:
+                    return _replay(s, key, fingerprint, made), True
+                require_submit(s, who, spec.project)
+                _check_satisfiable(spec, node_repo.load_nodes(s))
+                run_as = ctx.accounts.run_as(who.user, who.unix_user)
+                job = job_repo.insert_job(s, spec, who.user, now, run_as=run_as)
+                if key is not None:
+                    idempotency.remember(s, who.user, key, fingerprint, job.id, now)
+            break
+        except idempotency.KeyTaken:
+            continue  # a concurrent request with the key committed first: the loop returns its job
+    else:
+        raise Conflict(f"idempotency key {key!r} is in use by a request still being answered; retry", code="busy")
     ctx.wake_controller()
-    return job
+    return job, False
+
+
+def _replay(s: Tx, key: str, fingerprint: str, made: tuple[int, str]) -> JobRecord:
+    job_id, first = made
+    if first != fingerprint:
+        raise Conflict(
+            f"idempotency key {key!r} was used for a different submission (job {job_id}): use a new key",
+            code="idempotency_key_reused",
+        )
+    return job_repo.get_job(s, job_id)
 
 
 def get(ctx: HeadContext, job_id: int) -> JobRecord:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return job_repo.get_job(s, job_id)
 
 
 def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event]]:
     """The job, whether ``who`` may see its insides (command, environment), and its events."""
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         return job, Visibility(s, who).sees(job), job_repo.job_events(s, job_id)
 
@@ -55,7 +88,7 @@ def listing(
         raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
     if user is not None:
         check_user_name(user)
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         total = job_repo.count_jobs(s, include_finished=include_finished, owner=user)
         visible = Visibility(s, who)
         jobs = job_repo.list_jobs(s, include_finished=include_finished, limit=limit, owner=user)
@@ -92,7 +125,7 @@ class Why:
 def why(ctx: HeadContext, job_id: int) -> Why:
     job = get(ctx, job_id)
     if job.state is JobState.PENDING:
-        with ctx.db.tx() as s:
+        with ctx.db.read() as s:
             snapshot = load_snapshot(s, ctx.clock.now())
         return Why(
             job,
@@ -120,7 +153,7 @@ class LogChunk:
 
 
 def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int) -> LogChunk:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         require_job(s, who, job, "read the logs of")
     if not 0 <= worker < job.spec.workers:

@@ -70,7 +70,7 @@ class ClusterFigures:
 
 def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
     """One short read transaction; the arithmetic (fair shares, GPU states) happens after it."""
-    with db.tx() as s:
+    with db.read() as s:
         counts = job_repo.count_by_state_and_project(s)
         projects = views(s)
         nodes = node_repo.node_records(s)

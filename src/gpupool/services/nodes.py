@@ -12,7 +12,7 @@ from gpupool.store.tokens import Principal
 
 
 def listing(ctx: HeadContext) -> list[NodeRecord]:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return node_repo.node_records(s)
 
 

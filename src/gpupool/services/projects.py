@@ -36,7 +36,7 @@ class ProjectView:
 
 
 def listing(ctx: HeadContext) -> list[ProjectView]:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return views(s)
 
 
@@ -84,7 +84,7 @@ def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:
 
 
 def members(ctx: HeadContext, project: str) -> list[Member]:
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return member_repo.list_members(s, project)
 
 

@@ -47,7 +47,7 @@ def history(
     if gpu is not None and gpu not in indices:
         has = f"its GPUs are {', '.join(map(str, indices))}" if indices else "it has no GPU"
         raise NotFound(f"node {name} has no GPU {gpu}: {has}", code="gpu_not_found")
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         used, points = telemetry_repo.history(s, name, gpu, start, end, resolution)
     return History(name, gpu, start, end, used, points)
 
@@ -57,7 +57,7 @@ def latest(ctx: HeadContext, since: str | None = None) -> list[GpuSample]:
     duration ago), only readings at least that recent."""
     now = ctx.clock.now()
     start = None if since is None or not since.strip() else parse_when(since, now, now)
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         samples = telemetry_repo.latest(s, start)
     return sorted(samples, key=lambda x: (x.node, x.index))
 
@@ -69,9 +69,18 @@ def parse_when(value: str | None, now: datetime, default: datetime) -> datetime:
     if _AGO_RE.match(value):
         return now - timedelta(seconds=parse_duration(value))
     try:
-        when = datetime.fromisoformat(value.strip())
+        when = datetime.fromisoformat(value.strip()) if len(value) <= 64 else None
     except ValueError:
+        when = None
+    if when is None:
         raise InvalidInput(
-            f"malformed time {value!r}: use an ISO 8601 time (2026-11-23T02:00:00Z) or a duration ago (15m, 2h, 1d)"
-        ) from None
+            f"malformed time {value[:64]!r}: use an ISO 8601 time (2026-11-23T02:00:00Z)"
+            " or a duration ago (15m, 2h, 1d)"
+        )
+    if not EARLIEST.year <= when.year <= LATEST.year:
+        raise InvalidInput(f"time {value!r} is out of range: from {EARLIEST.year} to {LATEST.year}")
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+EARLIEST = datetime(1970, 1, 2, tzinfo=UTC)  # times outside these cannot be moved by a day or a window
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)

@@ -37,14 +37,14 @@ class NewToken:
 def listing(ctx: HeadContext, who: Principal) -> list[tuple[User, list[str]]]:
     """Every user with the projects they belong to."""
     _require(who, Scope.READ, "list users")
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         projects = member_repo.projects_by_user(s)
         return [(u, projects.get(u.name, [])) for u in user_repo.list_users(s)]
 
 
 def projects_of(ctx: HeadContext, who: Principal) -> dict[str, ProjectRole]:
     """The caller's projects and their role in each (a join token belongs to none)."""
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         return member_repo.roles_of(s, who.user)
 
 
@@ -132,7 +132,7 @@ def list_tokens(ctx: HeadContext, who: Principal, user: str | None = None) -> li
     elif not own:
         _require(who, Scope.ADMIN, "list another user's tokens")
     _require(who, Scope.READ, "list tokens")
-    with ctx.db.tx() as s:
+    with ctx.db.read() as s:
         listed = token_repo.list_tokens(s, who.user if own else user)
         if user is not None and not listed:
             user_repo.get_user(s, user)  # no such user: 404 rather than an empty list

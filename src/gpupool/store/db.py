@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -11,16 +12,17 @@ from typing import Any, TypeAlias
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from gpupool.domain.errors import InvalidInput, Stale, Unavailable
+from gpupool.domain.errors import Conflict, InvalidInput, Stale, Unavailable
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+logger = logging.getLogger("gpupool.store")
 
 # One open transaction, as repo functions take it. Code outside the store names the type so and
 # never imports SQLAlchemy itself (``tests/unit/test_layers.py``).
@@ -45,6 +47,7 @@ def make_engine(url: str) -> Engine:
             _private_sqlite_file(Path(parsed.database))
         engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -72,12 +75,28 @@ def _private_sqlite_file(path: Path) -> None:
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
     # WAL lets the API read while the controller writes; busy_timeout waits instead of failing.
+    # synchronous=FULL: a commit is on disk before the head answers, so an acknowledged submission
+    # survives a power cut, not only a crash of the head (README "Durability" has the cost).
+    # isolation_level=None: pysqlite starts no transaction of its own; ``_sqlite_begin`` does.
+    dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+READ_ONLY = "gpupool_read_only"  # an execution option: the transaction only reads
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    """Every transaction that may write takes SQLite's write lock when it begins (BEGIN IMMEDIATE),
+    not at its first write: two read-then-write transactions (a cancel and a start, two changes of
+    one project) then run one after the other instead of both deciding on the same old read, and a
+    writer waits (busy_timeout) instead of failing with SQLITE_BUSY_SNAPSHOT halfway. Read-only
+    transactions (``Database.read``) begin DEFERRED and never wait for a writer."""
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -107,6 +126,7 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
 
     @contextmanager
     def tx(self) -> Iterator[Session]:
@@ -117,6 +137,20 @@ class Database:
                 yield session
         except StaleDataError:
             raise Stale("a job changed while this was being decided; nothing was written, try again") from None
+        except IntegrityError as exc:  # two requests made the same thing at once: the loser says so
+            logger.info("a transaction lost a race and was rolled back: %s", exc.orig)
+            raise Conflict(
+                "someone changed the same thing at the same moment; nothing was written, try again",
+                code="concurrent_change",
+            ) from None
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A transaction that only reads (listings, reports, metrics): on SQLite it does not take
+        the write lock, so it never waits behind the controller. Writing in it is a mistake that
+        SQLite may refuse (SQLITE_BUSY_SNAPSHOT); use ``tx`` for anything that writes."""
+        with self._readers() as session, session.begin():
+            yield session
 
     def migrate(self) -> None:
         migrate(self.engine)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain.decisions import Reason
+from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, REQUEUING_STOPS, JobSpec, JobState, StopReason, may_replace
-from gpupool.domain.outcome import JobFacts, settle
+from gpupool.domain.outcome import JobFacts, restart_delay, settle
 from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord, WorkerRecord
 from gpupool.store.convert import job_record, spec_columns, worker_record
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
@@ -162,9 +162,11 @@ def stopping(session: Session) -> set[int]:
     return set(session.scalars(query))
 
 
-def settle_job(session: Session, job_id: int, now: datetime) -> tuple[WorkerRecord, ...]:
+def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 0.0) -> tuple[WorkerRecord, ...]:
     """Apply ``domain.outcome.settle`` to an active job: walk its transitions, or return the live
-    workers to stop first. The job's row is read, decided on and written in this one transaction."""
+    workers to stop first. The job's row is read, decided on and written in this one transaction.
+    A job requeued after it failed (not after its node was lost) waits ``restart_delay`` (from
+    ``backoff_s``) before it is scheduled again, with reason ``backoff``."""
     row = job_row(session, job_id, lock=True)
     state = JobState(row.state)
     if not state.active:
@@ -183,18 +185,36 @@ def settle_job(session: Session, job_id: int, now: datetime) -> tuple[WorkerReco
     plan = settle(facts, workers)
     if plan is None:
         return ()
+    # Its own failure, not its node's: a job lost with its node is requeued at once.
+    failed_again = plan.restarts > row.restarts and not any(step.state is JobState.LOST for step in plan.steps)
     row.restarts, row.exit_code, row.exit_reason = plan.restarts, plan.exit_code, plan.exit_reason
     for step in plan.steps:
         transition_job(session, row, step.state, now, step.message, kind=step.kind)
+    delay = restart_delay(row.restarts, backoff_s) if failed_again and row.state == JobState.PENDING.value else 0
+    if delay:
+        row.not_before = now + timedelta(seconds=delay)
+        row.reason_code, row.reason = backoff_reason(row.not_before, delay, row.restarts)
+        add_event(session, now, kind="backoff", job_id=job_id, message=row.reason)
     return plan.stop_workers
 
 
-def on_hold(session: Session, now: datetime) -> dict[int, datetime]:
-    """Pending jobs not to be scheduled yet (left out of the snapshot), with until when."""
-    rows = session.execute(
-        select(JobRow.id, JobRow.not_before).where(JobRow.state == JobState.PENDING.value, JobRow.not_before > now)
+def backoff_reason(until: datetime, delay: float, restarts: int) -> tuple[str, str]:
+    return (
+        ReasonCode.BACKOFF.value,
+        f"restart {restarts} waits {delay:g}s after the failure (--restart-backoff, doubling per failure): "
+        f"scheduled again from {until:%H:%M:%S} UTC",
     )
-    return {job_id: until for job_id, until in rows if until is not None}
+
+
+def on_hold(session: Session, now: datetime) -> dict[int, tuple[datetime, bool]]:
+    """Pending jobs not to be scheduled yet (left out of the snapshot), with until when and whether
+    they back off after a failure (else they were preempted for sitting idle)."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.not_before, JobRow.stop_reason).where(
+            JobRow.state == JobState.PENDING.value, JobRow.not_before > now
+        )
+    )
+    return {job_id: (until, stop is None) for job_id, until, stop in rows if until is not None}
 
 
 def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:

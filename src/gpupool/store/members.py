@@ -21,7 +21,8 @@ def project_access(
     """Whether ``project`` is open to everyone, and ``user``'s role in it (not looked up when
     it does not matter: for an admin, or where everyone may submit). A project that does not
     exist is refused (``default`` exists until an admin sets it up: open to everyone)."""
-    row = session.get(ProjectRow, project)
+    # FOR SHARE (PostgreSQL): a project being deleted is not submitted to at the same time.
+    row = session.get(ProjectRow, project, with_for_update={"read": True})
     if row is None and project != DEFAULT_PROJECT:
         raise NotFound(
             f"no project {project}: an admin creates it with gpupool project set {project}; "

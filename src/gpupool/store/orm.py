@@ -6,7 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, TypeDecorator, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -324,3 +337,18 @@ class AlertRow(Base):
     raised_at: Mapped[datetime] = mapped_column()
     updated_at: Mapped[datetime] = mapped_column()
     cleared_at: Mapped[datetime | None] = mapped_column(nullable=True, index=True)
+
+
+class IdempotencyKeyRow(Base):
+    """A submission made with an ``Idempotency-Key`` (0012): the same key from the same user within
+    24 hours gets this job back instead of a second one."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("owner", "key", name="uq_idempotency_owner_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA-256 of the submitted spec
+    job_id: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(index=True)

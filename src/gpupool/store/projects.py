@@ -37,7 +37,7 @@ def open_to_everyone(session: Session) -> set[str]:
 def set_project(session: Session, project: Project, now: datetime, everyone: bool | None = None) -> Project:
     """``everyone``: every user may submit here; ``None``: as it was (a new project: members
     only, but ``default``: everyone)."""
-    row = session.get(ProjectRow, project.name)
+    row = session.get(ProjectRow, project.name, with_for_update=True)
     if row is None:
         row = ProjectRow(name=project.name, created_at=now, everyone=project.name == DEFAULT_PROJECT)
         session.add(row)
@@ -58,7 +58,9 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
 
 
 def delete_project(session: Session, name: str, now: datetime) -> None:
-    row = session.get(ProjectRow, name)
+    """Refused while it has active jobs; its row is locked first, so no submission (which reads
+    it FOR SHARE) can slip a job in between the count and the delete on PostgreSQL."""
+    row = session.get(ProjectRow, name, with_for_update=True)
     if row is None:
         raise NotFound(f"no project {name}: list projects with gpupool projects", code="project_not_found")
     active = session.scalar(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Response
 
 from gpupool.api.deps import Caller, Ctx
+from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
 from gpupool.domain.jobs import JobSpec
 from gpupool.services import jobs as job_service
@@ -13,10 +14,16 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=JobOut)
-def submit(body: SubmitRequest, ctx: Ctx, who: Caller, response: Response) -> JobOut:
+def submit(
+    body: SubmitRequest, ctx: Ctx, who: Caller, response: Response, idempotency_key: IdempotencyKey = None
+) -> JobOut:
+    """With an ``Idempotency-Key``, a retry of a submission whose answer was lost returns the job
+    the first one made (``Idempotent-Replayed: true``) instead of making another."""
     spec = JobSpec.create(**body.model_dump())
-    job = job_service.submit(ctx, spec, who)
+    job, replayed = job_service.submit_once(ctx, spec, who, idempotency_key)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
     return JobOut.of(job)
 
 
@@ -35,18 +42,18 @@ def listing(
 
 
 @router.get("/{job_id}", response_model=JobDetail)
-def show(job_id: int, ctx: Ctx, who: Caller) -> JobDetail:
+def show(job_id: JobId, ctx: Ctx, who: Caller) -> JobDetail:
     job, sees, events = job_service.show(ctx, job_id, who)
     return JobDetail(**JobOut.of(job, full=sees).model_dump(), events=[EventOut.of(e) for e in events])
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, ctx: Ctx, who: Caller) -> JobOut:
+def cancel(job_id: JobId, ctx: Ctx, who: Caller) -> JobOut:
     return JobOut.of(job_service.cancel(ctx, job_id, who))
 
 
 @router.get("/{job_id}/why", response_model=WhyOut)
-def why(job_id: int, ctx: Ctx, who: Caller) -> WhyOut:
+def why(job_id: JobId, ctx: Ctx, who: Caller) -> WhyOut:
     answer = job_service.why(ctx, job_id)
     return WhyOut(
         id=job_id,
@@ -62,7 +69,7 @@ def why(job_id: int, ctx: Ctx, who: Caller) -> WhyOut:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "log bytes from offset"}},
 )
-def logs(job_id: int, ctx: Ctx, who: Caller, worker: int = 0, offset: int = 0) -> Response:
+def logs(job_id: JobId, ctx: Ctx, who: Caller, worker: WorkerIndex = 0, offset: LogOffset = 0) -> Response:
     chunk = job_service.logs(ctx, job_id, who, worker, offset)
     return Response(
         content=chunk.data,

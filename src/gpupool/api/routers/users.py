@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from gpupool.api.deps import Caller, Ctx
+from gpupool.api.params import TokenId
 from gpupool.api.schemas.users import (
     RoleSet,
     TokenCreate,
@@ -73,5 +74,5 @@ def create_token(body: TokenCreate, ctx: Ctx, who: Caller, response: Response) -
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
-def revoke_token(token_id: int, ctx: Ctx, who: Caller) -> TokenOut:
+def revoke_token(token_id: TokenId, ctx: Ctx, who: Caller) -> TokenOut:
     return TokenOut.of(user_service.revoke_token(ctx, who, token_id))

@@ -1,0 +1,62 @@
+"""Idempotency keys on both engines: one job per (user, key) within 24 hours, also when two
+requests with the key race (the loser's transaction rolls back whole and returns the winner's
+job); after 24 hours the key may make a new job."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from gpupool.clock import FakeClock
+from gpupool.domain.errors import Conflict
+from gpupool.domain.jobs import JobSpec
+from gpupool.services import jobs as job_service
+from gpupool.services.context import HeadContext
+from gpupool.sim.cluster import uniform
+from gpupool.store import idempotency
+from gpupool.store import jobs as job_repo
+from gpupool.store import nodes as node_repo
+from gpupool.store.db import Database
+from gpupool.store.tokens import Principal
+from tests.store.test_sim_matches_controller import FakeExecutor
+
+ADMIN = Principal("admin", "admin")
+SPEC = JobSpec.create(command=["train"], gpus=0)
+
+
+@pytest.fixture
+def ctx(db: Database, now: datetime) -> HeadContext:
+    executor = FakeExecutor(uniform(1, 2))
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), now)
+    return HeadContext(db, FakeClock(now), executor, lambda: None)
+
+
+def _jobs(ctx: HeadContext) -> int:
+    with ctx.db.tx() as s:
+        return job_repo.count_jobs(s, include_finished=True, owner=None)
+
+
+def test_one_job_per_key_then_a_new_one_after_a_day(ctx: HeadContext) -> None:
+    first, replayed = job_service.submit_once(ctx, SPEC, ADMIN, "k")
+    again, replayed_again = job_service.submit_once(ctx, SPEC, ADMIN, "k")
+    assert (replayed, replayed_again) == (False, True) and again.id == first.id and _jobs(ctx) == 1
+    with pytest.raises(Conflict) as reused:
+        job_service.submit_once(ctx, JobSpec.create(command=["eval"], gpus=0), ADMIN, "k")
+    assert reused.value.code == "idempotency_key_reused" and _jobs(ctx) == 1
+    assert isinstance(ctx.clock, FakeClock)
+    ctx.clock.advance(24 * 3600 + 1)
+    later, replayed_later = job_service.submit_once(ctx, SPEC, ADMIN, "k")
+    assert not replayed_later and later.id != first.id and _jobs(ctx) == 2
+
+
+def test_a_request_that_loses_the_race_for_a_key_rolls_back_its_job(ctx: HeadContext, now: datetime) -> None:
+    """The winner committed the key between the loser's look-up and its insert."""
+    winner = job_service.submit(ctx, SPEC, ADMIN)
+    with ctx.db.tx() as s:
+        idempotency.remember(s, "admin", "raced", "fp", winner.id, now)
+    with pytest.raises(idempotency.KeyTaken), ctx.db.tx() as s:
+        job = job_repo.insert_job(s, SPEC, "admin", now)
+        idempotency.remember(s, "admin", "raced", "fp", job.id, now)
+    assert _jobs(ctx) == 1  # the loser's job went with its transaction
