@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
@@ -204,8 +205,29 @@ def job_accounts(executor: Executor) -> JobAccounts:
     """As root, jobs run as their owners (checked here at submit where the nodes are this
     machine); otherwise as the head's own user."""
     local = not executor.capabilities.multi_host
-    exists = (lambda name: accounts.lookup(name) is not None) if local else None
+    exists = _KnownAccounts() if local else None
     return JobAccounts(owners=accounts.privileged(), head_user=accounts.me(), exists=exists)
+
+
+class _KnownAccounts:
+    """Whether a Unix account exists here, remembered for a minute: a submission should not read
+    the passwd and group databases each time (an account removed meanwhile fails at launch)."""
+
+    TTL_S = 60.0
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+
+    def __call__(self, name: str) -> bool:
+        now = time.monotonic()
+        if now - self._seen.get(name, -self.TTL_S) < self.TTL_S:
+            return True
+        if accounts.lookup(name) is None:
+            return False
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+        self._seen[name] = now
+        return True
 
 
 def _lock_data_dir(settings: Settings) -> IO[str]:

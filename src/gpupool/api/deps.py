@@ -48,6 +48,11 @@ INVALID_TOKEN = (
 )
 
 
+def cached(token: str) -> Principal | None:
+    """Whom a token speaks for if it was checked within the last second; None if not (or unknown)."""
+    return _cache.get(token)
+
+
 def authenticate(ctx: HeadContext, token: str) -> Principal | None:
     """Whom a token speaks for, or None: from the cache, else the store."""
     who = _cache.get(token)

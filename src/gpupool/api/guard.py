@@ -18,7 +18,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gpupool.api.deps import INVALID_TOKEN, MISSING_TOKEN, authenticate
+from gpupool.api.deps import INVALID_TOKEN, MISSING_TOKEN, authenticate, cached
 from gpupool.services.context import HeadContext
 
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB: a job with a large environment is a few KiB
@@ -45,7 +45,8 @@ class BodyGuard:
         if token is None:
             await _answer(send, 401, "unauthorized", MISSING_TOKEN)
             return
-        if await anyio.to_thread.run_sync(authenticate, self.ctx, token) is None:
+        known = cached(token)  # in the event loop; only a token not seen this second goes to the store
+        if known is None and await anyio.to_thread.run_sync(authenticate, self.ctx, token) is None:
             await _answer(send, 401, "unauthorized", INVALID_TOKEN)
             return
         length = headers.get("content-length", "")

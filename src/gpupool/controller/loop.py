@@ -162,13 +162,14 @@ class Controller:
             return None
         self._dirty = False
         self._last_full = time.monotonic()
-        with self._db.tx() as s:
+        with self._db.read() as s:  # no writer waits while the snapshot is read
             on_hold = job_repo.on_hold(s, self._clock.now())
-            if on_hold:
-                # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
-                idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
-                job_repo.set_reasons(s, idle)
             snapshot = load_snapshot(s, self._clock.now(), self._specs)
+        if on_hold:
+            # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
+            idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
+            with self._db.tx() as s:
+                job_repo.set_reasons(s, idle)
         result = schedule(snapshot, self._config, memory=self._memory)
         specs = {job.id: job.spec for job in snapshot.pending}
         submitted = {job.id: job.submitted_at for job in snapshot.pending}
