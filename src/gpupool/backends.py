@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.executors.base import Executor
@@ -41,6 +42,9 @@ class Built:
     topology: Topology
     cluster: RayCluster | None = None  # how nodes join, for backends that let them
     notes: list[str] = field(default_factory=list)  # printed under the head's ready line
+    # Stop what the backend started, when the head stops: given how many workers still run, it
+    # returns what to tell (a Ray head this data dir started is stopped only when none runs on it).
+    on_stop: Callable[[int], str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,7 @@ def _build_local(settings: Settings) -> Built:
             memory_mib=_host_memory_mib(),
             host_cpus=host_cpus,
             cgroups_wanted=settings.cgroups,
+            max_log_bytes=settings.max_log_bytes,
         )
         for name, probe in topology.probes
     ]
@@ -110,7 +115,9 @@ def _build_ray(settings: Settings) -> Built:
 
     ray = head_ray.build(settings)
     notes = [n for n in [head_ray.describe_exposure(ray.exposed)] if n]
-    return Built(ray.executor, Topology([], True, ""), ray.cluster, notes)
+    ray_dir = settings.data_dir / "ray"
+    on_stop = None if settings.ray_address else partial(head_ray.after_head, ray_dir)  # never a Ray it did not start
+    return Built(ray.executor, Topology([], True, ""), ray.cluster, notes, on_stop)
 
 
 def _host_memory_mib() -> int:

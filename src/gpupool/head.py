@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import logging
 import os
 import signal
@@ -40,6 +41,7 @@ from gpupool.services.accounts import JobAccounts
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
+from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.head")
@@ -62,6 +64,7 @@ class Head:
         self.ray: RayCluster | None = backend.cluster
         self.topology: Topology = backend.topology
         self.notes: list[str] = backend.notes
+        self._on_stop = backend.on_stop
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
@@ -79,6 +82,7 @@ class Head:
                 idle=idle,
                 alerts=AlertRules(temperature_c=settings.alert_temperature_c),
                 restart_backoff_s=settings.restart_backoff_s,
+                keep_finished_s=settings.keep_finished_s,
             ),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
@@ -113,7 +117,8 @@ class Head:
         kind = "simulated" if simulated or (self.topology.simulated and not gpus) else "real"
         if self.topology.note:
             kind = f"simulated: {self.topology.note}"
-        url = f"http://{self.settings.host}:{self.settings.port}"
+        scheme = "https" if self.settings.tls_cert else "http"
+        url = f"{scheme}://{self.settings.host}:{self.settings.port}"
         line = (
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
@@ -123,7 +128,23 @@ class Head:
                 f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"
                 f" `gpupool join {url} --token-file FILE` (FILE: a copy of {self.settings.data_dir / JOIN_TOKEN_FILE})"
             )
+        if not self.settings.tls_cert and not _loopback_host(self.settings.host):
+            line += (
+                f"\nwarning: plain HTTP on {self.settings.host}: tokens cross the network in clear text;"
+                " serve HTTPS with --tls-cert and --tls-key (clients refuse plain http beyond loopback"
+                " unless given --insecure)"
+            )
         return "\n".join([line, *self.notes])
+
+    def _stop_backend(self) -> str:
+        """Stop what the backend started (a Ray head of this data dir) unless jobs still run on it."""
+        if self._on_stop is None:
+            return ""
+        try:
+            return self._on_stop(_live_workers(self.db))
+        except Exception:
+            log.exception("stopping what the backend started failed")
+            return ""
 
     def serve(self, out: IO[str] = sys.stdout) -> None:
         sock = _bind(self.settings.host, self.settings.port)
@@ -137,6 +158,8 @@ class Head:
             access_log=False,
             http=guard.header_timeout(self.settings.header_timeout_s),
             limit_concurrency=self.settings.max_connections,
+            ssl_certfile=self.settings.tls_cert,
+            ssl_keyfile=self.settings.tls_key,
         )
         server = _Server(config, on_ready=lambda: self._announce(out))
         try:
@@ -145,7 +168,10 @@ class Head:
             auditing.close(self.app)  # the requests answered are all in the audit log
             self.controller.stop()
             self.executor.close()
+            said = self._stop_backend()
             self.db.close()
+            if said:
+                print(said, file=out, flush=True)
             print(
                 "gpupool head stopped; running jobs keep running and are re-adopted at the next start",
                 file=out,
@@ -199,6 +225,18 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _with_port(settings: Settings, port: int) -> Settings:
     return replace(settings, port=port)
+
+
+def _loopback_host(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _live_workers(db: Database) -> int:
+    with db.read() as s:
+        return len(worker_repo.live_workers(s))
 
 
 def job_accounts(executor: Executor) -> JobAccounts:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +119,42 @@ def describe_exposure(exposed: list[str]) -> str:
         + " (Ray cannot bind its GCS and raylet to one address); every Ray port requires the Ray token,"
         " but firewall them if this machine is reachable from untrusted networks"
     )
+
+
+def stop_started(ray_dir: Path, timeout_s: float = 15.0) -> int:
+    """Stop the Ray processes of the session this data dir started (found by its temp dir in their
+    command lines), never another Ray on the machine (``ray stop`` would stop every one): SIGTERM,
+    then SIGKILL what is left after ``timeout_s``. Returns how many there were."""
+    pids = _ray_pids(ray_dir)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while (alive := {p for p in pids if _alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        (ray_dir / "address").unlink()
+    return len(pids)
+
+
+def after_head(ray_dir: Path, jobs_running: int) -> str:
+    """What becomes of the Ray head this data dir started when the gpupool head stops: stopped
+    when no job runs on it, else kept for them, and said so."""
+    if jobs_running:
+        return (
+            f"the Ray cluster this head started keeps running for {jobs_running} running worker(s);"
+            f" `gpupool down --data-dir {ray_dir.parent}` stops it and them"
+        )
+    stopped = stop_started(ray_dir)
+    return f"stopped the Ray head this head started ({stopped} processes)" if stopped else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -67,10 +67,14 @@ class Settings:
     idle_after_s: float = 600.0
     alert_temperature_c: float = 85.0
     cgroups: bool = True  # workers in cgroups where the node can make them (local backend)
+    keep_finished_s: float = 30 * 86400.0  # finished jobs, their events, run dirs and logs are kept so long
+    max_log_bytes: int = 100 * 2**20  # each worker's log is cut to its newest half past this
     restart_backoff_s: float = 10.0  # a failed job's first wait before its next attempt, doubling per failure
     # The API's door (api/guard.py): the largest request body, how long a client may take to send
     # its headers, then its body, and how many connections are served at once (then 503).
     max_body_bytes: int = 1 << 20
+    tls_cert: Path | None = None  # with tls_key: the API is served over HTTPS
+    tls_key: Path | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     max_connections: int = 1000

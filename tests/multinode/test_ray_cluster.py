@@ -4,6 +4,7 @@ gang which resumes from its checkpoint, and a head restart that re-attaches to r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -11,6 +12,7 @@ import re
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,8 @@ from typing import Any
 import pytest
 
 from gpupool.client import ClientError, GpupoolClient
-from tests.e2e.headproc import pid_alive, wait_for, wait_state
+from gpupool.executors.ray_processes import ray_temp_dir
+from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 from tests.multinode.conftest import RayCluster
 from tests.unix_accounts import TestAccounts
 
@@ -235,3 +238,41 @@ def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster) -> Non
     assert job["state"] == "succeeded", logs
     assert events(job, "readopted")
     assert all("done" in log for log in logs)
+
+
+def _ray_processes(data_dir: Path) -> set[int]:
+    """Processes of the Ray session a head on ``data_dir`` started (its temp dir in their command line)."""
+    marker = str(ray_temp_dir(data_dir / "ray")).encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes() and pid_alive(int(entry.name)):
+                    found.add(int(entry.name))
+    return found
+
+
+def test_the_ray_head_a_head_started_stops_with_it_unless_jobs_run_on_it_and_down_stops_the_rest() -> None:
+    """Issue 15, part 9: nothing gpupool starts outlives it unless jobs need it, and then `gpupool
+    down` stops it; the shared cluster of this module (another Ray on the machine) is untouched."""
+    head = HeadProcess(Path(tempfile.mkdtemp(prefix="gp-r9-")) / "data", nodes=None, gpus=1, extra=["--backend", "ray"])
+    try:
+        head.start(timeout=120)
+        assert _ray_processes(head.data_dir), "the head started no Ray processes of its own"
+        code, out = head.stop(timeout=90)
+        assert code == 0 and "stopped the Ray head this head started" in out, out
+        wait_for(lambda: not _ray_processes(head.data_dir), timeout=30, what="the head's Ray processes to end")
+
+        head.start(timeout=120)
+        with head.client() as c:
+            job_id = int(c.submit(command=["sleep", "300"], gpus=1)["id"])
+            wait_state(c, job_id, ("running",), timeout=60)
+        code, out = head.stop(timeout=90)
+        assert "keeps running for 1 running worker(s)" in out and "gpupool down --data-dir" in out, out
+        assert _ray_processes(head.data_dir)  # kept for the job
+        done = head.cli("down", "--data-dir", str(head.data_dir))
+        assert done.returncode == 0, done.stderr
+        assert "no head was running; 1 worker(s) stopped; the Ray head it started stopped" in done.stdout, done.stdout
+        wait_for(lambda: not _ray_processes(head.data_dir), timeout=30, what="Ray to end after gpupool down")
+    finally:
+        head.kill_everything()

@@ -144,6 +144,7 @@ class FakeExecutor:
         self.clock = clock  # with a clock, telemetry is simulated readings at its time; without, none
         self.sensors = SimulatedSensors()
         self.sampled: list[tuple[str, frozenset[int]]] = []
+        self.forgotten: list[tuple[str, tuple[int, ...]]] = []
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -188,6 +189,10 @@ class FakeExecutor:
             return [None] * len(handles)
         now = self.clock.now().timestamp()
         return [Stats(256 * 2**20, 512 * 2**20, now - float(h.get("at", now))) for h in handles]
+
+    def forget(self, node: str, job_ids: Sequence[int]) -> int:
+        self.forgotten.append((node, tuple(job_ids)))
+        return len(job_ids)
 
     def close(self) -> None:
         pass

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli import alerts, audit, dashboard, jobs, join, login, nodes, projects, report, simulate, top, up, users
+from gpupool.cli import (
+    alerts,
+    audit,
+    dashboard,
+    down,
+    jobs,
+    join,
+    login,
+    nodes,
+    projects,
+    report,
+    simulate,
+    top,
+    up,
+    users,
+)
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
+from gpupool.client.http import CA_ENV, INSECURE_ENV
 from gpupool.domain.errors import GpupoolError
 
 app = typer.Typer(
@@ -20,12 +37,32 @@ app = typer.Typer(
     help="gpupool: one shared pool of GPUs. Start a head with 'gpupool up', then submit jobs.",
 )
 _PASSTHROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+@app.callback()
+def _connection(
+    ca: Annotated[
+        str | None,
+        typer.Option("--ca", envvar=CA_ENV, help="CA bundle to verify the head's certificate [default: the system's]"),
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="allow plain http to a head on another machine (tokens in clear text)")
+    ] = False,
+) -> None:
+    """How every command reaches the head: given before the command, e.g. gpupool --ca ca.pem jobs."""
+    if ca:
+        os.environ[CA_ENV] = ca
+    if insecure:
+        os.environ[INSECURE_ENV] = "1"
+
+
 # Typer may vendor click or use the installed one; take its exception classes from Typer itself.
 _CLICK = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
 UsageError: type[Exception] = _CLICK["UsageError"]
 ClickException: type[Exception] = _CLICK["ClickException"]
 
 app.command()(up.up)
+app.command()(down.down)
 app.command(context_settings=_PASSTHROUGH)(jobs.submit)
 app.command("jobs")(jobs.jobs)
 app.command()(jobs.show)

@@ -94,10 +94,23 @@ def up(
             " 10m (0 to 10m; 0: at once)"
         ),
     ] = "10s",
+    keep_finished: Annotated[
+        str,
+        typer.Option(
+            help="finished jobs, with their events, run directories and logs, are deleted after this long (1h to 10y)"
+        ),
+    ] = "30d",
+    max_log_size: Annotated[
+        str, typer.Option(help="a worker's log past this keeps its newest half (1M to 1T)")
+    ] = "100M",
     max_body: Annotated[str, typer.Option(help="the largest request body the API reads (1K to 64M)")] = "1M",
     client_timeout: Annotated[
         str, typer.Option(help="how long a client may take to send a request's headers, and then its body (1s to 5m)")
     ] = "10s",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None,
     max_connections: Annotated[
         int, typer.Option(help="connections served at once; more get 503 (16 to 100000)", min=16, max=100_000)
     ] = 1000,
@@ -131,16 +144,37 @@ def up(
         alert_temperature_c=alert_temperature,
         cgroups=cgroups,
         restart_backoff_s=_bounded("--restart-backoff", restart_backoff, 0, 600),
+        keep_finished_s=_bounded("--keep-finished", keep_finished, 3600, 3650 * 86400),
+        max_log_bytes=_size("--max-log-size", max_log_size, 2**20, 2**40),
         max_body_bytes=_body_size(max_body),
         max_connections=max_connections,
+        tls_cert=_readable("--tls-cert", tls_cert, tls_key),
+        tls_key=_readable("--tls-key", tls_key, tls_cert),
         header_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
         body_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
     )
     Head(settings).serve()
 
 
+def _readable(flag: str, path: Path | None, other: Path | None) -> Path | None:
+    """A TLS file: both --tls-cert and --tls-key, or neither; readable now, not at the first client."""
+    if (path is None) != (other is None):
+        raise InvalidInput("--tls-cert and --tls-key go together: give both to serve HTTPS")
+    if path is None:
+        return None
+    try:
+        path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {flag} {path}: {exc.strerror}") from None
+    return path.resolve()
+
+
 def _body_size(text: str) -> int:
+    return _size("--max-body", text, 1024, 64 * 2**20)
+
+
+def _size(flag: str, text: str, low: int, high: int) -> int:
     size = parse_bytes(text)
-    if not 1024 <= size <= 64 * 2**20:
-        raise InvalidInput(f"--max-body must be between 1K and 64M, got {text}")
+    if not low <= size <= high:
+        raise InvalidInput(f"{flag} must be between {low} and {high} bytes, got {text}")
     return size

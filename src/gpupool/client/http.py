@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import ssl
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
+from urllib.parse import urlsplit
 
 import httpx
 
+from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec, Submission
 
 
@@ -43,13 +48,64 @@ class LogChunk:
     finished: bool
 
 
+CA_ENV = "GPUPOOL_CA"  # a CA bundle to verify the head's certificate with (else the system's)
+INSECURE_ENV = "GPUPOOL_INSECURE"  # "1": plain http to a head that is not on this machine is allowed
+
+
+def check_url(url: str, insecure: bool = False) -> str:
+    """The head's URL, read as a URL (not by its prefix): http or https with a host; plain http only
+    to this machine (a loopback address or localhost) unless ``insecure``, because every request
+    carries a token."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        host = None
+    if host is None or parts.scheme not in ("http", "https"):
+        raise InvalidInput(f"malformed head URL {url!r}: use e.g. https://gpu-head.example.org:7070")
+    if parts.scheme == "http" and not insecure and not _loopback(host):
+        raise InvalidInput(
+            f"refusing to send a token in clear text to {host}: use https:// (the head's --tls-cert), "
+            "or --insecure if the network between you is trusted"
+        )
+    return url.strip().rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class GpupoolClient:
     def __init__(
-        self, url: str, token: str | None, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        ca: str | None = None,
+        insecure: bool | None = None,
     ) -> None:
+        """``ca``: a CA bundle for the head's certificate (default: $GPUPOOL_CA, else the system's);
+        ``insecure``: allow plain http beyond this machine (default: $GPUPOOL_INSECURE)."""
+        if insecure is None:
+            insecure = os.environ.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
+        self.url = check_url(url, insecure)
+        ca = ca or os.environ.get(CA_ENV) or None
+        try:
+            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidInput(f"cannot use {ca} as the CA bundle (--ca): {exc}") from None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()

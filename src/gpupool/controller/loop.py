@@ -31,6 +31,7 @@ from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
+from gpupool.store import prune
 from gpupool.store import user_usage as user_usage_repo
 from gpupool.store.db import Database
 from gpupool.store.snapshot import SpecCache, load_snapshot
@@ -61,6 +62,8 @@ class ControllerSettings:
     audit_prune_every_s: float = 3600.0
     # A job requeued after a failure waits this long before its next attempt, doubling per failure.
     restart_backoff_s: float = 10.0
+    # Finished jobs, their events, run directories and logs are deleted this long after they ended.
+    keep_finished_s: float = 30 * 86400.0
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -107,6 +110,7 @@ class Controller:
         self._last_usage = 0.0
         self._last_sync = 0.0
         self._audit_pruned: float | None = None  # when the audit log was last pruned (monotonic)
+        self._finished_pruned: float | None = None  # when finished jobs were last pruned (monotonic)
         self._nodes_seen: list[Node] = []
         self._telemetry = TelemetrySampler(
             db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention
@@ -152,6 +156,7 @@ class Controller:
         self._monitor.settle(touched)
         self._accrue_usage()
         self._prune_audit()
+        self._prune_finished()
         readings = self._telemetry.maybe_sample()
         if readings is not None:
             self._watch(lambda: self._alerts.observe(readings))
@@ -233,6 +238,29 @@ class Controller:
                 audit_repo.prune(s, self._clock.now() - timedelta(seconds=self._settings.audit_kept_s))
         except Exception:
             log.exception("pruning the audit log failed; trying again in %.0f s", every_s)
+
+    def _prune_finished(self) -> None:
+        """Delete jobs finished longer ago than ``keep_finished_s`` (a batch per round, every
+        ``audit_prune_every_s``), then their run directories and logs on their nodes."""
+        every_s = self._settings.audit_prune_every_s
+        if self._finished_pruned is not None and time.monotonic() - self._finished_pruned < every_s:
+            return
+        self._finished_pruned = time.monotonic()
+        try:
+            now = self._clock.now()
+            with self._db.tx() as s:
+                by_node = prune.prune_finished(s, now - timedelta(seconds=self._settings.keep_finished_s), now)
+        except Exception:
+            log.exception("pruning finished jobs failed; trying again in %.0f s", every_s)
+            return
+        for node, job_ids in sorted(by_node.items()):
+            if node:
+                try:
+                    self._executor.forget(node, job_ids)
+                except Exception as exc:  # a node that is away keeps its files; nothing else depends on them
+                    log.warning("node %s could not delete the files of %d pruned job(s): %s", node, len(job_ids), exc)
+        if sum(len(j) for j in by_node.values()) >= prune.BATCH:
+            self._finished_pruned = None  # more to do: the next round goes on
 
     def _write_reasons(self, reasons: dict[int, Reason]) -> None:
         """Write only reasons that differ from what this controller last wrote."""

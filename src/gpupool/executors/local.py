@@ -52,6 +52,9 @@ class LocalExecutor:
     def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
         return self._runtime(node).usage(handles)
 
+    def forget(self, node: str, job_ids: Sequence[int]) -> int:
+        return self._runtime(node).forget(job_ids)
+
     def close(self) -> None:
         for runtime in self._runtimes.values():
             runtime.close()

@@ -112,6 +112,9 @@ class NodeAgent:
     def usage(self, handles: list[dict[str, Any]]) -> list[Stats | None]:
         return self.runtime.usage(handles)
 
+    def forget(self, job_ids: list[int]) -> int:
+        return self.runtime.forget(job_ids)
+
     def _keep_lease(self) -> None:
         while True:
             try:
@@ -263,6 +266,14 @@ class RayExecutor:
                 return [None] * len(handles)
         stats: list[Stats | None] = self._call(node, agent.usage.remote([dict(h) for h in handles]))
         return stats
+
+    def forget(self, node: str, job_ids: Sequence[int]) -> int:
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return 0  # a node that comes back cleans nothing up: its data dir keeps the files
+        removed: int = self._call(node, agent.forget.remote(list(job_ids)))
+        return removed
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -225,6 +226,16 @@ def read_stop(run: Path) -> StopRecord | None:
         return StopRecord(str(data["reason"]), str(data.get("note") or ""))
     except (OSError, ValueError, TypeError, KeyError):
         return None
+
+
+def remove_job(data_dir: Path, job_id: int) -> bool:
+    """Delete a finished job's run directories and logs on this node; True if there were any."""
+    found = False
+    for path in (data_dir / "runs" / f"job-{job_id}", data_dir / "logs" / f"job-{job_id}"):
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            found = True
+    return found
 
 
 def read_child(run: Path) -> ChildRecord | None:

@@ -25,7 +25,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, cgroups, gpu_share, private, rundir
+from gpupool.node import accounts, cgroups, gpu_share, log_cap, private, rundir
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import confinement, isolation
 
@@ -73,6 +73,7 @@ class NodeRuntime:
         detach: bool = False,
         clock: Clock | None = None,
         cgroups_wanted: bool = True,
+        max_log_bytes: int = log_cap.DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self.name = name
         self.address = address
@@ -99,6 +100,7 @@ class NodeRuntime:
         # Root runs each job as its owner's account; anyone else runs every job as itself.
         self.as_owners = accounts.privileged()
         self._gpu_watch = gpu_share.GpuShareWatch(probe)
+        self._log_cap = log_cap.LogCap(max_log_bytes)
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
 
@@ -226,9 +228,11 @@ class NodeRuntime:
         if recorded is not None:
             self._reap(pid)
             self._gpu_watch.forget(str(run_dir))
+            self._log_cap.forget(str(run_dir))
             return recorded
         if pid is None or self._supervisor_alive(pid, run_dir):
             self._gpu_watch.check(handle)
+            self._log_cap.check(handle)
             return None
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
@@ -252,6 +256,10 @@ class NodeRuntime:
     def usage(self, handles: Sequence[Mapping[str, Any]]) -> list[cgroups.Stats | None]:
         """What each worker's cgroup says it uses (None for one without a cgroup)."""
         return [gpu_share.worker_stats(Path(h["run_dir"])) for h in handles]
+
+    def forget(self, job_ids: Sequence[int]) -> int:
+        """Delete the run directories and logs of jobs the head pruned; how many had any here."""
+        return sum(rundir.remove_job(self.data_dir, job_id) for job_id in job_ids)
 
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return rundir.read_log(self.log_path(job_id, worker), offset, limit)
