@@ -64,5 +64,6 @@ def create_app(
         return WhoAmI.of(who, user_service.projects_of(ctx, who))
 
     dashboard.mount(app)
+    errors.document(app)
     permissions.check_routes(app)
     return app
