@@ -32,6 +32,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs"): Rule(Who.MEMBER, Scope.SUBMIT),
     ("GET", "/api/v1/jobs"): ANYONE,  # command and environment only of jobs the caller may act on
     ("GET", "/api/v1/jobs/{job_id}"): ANYONE,  # likewise
+    ("GET", "/api/v1/jobs/{job_id}/events"): ANYONE,  # the same events, a page at a time
     ("GET", "/api/v1/jobs/{job_id}/why"): ANYONE,
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule(Who.OWNER, Scope.SUBMIT),
     ("GET", "/api/v1/jobs/{job_id}/logs"): Rule(Who.OWNER),

@@ -128,6 +128,11 @@ def show(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt =
         return
     console.print(job_detail(job))
     console.print(events_table(job["events"]))
+    if job.get("events_total", 0) > len(job["events"]):
+        console.print(
+            f"(the newest {len(job['events'])} of {job['events_total']} events; "
+            f"all of them: GET /api/v1/jobs/{job['id']}/events?after=ID)"
+        )
 
 
 def logs(

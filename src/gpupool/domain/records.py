@@ -106,6 +106,7 @@ class Event:
     message: str
     job_id: int | None = None
     node: str | None = None
+    id: int | None = None  # its place in the event log: pages of a job's events start after one
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,11 +72,26 @@ def get(ctx: HeadContext, job_id: int) -> JobRecord:
         return job_repo.get_job(s, job_id)
 
 
-def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event]]:
-    """The job, whether ``who`` may see its insides (command, environment), and its events."""
+SHOWN_EVENTS = 1000  # the newest a job's detail carries; older ones are paged (``events``)
+MAX_EVENTS_PAGE = 10_000
+
+
+def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event], int]:
+    """The job, whether ``who`` may see its insides (command, environment), its newest events and
+    how many it has in all."""
     with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
-        return job, Visibility(s, who).sees(job), job_repo.job_events(s, job_id)
+        events, total = job_repo.newest_events(s, job_id, SHOWN_EVENTS)
+        return job, Visibility(s, who).sees(job), events, total
+
+
+def events(ctx: HeadContext, job_id: int, after: int, limit: int) -> list[Event]:
+    """A page of a job's events: those after event id ``after``, oldest first."""
+    if not 1 <= limit <= MAX_EVENTS_PAGE:
+        raise InvalidInput(f"limit must be from 1 to {MAX_EVENTS_PAGE}, got {limit}")
+    with ctx.db.read() as s:
+        job_repo.get_job(s, job_id)  # 404 for a job that does not exist
+        return job_repo.job_events(s, job_id, after=after, limit=limit)
 
 
 def listing(

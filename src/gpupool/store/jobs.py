@@ -87,9 +87,19 @@ def list_jobs(
     return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]
 
 
-def job_events(session: Session, job_id: int) -> list[Event]:
-    rows = session.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
-    return [Event(time=r.time, kind=r.kind, message=r.message, job_id=r.job_id, node=r.node) for r in rows]
+def job_events(session: Session, job_id: int, after: int = 0, limit: int | None = None) -> list[Event]:
+    """The job's events in order, those after event ``after`` (an id), at most ``limit``."""
+    query = select(EventRow).where(EventRow.job_id == job_id, EventRow.id > after).order_by(EventRow.id)
+    rows = session.scalars(query if limit is None else query.limit(limit))
+    return [Event(time=r.time, kind=r.kind, message=r.message, job_id=r.job_id, node=r.node, id=r.id) for r in rows]
+
+
+def newest_events(session: Session, job_id: int, limit: int) -> tuple[list[Event], int]:
+    """The job's newest ``limit`` events in order, and how many it has in all."""
+    total = session.scalar(select(func.count(EventRow.id)).where(EventRow.job_id == job_id)) or 0
+    skip = select(EventRow.id).where(EventRow.job_id == job_id).order_by(EventRow.id.desc()).offset(limit).limit(1)
+    after = session.scalar(skip) or 0
+    return job_events(session, job_id, after=after), total
 
 
 def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> JobRecord:

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, Response
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
+from gpupool.domain.bounds import MAX_ID
 from gpupool.domain.jobs import JobSpec
 from gpupool.services import jobs as job_service
 
@@ -43,8 +44,23 @@ def listing(
 
 @router.get("/{job_id}", response_model=JobDetail)
 def show(job_id: JobId, ctx: Ctx, who: Caller) -> JobDetail:
-    job, sees, events = job_service.show(ctx, job_id, who)
-    return JobDetail(**JobOut.of(job, full=sees).model_dump(), events=[EventOut.of(e) for e in events])
+    """The job with its newest 1,000 events (``events_total`` says how many it has; page through
+    them all with ``/events``)."""
+    job, sees, events, total = job_service.show(ctx, job_id, who)
+    detail = JobOut.of(job, full=sees).model_dump()
+    return JobDetail(**detail, events=[EventOut.of(e) for e in events], events_total=total)
+
+
+@router.get("/{job_id}/events", response_model=list[EventOut])
+def events(
+    job_id: JobId,
+    ctx: Ctx,
+    who: Caller,
+    after: int = Query(0, ge=0, le=MAX_ID, description="only events after this event id"),
+    limit: int = Query(1000, ge=1, le=job_service.MAX_EVENTS_PAGE, description="at most this many"),
+) -> list[EventOut]:
+    """A job's events in order, a page at a time: pass the last ``id`` seen as ``after``."""
+    return [EventOut.of(e) for e in job_service.events(ctx, job_id, after, limit)]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)

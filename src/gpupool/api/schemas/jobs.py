@@ -151,6 +151,7 @@ class JobOut(BaseModel):
 
 
 class EventOut(BaseModel):
+    id: int | None = None
     time: datetime
     kind: str
     message: str
@@ -158,11 +159,12 @@ class EventOut(BaseModel):
 
     @classmethod
     def of(cls, e: Event) -> EventOut:
-        return cls(time=e.time, kind=e.kind, message=e.message, node=e.node)
+        return cls(id=e.id, time=e.time, kind=e.kind, message=e.message, node=e.node)
 
 
 class JobDetail(JobOut):
-    events: list[EventOut]
+    events: list[EventOut] = Field(description="its newest 1,000 events, oldest first")
+    events_total: int = Field(0, description="how many events it has; GET .../events pages through them")
 
 
 class WhyOut(BaseModel):
