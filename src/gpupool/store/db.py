@@ -125,6 +125,19 @@ def migrate(engine: Engine) -> None:
         raise Unavailable(f"cannot open the database {where}: {reason}") from None
 
 
+def _unavailable(exc: OperationalError) -> Exception:
+    """A database that cannot take the write: a full disk is said so (nothing was written, the
+    transaction rolled back whole); anything else is raised as it was."""
+    reason = " ".join(str(exc.orig).split())
+    if "disk is full" in reason or "No space left" in reason or "could not extend file" in reason:
+        logger.error("the database's disk is full: %s", reason)
+        return Unavailable(
+            "the head's database has no disk space left; nothing was written: free space on its disk and retry",
+            code="disk_full",
+        )
+    return exc
+
+
 class Database:
     """An engine and short transactions over it. Repos are functions over the session given."""
 
@@ -146,6 +159,8 @@ class Database:
                 yield session
         except StaleDataError:
             raise Stale("a job changed while this was being decided; nothing was written, try again") from None
+        except OperationalError as exc:
+            raise _unavailable(exc) from None
         except IntegrityError as exc:  # two requests made the same thing at once: the loser says so
             logger.info("a transaction lost a race and was rolled back: %s", exc.orig)
             raise Conflict(
