@@ -6,13 +6,18 @@ and the job runs again."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
+import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 
+from gpupool.client import ClientError
 from gpupool.node import rundir
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
@@ -84,3 +89,43 @@ def test_a_supervisor_killed_under_its_worker_is_seen_lost_and_the_job_runs_agai
         assert "supervisor" in messages, messages  # says what happened
         assert not pid_alive(worker.pid), "the worker of the lost attempt still runs"
         c.cancel(job["id"])
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_postgresql_restarted_under_the_head_is_a_503_meanwhile_and_the_head_recovers(
+    head_factory: type[HeadProcess], tmp_path: Path
+) -> None:
+    """A server of its own (scripts/postgres.sh, as the store tests start theirs), stopped and
+    started again while the head runs: requests meanwhile get 503 ``database_unavailable``, never
+    a 500; afterwards the head takes submissions and its controller starts jobs again."""
+    cluster, port = f"/tmp/gpupool-pg-fault-{uuid.uuid4().hex[:8]}", str(_free_port())
+    script = ["bash", str(REPO / "scripts" / "postgres.sh")]
+    started = subprocess.run([*script, cluster, port], capture_output=True, text=True, timeout=600, check=False)
+    if started.returncode != 0:
+        pytest.skip(f"no PostgreSQL server could be started: {started.stderr.strip()[-300:]}")
+    url = started.stdout.strip().splitlines()[-1]
+    try:
+        head = head_factory(extra=["--db", url]).start()
+        with head.client() as c:
+            before = c.submit(command=["true"], gpus=1)["id"]
+            assert wait_state(c, before, ("succeeded",))["state"] == "succeeded"
+            subprocess.run([*script, "stop", cluster], capture_output=True, timeout=120, check=True)
+            with pytest.raises(ClientError) as down:
+                c.submit(command=["true"], gpus=1)
+            assert (down.value.status, down.value.code) == (503, "database_unavailable"), down.value.message
+            again = subprocess.run([*script, cluster, port], capture_output=True, text=True, timeout=600, check=False)
+            assert again.returncode == 0, again.stderr[-300:]
+            after = c.submit(command=["true"], gpus=1)["id"]
+            assert wait_state(c, after, ("succeeded",), timeout=30)["state"] == "succeeded"
+        assert head.proc is not None and head.proc.poll() is None  # it never stopped
+    finally:
+        subprocess.run([*script, "stop", cluster], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(cluster, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

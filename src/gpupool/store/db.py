@@ -125,9 +125,10 @@ def migrate(engine: Engine) -> None:
         raise Unavailable(f"cannot open the database {where}: {reason}") from None
 
 
-def _unavailable(exc: OperationalError) -> Exception:
-    """A database that cannot take the write: a full disk is said so (nothing was written, the
-    transaction rolled back whole); anything else is raised as it was."""
+def _unavailable(exc: OperationalError) -> Unavailable:
+    """A database that cannot serve the transaction now: a 503 that says why (its disk is full,
+    it is busy, it cannot be reached), never a 500. Nothing was written: the transaction rolled back
+    whole, and the next one tries again (PostgreSQL connections are checked before use)."""
     reason = " ".join(str(exc.orig).split())
     if "disk is full" in reason or "No space left" in reason or "could not extend file" in reason:
         logger.error("the database's disk is full: %s", reason)
@@ -135,7 +136,13 @@ def _unavailable(exc: OperationalError) -> Exception:
             "the head's database has no disk space left; nothing was written: free space on its disk and retry",
             code="disk_full",
         )
-    return exc
+    if "database is locked" in reason:
+        return Unavailable("the head's database stayed busy for 30 s; nothing was written: retry", code="database_busy")
+    logger.error("the database cannot be reached: %s", reason)
+    return Unavailable(
+        f"the head cannot reach its database ({reason[:200]}); nothing was written: retry once it is back",
+        code="database_unavailable",
+    )
 
 
 class Database:
@@ -174,8 +181,11 @@ class Database:
         they take no lock and never wait behind a writer, each seeing the latest commit, as reads
         always did here (the scheduler's decisions are written guarded, ``Stale``, for that reason).
         On PostgreSQL: one READ COMMITTED transaction. Never write in it: use ``tx``."""
-        with self._readers() as session, session.begin():
-            yield session
+        try:
+            with self._readers() as session, session.begin():
+                yield session
+        except OperationalError as exc:
+            raise _unavailable(exc) from None
 
     def migrate(self) -> None:
         migrate(self.engine)
