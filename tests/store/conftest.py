@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
 
+from gpupool.services.context import HeadContext
 from gpupool.store.db import Database
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
@@ -33,6 +34,21 @@ START_TIMEOUT_S = 900
 _names = itertools.count(1)
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
+
+
+@pytest.fixture
+def services(db: Database, now: datetime) -> HeadContext:
+    """Services over ``db`` at a fixed time, with one registered node of two GPUs that launches
+    nothing (tests of what the API's use cases write, not of jobs running)."""
+    from gpupool.clock import FakeClock
+    from gpupool.sim.cluster import uniform
+    from gpupool.store import nodes as node_repo
+    from tests.store.test_sim_matches_controller import FakeExecutor
+
+    executor = FakeExecutor(uniform(1, 2))
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), now)
+    return HeadContext(db, FakeClock(now), executor, lambda: None)
 
 
 @pytest.fixture

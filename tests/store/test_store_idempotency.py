@@ -13,24 +13,17 @@ from gpupool.domain.errors import Conflict
 from gpupool.domain.jobs import JobSpec
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
-from gpupool.sim.cluster import uniform
 from gpupool.store import idempotency
 from gpupool.store import jobs as job_repo
-from gpupool.store import nodes as node_repo
-from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
-from tests.store.test_sim_matches_controller import FakeExecutor
 
 ADMIN = Principal("admin", "admin")
 SPEC = JobSpec.create(command=["train"], gpus=0)
 
 
 @pytest.fixture
-def ctx(db: Database, now: datetime) -> HeadContext:
-    executor = FakeExecutor(uniform(1, 2))
-    with db.tx() as s:
-        node_repo.register_nodes(s, executor.nodes(), now)
-    return HeadContext(db, FakeClock(now), executor, lambda: None)
+def ctx(services: HeadContext) -> HeadContext:
+    return services
 
 
 def _jobs(ctx: HeadContext) -> int:

@@ -7,32 +7,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime
 
 import pytest
 
-from gpupool.clock import FakeClock
 from gpupool.domain.errors import Conflict, GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
 from gpupool.services import jobs as job_service
 from gpupool.services import projects as project_service
 from gpupool.services.context import HeadContext
-from gpupool.sim.cluster import uniform
-from gpupool.store import nodes as node_repo
-from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
-from tests.store.test_sim_matches_controller import FakeExecutor
 
 ADMIN = Principal("admin", "admin")
 
 
 @pytest.fixture
-def ctx(db: Database, now: datetime) -> HeadContext:
-    executor = FakeExecutor(uniform(1, 2))
-    with db.tx() as s:
-        node_repo.register_nodes(s, executor.nodes(), now)
-    return HeadContext(db, FakeClock(now), executor, lambda: None)
+def ctx(services: HeadContext) -> HeadContext:
+    return services
 
 
 def _together(n: int, call: Callable[[int], object]) -> list[object]:

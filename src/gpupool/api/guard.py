@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gpupool.api.deps import INVALID_TOKEN, MISSING_TOKEN, authenticate, cached
+from gpupool.domain.errors import GpupoolError
 from gpupool.services.context import HeadContext
 
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB: a job with a large environment is a few KiB
@@ -46,7 +47,13 @@ class BodyGuard:
             await _answer(send, 401, "unauthorized", MISSING_TOKEN)
             return
         known = cached(token)  # in the event loop; only a token not seen this second goes to the store
-        if known is None and await anyio.to_thread.run_sync(authenticate, self.ctx, token) is None:
+        if known is None:
+            try:
+                known = await anyio.to_thread.run_sync(authenticate, self.ctx, token)
+            except GpupoolError as exc:  # the store cannot say (its database is away): the same 503 as a route's
+                await _answer(send, exc.status, exc.code, exc.message)
+                return
+        if known is None:
             await _answer(send, 401, "unauthorized", INVALID_TOKEN)
             return
         length = headers.get("content-length", "")
