@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.client import GpupoolClient
+from gpupool.node.runtime import stop_leftovers
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -139,6 +140,11 @@ class HeadProcess:
                     os.killpg(int(pid_dir.name), signal.SIGKILL)
                 with contextlib.suppress(OSError):
                     os.kill(int(pid_dir.name), signal.SIGKILL)
+        # Workers no longer carry the data dir in their environment (only an allow-list of it
+        # passes): what their supervisors recorded finds them, their process groups and cgroups.
+        for node in sorted((self.data_dir / "nodes").glob("*")):
+            if node.is_dir():
+                stop_leftovers(node, "stopped by the test's cleanup")
 
     def cli(
         self, *args: str, timeout: float = 60, input: str | None = None, token: str | None = None
