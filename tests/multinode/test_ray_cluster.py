@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gpupool import head_ray
 from gpupool.client import ClientError, GpupoolClient
 from gpupool.executors.ray_processes import ray_temp_dir
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
@@ -252,27 +253,38 @@ def _ray_processes(data_dir: Path) -> set[int]:
     return found
 
 
-def test_the_ray_head_a_head_started_stops_with_it_unless_jobs_run_on_it_and_down_stops_the_rest() -> None:
+def test_the_ray_head_a_head_started_stays_for_its_jobs_and_down_stops_it(cluster: RayCluster) -> None:
     """Issue 15, part 9: nothing gpupool starts outlives it unless jobs need it, and then `gpupool
     down` stops it; the shared cluster of this module (another Ray on the machine) is untouched."""
     head = HeadProcess(Path(tempfile.mkdtemp(prefix="gp-r9-")) / "data", nodes=None, gpus=1, extra=["--backend", "ray"])
     try:
         head.start(timeout=120)
         assert _ray_processes(head.data_dir), "the head started no Ray processes of its own"
-        code, out = head.stop(timeout=90)
-        assert code == 0 and "stopped the Ray head this head started" in out, out
-        wait_for(lambda: not _ray_processes(head.data_dir), timeout=30, what="the head's Ray processes to end")
-
-        head.start(timeout=120)
         with head.client() as c:
             job_id = int(c.submit(command=["sleep", "300"], gpus=1)["id"])
             wait_state(c, job_id, ("running",), timeout=60)
         code, out = head.stop(timeout=90)
-        assert "keeps running for 1 running worker(s)" in out and "gpupool down --data-dir" in out, out
+        assert code == 0 and "keeps running for 1 running worker(s)" in out and "gpupool down --data-dir" in out, out
         assert _ray_processes(head.data_dir)  # kept for the job
         done = head.cli("down", "--data-dir", str(head.data_dir))
         assert done.returncode == 0, done.stderr
         assert "no head was running; 1 worker(s) stopped; the Ray head it started stopped" in done.stdout, done.stdout
         wait_for(lambda: not _ray_processes(head.data_dir), timeout=30, what="Ray to end after gpupool down")
+        with cluster.head.client() as c:  # the module's own Ray cluster, another Ray here, is untouched
+            assert c.health()["status"] == "ok" and c.nodes()
     finally:
         head.kill_everything()
+
+
+def test_with_no_job_on_it_the_ray_head_is_stopped_with_the_gpupool_head(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The other branch of ``after_head`` (a real stop of a real Ray session is the test above's
+    `gpupool down`, which runs the same ``stop_started``)."""
+    stopped: list[Path] = []
+    monkeypatch.setattr(head_ray, "stop_started", lambda ray_dir: stopped.append(ray_dir) or 7)
+    assert head_ray.after_head(tmp_path / "ray", 0) == "stopped the Ray head this head started (7 processes)"
+    assert stopped == [tmp_path / "ray"]
+    kept = head_ray.after_head(tmp_path / "ray", 2)
+    assert "keeps running for 2 running worker(s)" in kept and f"gpupool down --data-dir {tmp_path}" in kept
+    assert stopped == [tmp_path / "ray"]

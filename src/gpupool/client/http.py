@@ -93,10 +93,12 @@ class GpupoolClient:
         insecure: bool | None = None,
     ) -> None:
         """``ca``: a CA bundle for the head's certificate (default: $GPUPOOL_CA, else the system's);
-        ``insecure``: allow plain http beyond this machine (default: $GPUPOOL_INSECURE)."""
+        ``insecure``: allow plain http beyond this machine (default: $GPUPOOL_INSECURE). With a
+        ``transport`` of the caller's own (an app in the same process), it decides where requests
+        go, and the URL is only checked for its form."""
         if insecure is None:
             insecure = os.environ.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
-        self.url = check_url(url, insecure)
+        self.url = check_url(url, insecure or transport is not None)
         ca = ca or os.environ.get(CA_ENV) or None
         try:
             verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True

@@ -60,8 +60,9 @@ class ControllerSettings:
     # The audit log keeps this long (90 days); older entries are pruned this often.
     audit_kept_s: float = AUDIT_KEPT.total_seconds()
     audit_prune_every_s: float = 3600.0
-    # A job requeued after a failure waits this long before its next attempt, doubling per failure.
-    restart_backoff_s: float = 10.0
+    # A job requeued after a failure waits this long before its next attempt, doubling per failure
+    # (the head sets it from --restart-backoff; 0 here: a controller built in a test requeues at once).
+    restart_backoff_s: float = 0.0
     # Finished jobs, their events, run directories and logs are deleted this long after they ended.
     keep_finished_s: float = 30 * 86400.0
 

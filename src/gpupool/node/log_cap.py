@@ -52,10 +52,13 @@ class LogCap:
         self._checked: dict[str, float] = {}
         self._logs: dict[str, Path] = {}
 
-    def check(self, handle: Mapping[str, Any]) -> int:
+    def check(self, handle: Mapping[str, Any], final: bool = False) -> int:
+        """Cap the worker's log, at most every ``every_s``; ``final``: its worker ended, so this is
+        the last look and it is taken now (what it wrote since the last check is cut too)."""
         run_dir = str(handle["run_dir"])
         now = self._clock()
-        if self.max_bytes <= 0 or now - self._checked.get(run_dir, -self._every_s) < self._every_s:
+        recent = now - self._checked.get(run_dir, -self._every_s) < self._every_s
+        if self.max_bytes <= 0 or (recent and not final):
             return 0
         self._checked[run_dir] = now
         log = self._logs.get(run_dir)

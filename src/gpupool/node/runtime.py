@@ -228,6 +228,7 @@ class NodeRuntime:
         if recorded is not None:
             self._reap(pid)
             self._gpu_watch.forget(str(run_dir))
+            self._log_cap.check(handle, final=True)
             self._log_cap.forget(str(run_dir))
             return recorded
         if pid is None or self._supervisor_alive(pid, run_dir):
