@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import ipaddress
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from gpupool.api import auditing, guard
 from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.backends import Topology
+from gpupool.client.http import is_loopback
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.alerts import AlertRules
@@ -128,7 +128,7 @@ class Head:
                 f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"
                 f" `gpupool join {url} --token-file FILE` (FILE: a copy of {self.settings.data_dir / JOIN_TOKEN_FILE})"
             )
-        if not self.settings.tls_cert and not _loopback_host(self.settings.host):
+        if not self.settings.tls_cert and not is_loopback(self.settings.host):
             line += (
                 f"\nwarning: plain HTTP on {self.settings.host}: tokens cross the network in clear text;"
                 " serve HTTPS with --tls-cert and --tls-key (clients refuse plain http beyond loopback"
@@ -225,13 +225,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _with_port(settings: Settings, port: int) -> Settings:
     return replace(settings, port=port)
-
-
-def _loopback_host(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _live_workers(db: Database) -> int:

@@ -55,7 +55,7 @@ RESTRICTED = {
 # run-directory protocol it shares with the runtime. Importing that runs the package __init__ files.
 STDLIB_ONLY = {
     "node/supervisor.py": frozenset({"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts"}),
-    "node/rundir.py": frozenset({"gpupool.node.accounts"}),
+    "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups"}),
     "node/cgroups.py": frozenset(),
     "node/accounts.py": frozenset(),
     "node/__init__.py": frozenset(),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import ipaddress
 import json
 import os
 import stat
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpupool.client.http import is_loopback
 from gpupool.domain.errors import InvalidInput
 from gpupool.settings import default_config_dir
 
@@ -53,13 +53,7 @@ def normalise_url(url: str) -> str:
 
 def is_local(url: str) -> bool:
     """Whether the URL's host is this machine (a token sent to it does not cross a network)."""
-    host = urlsplit(url.strip()).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(urlsplit(url.strip()).hostname or "")
 
 
 def credentials_path(environ: Mapping[str, str]) -> Path:

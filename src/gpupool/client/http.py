@@ -64,7 +64,7 @@ def check_url(url: str, insecure: bool = False) -> str:
         host = None
     if host is None or parts.scheme not in ("http", "https"):
         raise InvalidInput(f"malformed head URL {url!r}: use e.g. https://gpu-head.example.org:7070")
-    if parts.scheme == "http" and not insecure and not _loopback(host):
+    if parts.scheme == "http" and not insecure and not is_loopback(host):
         raise InvalidInput(
             f"refusing to send a token in clear text to {host}: use https:// (the head's --tls-cert), "
             "or --insecure if the network between you is trusted"
@@ -72,7 +72,8 @@ def check_url(url: str, insecure: bool = False) -> str:
     return url.strip().rstrip("/")
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine: a loopback address or ``localhost``."""
     if host.lower() == "localhost":
         return True
     try:

@@ -27,13 +27,12 @@ MAX_ENV_BYTES = 128 * 1024  # every name and value together
 MAX_PATH = 4096  # PATH_MAX
 MAX_MODEL = 64
 MAX_LOG_OFFSET = 2**44  # 16 TiB: past any log a worker can write
-MAX_DURATION_S = 100 * 365 * 86400
 
 
 def whole(what: str, value: object, low: int, high: int) -> int:
     """A whole number within [low, high] (not a bool, not a float)."""
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidInput(f"{what} must be a whole number from {low} to {high}, got {_short(value)}")
+        raise InvalidInput(f"{what} must be a whole number from {low} to {high}, got {shown(value)}")
     return value
 
 
@@ -80,6 +79,7 @@ def environment(env: Mapping[str, str]) -> None:
         raise InvalidInput(f"the environment is larger than {MAX_ENV_BYTES // 1024} KiB in all")
 
 
-def _short(value: object) -> str:
+def shown(value: object) -> str:
+    """A value as an error message quotes it: its repr, cut to 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."

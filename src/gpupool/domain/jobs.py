@@ -235,7 +235,7 @@ class JobSpec:
         clean_env = dict(env or {})
         for key in clean_env:
             if not _ENV_KEY_RE.match(key):
-                raise InvalidInput(f"invalid environment variable name {_short(key)}: use K=V with K like MY_VAR")
+                raise InvalidInput(f"invalid environment variable name {bounds.shown(key)}: use K=V with K like MY_VAR")
         bounds.environment(clean_env)
         bounds.path("workdir", workdir)
         if gpu_model is not None:
@@ -270,11 +270,7 @@ def _memory(what: str, value: str | int | None) -> int:
     return mib
 
 
-def _short(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
-
-
-MAX_PATH = 4096
+MAX_PATH = bounds.MAX_PATH
 
 
 def _checkpoint_dir(path: str | None, workdir: str | None) -> str | None:

@@ -49,9 +49,14 @@ def mps_env(limit_mib: int) -> dict[str, str]:
 
 class GpuShareWatch:
     def __init__(
-        self, probe: GpuProbe, every_s: float = CHECK_EVERY_S, clock: Callable[[], float] = time.monotonic
+        self,
+        probe: GpuProbe,
+        layout: cgroups.Layout | None = None,
+        every_s: float = CHECK_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe
+        self._layout = layout
         self._every_s = every_s
         self._clock = clock
         self._checked: dict[str, float] = {}
@@ -71,7 +76,7 @@ class GpuShareWatch:
         spec = self._spec(run_dir)
         if spec is None:
             return False
-        used = self._probe.used_by(worker_pids(Path(run_dir), spec)).get(int(gpu), 0)
+        used = self._probe.used_by(worker_pids(Path(run_dir), spec, self._layout)).get(int(gpu), 0)
         if used <= limit:
             return False
         why = f"it held {used} MiB of GPU {gpu}'s memory, over its share of {limit} MiB (--gpu-memory)"
@@ -79,7 +84,7 @@ class GpuShareWatch:
         with contextlib.suppress(OSError), open(spec.log, "a") as out:
             out.write(f"gpupool: stopping the worker: {why}\n")
         log.info("stopping %s: %s", run_dir, why)
-        stop_now(Path(run_dir), spec)
+        stop_now(Path(run_dir), spec, self._layout)
         return True
 
     def forget(self, run_dir: str) -> None:
@@ -95,7 +100,7 @@ class GpuShareWatch:
         return self._specs[run_dir]
 
 
-def stop_now(run_dir: Path, spec: rundir.RunSpec) -> None:
+def stop_now(run_dir: Path, spec: rundir.RunSpec, layout: cgroups.Layout | None = None) -> None:
     """SIGKILL the worker's process group and its whole cgroup; its supervisor sees it end and
     records the exit (and empties and removes the cgroup) as for any other."""
     child = rundir.read_child(run_dir)
@@ -103,12 +108,11 @@ def stop_now(run_dir: Path, spec: rundir.RunSpec) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pgid, signal.SIGKILL)
     if spec.cgroup is not None:
-        node, _, name = spec.cgroup.partition("/")
         with contextlib.suppress(ValueError, OSError):
-            cgroups.WorkerGroup(cgroups.detect(), node, name).kill()
+            spec.group(layout).kill()
 
 
-def worker_stats(run_dir: Path) -> cgroups.Stats | None:
+def worker_stats(run_dir: Path, layout: cgroups.Layout | None = None) -> cgroups.Stats | None:
     """A worker's use of memory and CPU, from its cgroup; None without one."""
     try:
         spec = rundir.read_spec(run_dir)
@@ -116,19 +120,17 @@ def worker_stats(run_dir: Path) -> cgroups.Stats | None:
         return None
     if spec.cgroup is None:
         return None
-    node, _, name = spec.cgroup.partition("/")
     try:
-        return cgroups.WorkerGroup(cgroups.detect(), node, name).stats()
+        return spec.group(layout).stats()
     except (ValueError, OSError):
         return None
 
 
-def worker_pids(run_dir: Path, spec: rundir.RunSpec) -> set[int]:
+def worker_pids(run_dir: Path, spec: rundir.RunSpec, layout: cgroups.Layout | None = None) -> set[int]:
     """Every process of the worker: its cgroup's members where it has one, else its process group."""
     if spec.cgroup is not None:
-        node, _, name = spec.cgroup.partition("/")
         with contextlib.suppress(ValueError, OSError):
-            return cgroups.WorkerGroup(cgroups.detect(), node, name).pids()
+            return spec.group(layout).pids()
     child = rundir.read_child(run_dir)
     if child is None:
         return set()

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpupool.node import cgroups
 from gpupool.node.accounts import Account
 
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
@@ -63,6 +64,13 @@ class RunSpec(NamedTuple):
     devices_allow: tuple[str, ...] = ()  # with a cgroup: the job's GPU device files
     devices_deny: tuple[str, ...] = ()  # with a cgroup: the node's other GPU device files
     account: Account | None = None  # the Unix account the worker runs as; None: the supervisor's own
+
+    def group(self, layout: cgroups.Layout | None = None) -> cgroups.WorkerGroup:
+        """The worker's cgroup (``cgroup`` must be set), in ``layout`` (the node runtime's, found
+        once when it started), else in the layout found now."""
+        assert self.cgroup is not None
+        node, _, name = self.cgroup.partition("/")
+        return cgroups.WorkerGroup(layout or cgroups.detect(), node, name)
 
     def to_json(self) -> str:
         data: dict[str, Any] = {

@@ -99,23 +99,26 @@ class NodeRuntime:
         self.layout = confinement(cgroups_wanted)
         # Root runs each job as its owner's account; anyone else runs every job as itself.
         self.as_owners = accounts.privileged()
-        self._gpu_watch = gpu_share.GpuShareWatch(probe)
+        self._gpu_watch = gpu_share.GpuShareWatch(probe, self.layout)
         self._log_cap = log_cap.LogCap(max_log_bytes)
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
 
     def describe(self) -> Node:
-        if self._gpus is None:
-            self._gpus = self._probe.gpus()
         return Node(
             self.name,
             NodeState.UP,
             self.address,
-            tuple(self._gpus),
+            tuple(self._gpu_list()),
             self._cpus,
             self._memory_mib,
             isolation=isolation(self.layout, self.as_owners),
         )
+
+    def _gpu_list(self) -> list[GpuInfo]:  # the probe is asked once
+        if self._gpus is None:
+            self._gpus = self._probe.gpus()
+        return self._gpus
 
     def sample(self, busy: Collection[int]) -> list[GpuSample]:
         """A telemetry reading of every GPU of the node, stamped with the node's clock. ``busy``:
@@ -201,7 +204,7 @@ class NodeRuntime:
         visible = [int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
         if not req.gpu_share or len(visible) != 1:
             return None, 0
-        total = next((g.memory_mib for g in self.describe().gpus if g.index == visible[0]), 0)
+        total = next((g.memory_mib for g in self._gpu_list() if g.index == visible[0]), 0)
         return visible[0], gpu_share.share_limit_mib(req.gpu_share, req.gpu_memory_mib, total)
 
     def _confine(self, req: LaunchRequest) -> dict[str, Any]:
@@ -256,7 +259,7 @@ class NodeRuntime:
 
     def usage(self, handles: Sequence[Mapping[str, Any]]) -> list[cgroups.Stats | None]:
         """What each worker's cgroup says it uses (None for one without a cgroup)."""
-        return [gpu_share.worker_stats(Path(h["run_dir"])) for h in handles]
+        return [gpu_share.worker_stats(Path(h["run_dir"]), self.layout) for h in handles]
 
     def forget(self, job_ids: Sequence[int]) -> int:
         """Delete the run directories and logs of jobs the head pruned; how many had any here."""
@@ -331,9 +334,8 @@ class NodeRuntime:
         except (OSError, ValueError, KeyError):
             return
         if spec.cgroup is not None and sig == signal.SIGKILL:
-            node, _, name = spec.cgroup.partition("/")
             with contextlib.suppress(ValueError, OSError):
-                group = cgroups.WorkerGroup(cgroups.detect(), node, name)
+                group = spec.group()
                 group.kill()
                 if group.wait_empty(timeout=5):
                     group.remove()

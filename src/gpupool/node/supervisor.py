@@ -59,10 +59,9 @@ def _group(spec: rundir.RunSpec, log: Any) -> cgroups.WorkerGroup | Literal[Fals
     cgroups but this one could not be made: the worker is not started unconfined."""
     if spec.cgroup is None:
         return None
-    node, _, name = spec.cgroup.partition("/")
     limits = cgroups.Limits(spec.memory_mib, spec.cpus, spec.pids_max, spec.devices_allow, spec.devices_deny)
     try:
-        group = cgroups.WorkerGroup(cgroups.detect(), node, name)
+        group = spec.group()
         group.create(limits)
     except (cgroups.CgroupError, ValueError, OSError) as exc:
         log.write(f"gpupool: cannot confine the worker ({exc}); not starting it\n".encode())
