@@ -10,7 +10,19 @@ from gpupool import __version__
 from gpupool.api import auditing, errors, guard, permissions
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
-from gpupool.api.routers import accounting, alerts, cluster, dashboard, jobs, metrics, nodes, projects, telemetry, users
+from gpupool.api.routers import (
+    accounting,
+    alerts,
+    arrays,
+    cluster,
+    dashboard,
+    jobs,
+    metrics,
+    nodes,
+    projects,
+    telemetry,
+    users,
+)
 from gpupool.api.routers import audit as audit_router
 from gpupool.api.schemas.users import WhoAmI
 from gpupool.services import nodes as node_service
@@ -37,6 +49,7 @@ def create_app(
     app.add_middleware(guard.BodyGuard, ctx=ctx, max_body=max_body, body_timeout_s=body_timeout_s)
     auditing.install(app, ctx.db, ctx.clock)  # every change and failed sign-in, to the audit log
     app.include_router(jobs.router)
+    app.include_router(arrays.router)
     app.include_router(nodes.router)
     app.include_router(projects.router)
     app.include_router(cluster.router)

@@ -189,7 +189,8 @@ def _location_target(location: str | None, status: int) -> str | None:
 
 
 def _parts(path: str) -> list[str]:
-    return [p for p in path.removeprefix(API_PREFIX).split("/") if p]
+    """The path's segments; a literal one without its custom method (``jobs:batch`` is ``jobs``)."""
+    return [p if p.startswith("{") else p.split(":")[0] for p in path.removeprefix(API_PREFIX).split("/") if p]
 
 
 def _singular(noun: str) -> str:

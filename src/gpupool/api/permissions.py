@@ -36,6 +36,13 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/why"): ANYONE,
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule(Who.OWNER, Scope.SUBMIT),
     ("GET", "/api/v1/jobs/{job_id}/logs"): Rule(Who.OWNER),
+    ("POST", "/api/v1/jobs:batch"): Rule(Who.MEMBER, Scope.SUBMIT),  # of every project the batch names
+    # job arrays: as jobs (an array is its tasks, each a job of the same owner and project)
+    ("POST", "/api/v1/arrays"): Rule(Who.MEMBER, Scope.SUBMIT),
+    ("GET", "/api/v1/arrays"): ANYONE,
+    ("GET", "/api/v1/arrays/{array_id}"): ANYONE,
+    ("GET", "/api/v1/arrays/{array_id}/tasks/{index}"): ANYONE,
+    ("POST", "/api/v1/arrays/{array_id}/cancel"): Rule(Who.OWNER, Scope.SUBMIT),
     # nodes, GPUs, telemetry, alerts, reports, metrics: what a wall dashboard and Prometheus read
     ("GET", "/api/v1/nodes"): ANYONE,
     ("GET", "/api/v1/nodes/{name}"): ANYONE,

@@ -79,6 +79,7 @@ class Applier:
                 restarts=attempt - 1,
                 preempted=ticket.preempted,
                 checkpoint_dir=spec.checkpoint_dir,
+                array=ticket.array,
             )
             gpus = ",".join(map(str, p.gpus)) or "none"
             request = LaunchRequest(

@@ -26,6 +26,7 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.executors.base import Executor
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
+from gpupool.store import arrays as array_repo
 from gpupool.store import audit as audit_repo
 from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
@@ -170,7 +171,8 @@ class Controller:
         self._last_full = time.monotonic()
         with self._db.read() as s:  # no writer waits while the snapshot is read
             on_hold = job_repo.on_hold(s, self._clock.now())
-            snapshot = load_snapshot(s, self._clock.now(), self._specs)
+            capped = array_repo.capped(s)
+            snapshot = load_snapshot(s, self._clock.now(), self._specs, held=capped)
         if on_hold:
             # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
             idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
@@ -185,7 +187,7 @@ class Controller:
         self._applier.preempt_all(result.preemptions)
         if result.starts or result.preemptions:
             self._dirty = True  # the next cycle sees the new placements and the stopping jobs
-        self._write_reasons(result.pending)
+        self._write_reasons({**result.pending, **capped})
         self.last_cycle_s = time.perf_counter() - started
         self._on_cycle(self.last_cycle_s)
         return result

@@ -27,6 +27,7 @@ class ReasonCode(enum.StrEnum):
     BACKFILL = "backfill"  # it would fit, but in GPUs held for the job first in line
     IDLE_HOLD = "idle_hold"  # preempted for sitting idle: the jobs that waited go first
     BACKOFF = "backoff"  # failed and requeued: it waits a growing while before its next attempt
+    ARRAY_LIMIT = "array_limit"  # its array already runs as many tasks as its %N allows
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,8 @@ class JobRecord:
     exit_reason: str | None = None  # of the worker whose exit ended it: "oom"
     run_as: str | None = None  # the Unix account its workers run as, fixed at submit; None: the node's user
     usage: tuple[WorkerUsage, ...] = ()  # of its live workers that have a cgroup, by worker
+    array_id: int | None = None  # a task of an array: the array's id (its first task's job id)
+    array_index: int | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -97,6 +99,16 @@ class JobRecord:
     def preempted(self) -> bool:
         """Waiting again after a preemption: its next attempt gets ``GPUPOOL_PREEMPTED=1``."""
         return self.stop_reason is not None and self.stop_reason.requeues and not self.state.active
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySummary:
+    """An array as one line: its first task (whose id is the array's) and its tasks by state."""
+
+    first: JobRecord
+    tasks: int
+    by_state: dict[str, int]
+    max_running: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

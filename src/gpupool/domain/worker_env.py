@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.jobs import JobSpec, Placement
 
 # What a job gets of the environment of the process that starts it (the head, or a Ray node's
@@ -59,6 +60,7 @@ def worker_env(
     restarts: int,
     preempted: bool,
     checkpoint_dir: str | None = None,
+    array: ArrayTask | None = None,
 ) -> dict[str, str]:
     env: dict[str, str] = dict(spec.env)
     env.update(
@@ -92,4 +94,6 @@ def worker_env(
         env["GPUPOOL_PREEMPTED"] = "1"
     if checkpoint_dir:
         env["GPUPOOL_CHECKPOINT_DIR"] = checkpoint_dir
+    if array is not None:
+        env.update(array.env())
     return env

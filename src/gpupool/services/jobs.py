@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.errors import Conflict, InvalidInput, Stale, Unsatisfiable
@@ -17,7 +19,7 @@ from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.services.access import Visibility, require_job, require_submit
 from gpupool.services.context import HeadContext
-from gpupool.store import idempotency
+from gpupool.store import bulk, idempotency
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Tx
@@ -35,36 +37,76 @@ def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
 def submit_once(ctx: HeadContext, spec: JobSpec, who: Principal, key: str | None) -> tuple[JobRecord, bool]:
     """``submit``; with an idempotency ``key`` the caller used within 24 hours for the same request,
     the job it made then, and True (a replay). The same key for a different request is a 409."""
-    fingerprint = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest() if key else ""
+
+    def make(s: Tx, now: datetime) -> tuple[JobRecord, int]:
+        require_submit(s, who, spec.project)
+        check_satisfiable(spec, node_repo.load_nodes(s))
+        job = job_repo.insert_job(s, spec, who.user, now, run_as=ctx.accounts.run_as(who.user, who.unix_user))
+        return job, job.id
+
+    return keyed(ctx, who, key, spec.to_dict(), make, job_repo.get_job)
+
+
+MAX_BATCH = 1000
+
+
+def submit_batch(ctx: HeadContext, specs: list[JobSpec], who: Principal) -> list[JobRecord]:
+    """All or none, in one transaction: each spec is checked as ``submit`` checks it, and the
+    first one refused refuses the batch, saying which."""
+    if not 1 <= len(specs) <= MAX_BATCH:
+        raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} jobs, got {len(specs)}")
+    with ctx.db.tx() as s:
+        nodes = node_repo.load_nodes(s)
+        for project in sorted({spec.project for spec in specs}):
+            require_submit(s, who, project)
+        for n, spec in enumerate(specs):
+            try:
+                check_satisfiable(spec, nodes)
+            except (InvalidInput, Unsatisfiable) as exc:
+                raise type(exc)(f"jobs[{n}]: {exc.message}", code=exc.code) from None
+        jobs = bulk.insert_jobs(s, specs, who.user, ctx.clock.now(), ctx.accounts.run_as(who.user, who.unix_user))
+    ctx.wake_controller()
+    return jobs
+
+
+T = TypeVar("T")
+
+
+def keyed(
+    ctx: HeadContext,
+    who: Principal,
+    key: str | None,
+    request: Mapping[str, Any],
+    make: Callable[[Tx, datetime], tuple[T, int]],
+    replay: Callable[[Tx, int], T],
+) -> tuple[T, bool]:
+    """Run ``make`` (which returns what it made and the job id to remember) in one transaction,
+    unless ``key`` was used for the same ``request`` within 24 hours: then ``replay`` what that
+    made, and True. A key used for a different request is a 409."""
+    fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest() if key else ""
     for _ in range(2):
         try:
             with ctx.db.tx() as s:
                 now = ctx.clock.now()
                 if key is not None and (made := idempotency.find(s, who.user, key, now)) is not None:
-                    return _replay(s, key, fingerprint, made), True
-                require_submit(s, who, spec.project)
-                _check_satisfiable(spec, node_repo.load_nodes(s))
-                run_as = ctx.accounts.run_as(who.user, who.unix_user)
-                job = job_repo.insert_job(s, spec, who.user, now, run_as=run_as)
+                    job_id, first = made
+                    if first != fingerprint:
+                        raise Conflict(
+                            f"idempotency key {key!r} was used for a different submission (job {job_id}): "
+                            "use a new key",
+                            code="idempotency_key_reused",
+                        )
+                    return replay(s, job_id), True
+                result, made_id = make(s, now)
                 if key is not None:
-                    idempotency.remember(s, who.user, key, fingerprint, job.id, now)
+                    idempotency.remember(s, who.user, key, fingerprint, made_id, now)
             break
         except idempotency.KeyTaken:
-            continue  # a concurrent request with the key committed first: the loop returns its job
+            continue  # a concurrent request with the key committed first: the loop returns what it made
     else:
         raise Conflict(f"idempotency key {key!r} is in use by a request still being answered; retry", code="busy")
     ctx.wake_controller()
-    return job, False
-
-
-def _replay(s: Tx, key: str, fingerprint: str, made: tuple[int, str]) -> JobRecord:
-    job_id, first = made
-    if first != fingerprint:
-        raise Conflict(
-            f"idempotency key {key!r} was used for a different submission (job {job_id}): use a new key",
-            code="idempotency_key_reused",
-        )
-    return job_repo.get_job(s, job_id)
+    return result, False
 
 
 def get(ctx: HeadContext, job_id: int) -> JobRecord:
@@ -186,7 +228,7 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
 MIN_MEMORY_MIB = 32  # a Python interpreter alone takes ~10 MiB; below this a worker dies at start
 
 
-def _check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
+def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
     """Refuse at submit what no node could ever run, rather than let it wait forever; and a memory
     limit so low that the worker would be killed as it starts (a job's memory limit is real here,
     unlike in a simulation, which keeps the traces' figures)."""

@@ -66,6 +66,8 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         finished_at=row.finished_at,
         exit_reason=row.exit_reason,
         run_as=row.run_as,
+        array_id=row.array_id,
+        array_index=row.array_index,
         usage=tuple(usage_of(w) for w in current if w.usage_at is not None and w.status in LIVE_WORKER_STATES),
     )
 

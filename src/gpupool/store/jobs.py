@@ -55,7 +55,7 @@ def job_row(session: Session, job_id: int, *, lock: bool = False) -> JobRow:
 
 def get_job(session: Session, job_id: int) -> JobRecord:
     row = job_row(session, job_id)
-    return job_record(row, _workers_of(session, [row.id]).get(row.id, []))
+    return job_record(row, workers_of(session, [row.id]).get(row.id, []))
 
 
 def count_jobs(session: Session, *, include_finished: bool, owner: str | None = None) -> int:
@@ -83,7 +83,7 @@ def list_jobs(
     if owner is not None:
         query = query.where(JobRow.owner == owner)
     rows = list(session.scalars(query))
-    workers = _workers_of(session, [r.id for r in rows])
+    workers = workers_of(session, [r.id for r in rows])
     return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]
 
 
@@ -108,7 +108,15 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
     state = JobState(row.state)
     if state.terminal:
         raise Conflict(f"job {job_id} already {state.value}; nothing to cancel", code="job_finished")
-    if state in (JobState.PENDING, JobState.PREEMPTED, JobState.LOST) and not _holds_workers(session, row):
+    cancel_row(session, row, now, by, holds_workers=_holds_workers(session, row))
+    return get_job(session, job_id)
+
+
+def cancel_row(session: Session, row: JobRow, now: datetime, by: str, *, holds_workers: bool) -> None:
+    """Cancel an unfinished job read for update: at once when nothing of it runs, else ask its
+    workers to stop. For ``request_cancel`` and for every task of an array."""
+    state = JobState(row.state)
+    if state in (JobState.PENDING, JobState.PREEMPTED, JobState.LOST) and not holds_workers:
         row.stop_reason = StopReason.CANCEL.value
         if state is not JobState.PENDING:
             transition_job(session, row, JobState.PENDING, now, f"cancel requested by {by}")
@@ -122,7 +130,6 @@ def request_cancel(session: Session, job_id: int, now: datetime, by: str) -> Job
             "cancel_requested",
             f"cancel requested by {by}: stopping its workers (SIGTERM, then SIGKILL)",
         )
-    return get_job(session, job_id)
 
 
 def request_preempt(
@@ -269,7 +276,7 @@ def _holds_workers(session: Session, row: JobRow) -> bool:
     return session.scalars(live).first() is not None
 
 
-def _workers_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[WorkerRow]]:
+def workers_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[WorkerRow]]:
     ids = list(job_ids)
     out: dict[int, list[WorkerRow]] = {}
     if not ids:

@@ -79,6 +79,10 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
     run_as: Mapped[str | None] = mapped_column(String(32), nullable=True)  # Unix account (0011)
+    # A task of an array (0013): the array's id is its first task's job id; null otherwise.
+    array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)  # %N: at most N at once
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared

@@ -6,7 +6,7 @@ reads only ids, times and live worker rows, not every pending job's command and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 
 from sqlalchemy import or_, select
@@ -39,9 +39,12 @@ class SpecCache:
             del self._specs[stale]
 
 
-def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = None) -> Snapshot:
+def load_snapshot(
+    session: Session, now: datetime, cache: SpecCache | None = None, held: Collection[int] = ()
+) -> Snapshot:
     """Resources are held by live worker rows, not by job states: a cancelled job whose process
-    has not died yet still holds its GPUs, so nothing is handed out twice."""
+    has not died yet still holds its GPUs, so nothing is handed out twice. Pending jobs in
+    ``held`` (array tasks over their ``%N``) are left out."""
     cache = cache or SpecCache()
     nodes = tuple(load_nodes(session))
     by_job: dict[int, list[WorkerRow]] = {}
@@ -73,6 +76,8 @@ def load_snapshot(session: Session, now: datetime, cache: SpecCache | None = Non
             .order_by(JobRow.id)
         )
     )
+    if held:
+        waiting = [w for w in waiting if w[0] not in held]
     specs = cache.get(session, [*by_job, *(job_id for job_id, _, _, _ in waiting)])
     cache.keep_only(set(specs))
     running = tuple(

@@ -11,10 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
+from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobState, Placement, StopReason
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, WorkerRecord, WorkerStatus
+from gpupool.store.arrays import task_of
 from gpupool.store.convert import usage_of, worker_record
 from gpupool.store.jobs import job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
@@ -29,6 +31,7 @@ class StartTicket:
     preempted: bool
     workers: tuple[tuple[int, Placement], ...]
     run_as: str | None = None  # the Unix account its workers run as (fixed at submit)
+    array: ArrayTask | None = None  # a task of an array: its workers are told which
 
 
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
@@ -76,7 +79,8 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
     session.add_all(rows)
     session.flush()
     workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
-    return StartTicket(row.starts, preempted, workers, run_as=row.run_as)
+    array = task_of(session, job_id) if row.array_id is not None else None
+    return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array)
 
 
 def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:

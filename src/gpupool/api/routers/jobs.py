@@ -6,8 +6,10 @@ from fastapi import APIRouter, Query, Response
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
+from gpupool.api.schemas.arrays import BatchRequest
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
 from gpupool.domain.bounds import MAX_ID
+from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
 from gpupool.services import jobs as job_service
 
@@ -26,6 +28,19 @@ def submit(
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobOut.of(job)
+
+
+@router.post(":batch", status_code=201, response_model=list[JobOut])
+def submit_batch(body: BatchRequest, ctx: Ctx, who: Caller) -> list[JobOut]:
+    """Up to 1,000 jobs in one request and one transaction, all or none: for scripts that would
+    otherwise send one request per job. A job refused refuses the batch; the error names it."""
+    specs = []
+    for n, job in enumerate(body.jobs):
+        try:
+            specs.append(JobSpec.create(**job.model_dump()))
+        except InvalidInput as exc:
+            raise InvalidInput(f"jobs[{n}]: {exc.message}", code=exc.code) from None
+    return [JobOut.of(job) for job in job_service.submit_batch(ctx, specs, who)]
 
 
 @router.get("", response_model=list[JobOut])

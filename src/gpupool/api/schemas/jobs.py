@@ -108,6 +108,8 @@ class JobOut(BaseModel):
     run_as: str | None = Field(
         None, description="the Unix account its workers run as; null: the node's own user (single-user mode)"
     )
+    array_id: int | None = Field(None, description="a task of an array: the array's id (its first task's job id)")
+    array_index: int | None = Field(None, description="a task of an array: its index (GPUPOOL_ARRAY_INDEX)")
     usage: list[UsageOut] = Field(
         default_factory=list,
         description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",
@@ -139,6 +141,8 @@ class JobOut(BaseModel):
             exit_code=job.exit_code,
             exit_reason=job.exit_reason,
             run_as=job.run_as,
+            array_id=job.array_id,
+            array_index=job.array_index,
             usage=[UsageOut.of(u) for u in job.usage],
             restarts=job.restarts,
             starts=job.starts,

@@ -1,0 +1,133 @@
+"""Job arrays and batches (issue 16) over a real store, on SQLite and PostgreSQL: one request makes
+every task in one transaction, each task is a job told its index, ``%N`` caps how many run at
+once (the others wait with reason ``array_limit``), and a cancel of the array ends them all."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpupool.clock import FakeClock
+from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.domain.arrays import ArraySpec, parse_job_ref
+from gpupool.domain.errors import Forbidden, InvalidInput, NotFound, Unsatisfiable
+from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.scheduler import SchedulerConfig
+from gpupool.services import arrays as array_service
+from gpupool.services import jobs as job_service
+from gpupool.services.context import HeadContext
+from gpupool.sim.cluster import uniform
+from gpupool.store import nodes as node_repo
+from gpupool.store.db import Database
+from gpupool.store.tokens import Principal
+from tests.store.test_sim_matches_controller import FakeExecutor
+
+ALICE = Principal("alice", "member")
+BOB = Principal("bob", "member")
+QUIET = ControllerSettings(full_cycle_s=0.0, usage_every_s=math.inf)
+
+
+def make(db: Database, gpus: int) -> tuple[HeadContext, Controller, FakeExecutor, FakeClock]:
+    clock = FakeClock()
+    executor = FakeExecutor(uniform(1, gpus))
+    controller = Controller(db, executor, clock, SchedulerConfig(), QUIET)
+    with db.tx() as s:
+        node_repo.register_nodes(s, executor.nodes(), clock.now())
+    return HeadContext(db, clock, executor, controller.wake), controller, executor, clock
+
+
+def states(ctx: HeadContext, array_id: int) -> dict[str, int]:
+    return array_service.show(ctx, array_id, ALICE)[0].by_state
+
+
+def test_an_array_is_its_tasks_each_told_its_index_and_capped_by_its_max_running(db: Database) -> None:
+    ctx, controller, executor, clock = make(db, gpus=4)
+    spec = JobSpec.create(command=["train"], gpus=1)
+    made, replayed = array_service.submit(ctx, spec, ArraySpec.parse("0-8:2%2"), ALICE)
+    assert not replayed and made.tasks == 5 and made.max_running == 2
+    array_id = made.first.id
+    _, tasks, sees = array_service.show(ctx, array_id, ALICE)
+    assert sees and [t.array_index for t in tasks] == [0, 2, 4, 6, 8]
+    assert {t.array_id for t in tasks} == {array_id} and tasks[0].id == array_id
+    controller.tick()
+    assert states(ctx, array_id) == {"running": 2, "pending": 3}  # 4 GPUs free, but %2
+    waiting = job_service.why(ctx, tasks[2].id)
+    assert waiting.code == "array_limit" and "at most 2 tasks at once" in waiting.message
+    envs = {r.env["GPUPOOL_ARRAY_INDEX"]: r.env for _, r in executor.launched}
+    assert set(envs) == {"0", "2"}
+    assert envs["2"]["GPUPOOL_ARRAY_ID"] == str(array_id) and envs["2"]["GPUPOOL_ARRAY_COUNT"] == "5"
+    assert envs["2"]["GPUPOOL_JOB_ID"] == str(tasks[1].id)
+
+    executor.exit(tasks[0].id, 0)
+    clock.advance(1)
+    controller.tick()
+    controller.tick()
+    assert states(ctx, array_id) == {"succeeded": 1, "running": 2, "pending": 2}
+    assert array_service.task(ctx, array_id, 4) == tasks[2].id
+    with pytest.raises(NotFound, match="has no task 5"):
+        array_service.task(ctx, array_id, 5)
+
+    with pytest.raises(Forbidden):
+        array_service.cancel(ctx, array_id, BOB)
+    after, cancelled = array_service.cancel(ctx, array_id, ALICE)
+    assert cancelled == 4  # two pending ended at once, two running asked to stop
+    assert after.by_state == {"succeeded": 1, "cancelled": 2, "running": 2}
+    assert all(job_service.get(ctx, t.id).cancel_requested for t in tasks[1:3])
+
+
+def test_a_task_of_a_plain_job_submit_and_a_plain_job_are_told_apart(db: Database) -> None:
+    ctx, *_ = make(db, gpus=2)
+    plain = job_service.submit(ctx, JobSpec.create(command=["x"], gpus=1), ALICE)
+    assert plain.array_id is None and plain.array_index is None
+    with pytest.raises(NotFound, match=f"no array {plain.id}"):
+        array_service.show(ctx, plain.id, ALICE)
+    arrays, total = array_service.listing(ctx, BOB, include_finished=False)
+    assert (arrays, total) == ([], 0)
+    made, _ = array_service.submit(ctx, JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("3"), ALICE)
+    arrays, total = array_service.listing(ctx, BOB, include_finished=False)
+    assert total == 1 and arrays[0][0].first.id == made.first.id and not arrays[0][1]  # Bob sees not inside
+
+
+def test_an_array_with_a_key_is_made_once(db: Database) -> None:
+    ctx, *_ = make(db, gpus=2)
+    spec = JobSpec.create(command=["x"], gpus=1)
+    first, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-9"), ALICE, key="k1")
+    again, replayed = array_service.submit(ctx, spec, ArraySpec.parse("0-9"), ALICE, key="k1")
+    assert replayed and again.first.id == first.first.id and again.tasks == 10
+    assert len(job_service.listing(ctx, ALICE, include_finished=True)[0]) == 10
+
+
+def test_a_batch_is_all_or_none(db: Database) -> None:
+    ctx, *_ = make(db, gpus=2)
+    good = JobSpec.create(command=["a"], gpus=1)
+    made = job_service.submit_batch(ctx, [good, JobSpec.create(command=["b"], gpus=2)], ALICE)
+    assert [j.spec.command for j in made] == [("a",), ("b",)]
+    assert [job_service.get(ctx, j.id).state for j in made] == [JobState.PENDING] * 2
+    with pytest.raises(Unsatisfiable, match=r"^jobs\[1\]: 3 GPUs per worker"):
+        job_service.submit_batch(ctx, [good, JobSpec.create(command=["c"], gpus=3)], ALICE)
+    with pytest.raises(InvalidInput, match="1 to 1000 jobs"):
+        job_service.submit_batch(ctx, [], ALICE)
+    assert len(job_service.listing(ctx, ALICE, include_finished=True)[0]) == 2  # nothing of the refused one
+
+
+@pytest.mark.parametrize(
+    ("text", "indices", "cap"),
+    [("0-4", (0, 1, 2, 3, 4), None), ("0-9:3%2", (0, 3, 6, 9), 2), ("7,1,3-4", (1, 3, 4, 7), None), ("5", (5,), None)],
+)
+def test_array_syntax_is_slurms(text: str, indices: tuple[int, ...], cap: int | None) -> None:
+    parsed = ArraySpec.parse(text)
+    assert (parsed.indices, parsed.max_running) == (indices, cap)
+    assert ArraySpec.parse(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize("text", ["", "a", "5-1", "0-4:0", "0-4%0", "0-20000", "1-", "0-99999999", "1%x"])
+def test_bad_array_syntax_says_what_is_wrong(text: str) -> None:
+    with pytest.raises(InvalidInput, match="array"):
+        ArraySpec.parse(text)
+
+
+def test_job_refs() -> None:
+    assert parse_job_ref("42") == (42, None) and parse_job_ref("42_7") == (42, 7)
+    with pytest.raises(InvalidInput, match="ID_INDEX"):
+        parse_job_ref("42_")
