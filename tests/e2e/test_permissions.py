@@ -51,6 +51,13 @@ class World:
         assert made.status_code == 201, made.text
         return int(made.json()["id"])
 
+    def max_array(self) -> int:
+        made = self.call(
+            "max", "POST", "/api/v1/arrays", {"command": ["true"], "gpus": 0, "project": "lab", "array": "0-1"}
+        )
+        assert made.status_code == 201, made.text
+        return int(made.json()["id"])
+
     def admin(self, method: str, path: str, body: object = None) -> httpx.Response:
         response = self.call("admin", method, path, body)
         assert response.status_code < 300, (method, path, response.text)
@@ -114,9 +121,13 @@ def _target(w: World, method: str, path: str) -> tuple[str, object]:
     refused for a reason other than permission (never 401 or 403). What a call would destroy or
     change is made fresh for it."""
     n = next(_fresh)
-    params = {"job_id": str(w.max_job() if path.endswith("/cancel") else w.job), "name": "node-1"}
+    params = {"job_id": str(w.max_job() if path.endswith("/cancel") else w.job), "name": "node-1", "index": "1"}
+    if "{array_id}" in path:
+        params["array_id"] = str(w.max_array())
     bodies: dict[tuple[str, str], object] = {
         ("POST", "/api/v1/jobs"): {"command": ["true"], "gpus": 0, "project": "lab"},
+        ("POST", "/api/v1/jobs:batch"): {"jobs": [{"command": ["true"], "gpus": 0, "project": "lab"}]},
+        ("POST", "/api/v1/arrays"): {"command": ["true"], "gpus": 0, "project": "lab", "array": "0-1"},
         ("POST", "/api/v1/cluster/join"): {"name": f"worker{n}"},
         ("POST", "/api/v1/users"): {"name": f"user{n}"},
         ("PUT", "/api/v1/users/{name}/role"): {"role": "viewer"},
@@ -150,6 +161,9 @@ def test_the_table_says_what_the_issue_says() -> None:
         ("POST", "/api/v1/jobs/{job_id}/cancel"): Who.OWNER,
         ("GET", "/api/v1/jobs/{job_id}/logs"): Who.OWNER,
         ("GET", "/api/v1/jobs"): Who.ANYONE,
+        ("POST", "/api/v1/jobs:batch"): Who.MEMBER,
+        ("POST", "/api/v1/arrays"): Who.MEMBER,
+        ("POST", "/api/v1/arrays/{array_id}/cancel"): Who.OWNER,
         ("POST", "/api/v1/nodes/{name}/drain"): Who.ADMIN,
         ("POST", "/api/v1/nodes/{name}/undrain"): Who.ADMIN,
         ("PUT", "/api/v1/projects/{name}"): Who.ADMIN,
