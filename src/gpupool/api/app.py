@@ -28,6 +28,7 @@ from gpupool.api.schemas.users import WhoAmI
 from gpupool.services import nodes as node_service
 from gpupool.services import users as user_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 
 
 def create_app(
@@ -43,6 +44,7 @@ def create_app(
         title="gpupool", version=__version__, description="Pool the GPUs of many machines into one shared cluster."
     )
     app.state.ctx = ctx
+    app.state.submissions = GroupCommit(ctx)  # POST /jobs: requests arriving together share a commit
     app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
     errors.install(app)
     # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in.

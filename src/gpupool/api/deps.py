@@ -13,6 +13,7 @@ from gpupool.api.permissions import rule_for
 from gpupool.domain.errors import Forbidden, Unauthorized
 from gpupool.domain.permissions import refusal
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.store.tokens import Principal, principal_for
 
 
@@ -87,5 +88,11 @@ def principal(
     return who
 
 
+def submissions(request: Request) -> GroupCommit:
+    group: GroupCommit = request.app.state.submissions
+    return group
+
+
 Ctx = Annotated[HeadContext, Depends(context)]
+Submissions = Annotated[GroupCommit, Depends(submissions)]
 Caller = Annotated[Principal, Depends(principal)]

@@ -64,7 +64,8 @@ def submit_batch(ctx: HeadContext, specs: list[JobSpec], who: Principal) -> list
                 check_satisfiable(spec, nodes)
             except (InvalidInput, Unsatisfiable) as exc:
                 raise type(exc)(f"jobs[{n}]: {exc.message}", code=exc.code) from None
-        jobs = bulk.insert_jobs(s, specs, who.user, ctx.clock.now(), ctx.accounts.run_as(who.user, who.unix_user))
+        run_as = ctx.accounts.run_as(who.user, who.unix_user)
+        jobs = bulk.insert_jobs(s, [(spec, who.user, run_as) for spec in specs], ctx.clock.now())
     ctx.wake_controller()
     return jobs
 

@@ -26,17 +26,19 @@ log = logging.getLogger("gpupool.events")
 NEW_CODE, NEW_REASON = "new", "waiting for the next scheduling cycle"
 
 
-def insert_jobs(
-    session: Session, specs: Sequence[JobSpec], owner: str, now: datetime, run_as: str | None
-) -> list[JobRecord]:
-    """Each spec a job of its own, in order."""
-    rows = [_row(spec, owner, now, run_as) for spec in specs]
-    ids = _insert(session, rows)
-    _submitted(
-        session, now, [(i, f"submitted by {owner} in a batch: {_size(s)}") for i, s in zip(ids, specs, strict=True)]
-    )
-    log.info("%d jobs submitted by %s in a batch: %s..%s", len(ids), owner, ids[0], ids[-1])
-    return [_record(i, spec, owner, now, run_as) for i, spec in zip(ids, specs, strict=True)]
+def insert_jobs(session: Session, jobs: Sequence[tuple[JobSpec, str, str | None]], now: datetime) -> list[JobRecord]:
+    """Each (spec, owner, Unix account) a job of its own, in order."""
+    if not jobs:
+        return []
+    ids = _insert(session, [_row(spec, owner, now, run_as) for spec, owner, run_as in jobs])
+    messages = [
+        (i, f"submitted by {owner}: {_size(spec)} to project {spec.project}")
+        for i, (spec, owner, _) in zip(ids, jobs, strict=True)
+    ]
+    _submitted(session, now, messages)
+    for job_id, message in messages:
+        log.info("job %s submitted: %s", job_id, message)
+    return [_record(i, spec, owner, now, run_as) for i, (spec, owner, run_as) in zip(ids, jobs, strict=True)]
 
 
 def insert_array(

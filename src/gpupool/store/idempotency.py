@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,38 @@ def find(session: Session, owner: str, key: str, now: datetime) -> tuple[int, st
         )
     ).first()
     return None if row is None else (row.job_id, row.fingerprint)
+
+
+def find_many(session: Session, keys: list[tuple[str, str]], now: datetime) -> dict[tuple[str, str], tuple[int, str]]:
+    """``find`` for many (owner, key) pairs in one query: those used within 24 hours."""
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    wanted = set(keys)
+    for start in range(0, len(keys), 500):
+        chunk = {key for _, key in keys[start : start + 500]}
+        rows = session.execute(
+            select(
+                IdempotencyKeyRow.owner, IdempotencyKeyRow.key, IdempotencyKeyRow.job_id, IdempotencyKeyRow.fingerprint
+            ).where(IdempotencyKeyRow.key.in_(chunk), IdempotencyKeyRow.created_at > now - KEEP)
+        )
+        for owner, key, job_id, fingerprint in rows:
+            if (owner, key) in wanted:
+                found[(owner, key)] = (job_id, fingerprint)
+    return found
+
+
+def remember_many(session: Session, made: list[tuple[str, str, str, int]], now: datetime) -> None:
+    """``remember`` for many (owner, key, fingerprint, job id): one statement. Keys of one group
+    are distinct (the group commit answers a repeated key from its first use)."""
+    if not made:
+        return
+    session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.created_at <= now - KEEP))
+    try:
+        session.execute(
+            insert(IdempotencyKeyRow),
+            [{"owner": o, "key": k, "fingerprint": f, "job_id": j, "created_at": now} for o, k, f, j in made],
+        )
+    except IntegrityError:
+        raise KeyTaken("an idempotency key was used by a request at the same time") from None
 
 
 def remember(session: Session, owner: str, key: str, fingerprint: str, job_id: int, now: datetime) -> None:

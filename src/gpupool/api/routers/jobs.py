@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Response
 
-from gpupool.api.deps import Caller, Ctx
+from gpupool.api.deps import Caller, Ctx, Submissions
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.arrays import BatchRequest
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
@@ -18,12 +18,17 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=JobOut)
 def submit(
-    body: SubmitRequest, ctx: Ctx, who: Caller, response: Response, idempotency_key: IdempotencyKey = None
+    body: SubmitRequest,
+    group: Submissions,
+    who: Caller,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """With an ``Idempotency-Key``, a retry of a submission whose answer was lost returns the job
-    the first one made (``Idempotent-Replayed: true``) instead of making another."""
+    the first one made (``Idempotent-Replayed: true``) instead of making another. Acknowledged
+    once committed; submissions that arrive together share one commit."""
     spec = JobSpec.create(**body.model_dump())
-    job, replayed = job_service.submit_once(ctx, spec, who, idempotency_key)
+    job, replayed = group.submit(spec, who, idempotency_key)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
