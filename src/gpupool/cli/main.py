@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 import gpupool
+from gpupool.cli import fastparams
 from gpupool.cli.common import err_console
 from gpupool.client import ClientError, HeadUnreachable
 from gpupool.client.http import CA_ENV, INSECURE_ENV
@@ -74,7 +75,7 @@ def _load(entry: _Entry) -> Any:
         holder.add_typer(getattr(module, entry.attr), name=entry.name)
     else:
         holder.command(entry.name, context_settings=entry.context_settings)(getattr(module, entry.attr))
-    return typer.main.get_command(holder).commands[entry.name]  # type: ignore[attr-defined]
+    return fastparams.install(typer.main.get_command(holder).commands[entry.name])  # type: ignore[attr-defined]
 
 
 def _nothing() -> None:
@@ -158,7 +159,7 @@ ClickException: type[Exception] = _CLICK["ClickException"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    command = typer.main.get_command(app)
+    command = fastparams.install(typer.main.get_command(app), subcommands=False)
     try:
         result = command.main(args=argv, prog_name="gpupool", standalone_mode=False)
     except UsageError as exc:
