@@ -7,17 +7,43 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
-from rich.console import Console
 
 from gpupool.cli import credentials
-from gpupool.client import GpupoolClient
 from gpupool.settings import DEFAULT_PORT, TOKEN_FILE, default_data_dir
 
-console = Console(highlight=False, soft_wrap=True, markup=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpupool.client import GpupoolClient
+
+
+class LazyConsole:
+    """A rich Console made on first use: importing rich costs ~70 ms, and a command that fails
+    before printing (or prints with ``print``) should not pay it."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def real(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True, markup=False)
+        return self._console
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.real().print(*objects, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+
+console = LazyConsole()
+err_console = LazyConsole(stderr=True)
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
@@ -61,6 +87,8 @@ def resolve_token(url: str | None = None, *, environ: Mapping[str, str] | None =
 
 
 def client(url: str) -> GpupoolClient:
+    from gpupool.client import GpupoolClient
+
     return GpupoolClient(url, resolve_token(url))
 
 

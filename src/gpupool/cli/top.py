@@ -252,7 +252,7 @@ def _live(c: GpupoolClient, interval: float) -> None:
     """Redraw every ``interval`` seconds until Ctrl-C; a failed refresh keeps the last view and says why."""
     view = top_view(fetch(c))
     try:
-        with Live(view, console=console, auto_refresh=False, transient=False) as live:
+        with Live(view, console=console.real(), auto_refresh=False, transient=False) as live:
             while True:
                 time.sleep(interval)
                 try:

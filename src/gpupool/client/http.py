@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import ssl
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from urllib.parse import urlsplit
 
-import httpx
-
+from gpupool.client import transport as plain
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec, Submission
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
 
 
 def _plain(value: object) -> object:
@@ -82,6 +85,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _ca_context(ca: str) -> ssl.SSLContext:
+    """A context trusting the bundle ``ca``; read even for plain http, so a bad --ca is said at once."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidInput(f"cannot use {ca} as the CA bundle (--ca): {exc}") from None
+
+
+class _Response(Protocol):
+    """What the client reads of an answer, from httpx or the plain transport alike."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def content(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
+
+
 class GpupoolClient:
     def __init__(
         self,
@@ -96,19 +123,27 @@ class GpupoolClient:
         """``ca``: a CA bundle for the head's certificate (default: $GPUPOOL_CA, else the system's);
         ``insecure``: allow plain http beyond this machine (default: $GPUPOOL_INSECURE). With a
         ``transport`` of the caller's own (an app in the same process), it decides where requests
-        go, and the URL is only checked for its form."""
+        go, and the URL is only checked for its form.
+
+        Plain http without a proxy goes through the standard library (client/transport.py), as
+        importing httpx would cost the CLI ~0.2 s a command; everything else through httpx."""
         if insecure is None:
             insecure = os.environ.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
         self.url = check_url(url, insecure or transport is not None)
         ca = ca or os.environ.get(CA_ENV) or None
-        try:
-            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidInput(f"cannot use {ca} as the CA bundle (--ca): {exc}") from None
+        verify: ssl.SSLContext | bool = _ca_context(ca) if ca else True
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport, verify=verify
-        )
+        self._http: httpx.Client | plain.PlainHTTP
+        if transport is None and plain.usable(self.url, os.environ):
+            self._http = plain.PlainHTTP(self.url, headers, timeout)
+            self._transport_errors = plain.TRANSPORT_ERRORS
+        else:
+            import httpx
+
+            self._http = httpx.Client(
+                base_url=self.url, headers=headers, timeout=timeout, transport=transport, verify=verify
+            )
+            self._transport_errors = (httpx.TransportError,)
 
     def close(self) -> None:
         self._http.close()
@@ -303,14 +338,14 @@ class GpupoolClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
 
-    def _send(self, method: str, path: str, retries: Sequence[float] = (), **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, retries: Sequence[float] = (), **kwargs: Any) -> _Response:
         """``retries``: pauses before sending again after a failed connection (only for requests
         that are safe to repeat)."""
         for pause in (*retries, None):
             try:
-                response = self._http.request(method, path, **kwargs)
+                response: _Response = self._http.request(method, path, **kwargs)
                 break
-            except httpx.TransportError as exc:
+            except self._transport_errors as exc:
                 if pause is None:
                     raise HeadUnreachable(
                         f"cannot reach the gpupool head at {self.url} ({exc}); "

@@ -1,0 +1,108 @@
+"""What keeps the CLI quick to start (issue 16): importing its entry point loads none of the heavy
+libraries, a command loads only its own module, its options are read without pydantic and as
+Typer reads them, and --version answers."""
+
+from __future__ import annotations
+
+import enum
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from typer import _coercion
+from typer.models import OptionInfo
+
+import gpupool
+from gpupool.cli import fastparams
+from gpupool.cli.main import COMMANDS, _load
+
+# Loaded only by the commands (or the head) that need them.
+HEAVY = (
+    "httpx",
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "pydantic",
+    "rich",
+    "gpupool.scheduler",
+    "gpupool.sim",
+    "gpupool.head",
+    "gpupool.api",
+    "gpupool.store",
+    "gpupool.cli.simulate",
+    "gpupool.cli.jobs",
+)
+
+
+def _loaded_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {m for m in out.splitlines() if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+
+
+def test_importing_the_cli_loads_nothing_heavy() -> None:
+    assert _loaded_after("import gpupool.cli.main") == set()
+
+
+def test_a_command_loads_only_what_it_needs() -> None:
+    # `gpupool jobs` against no head: it parses, reads the token and fails to connect.
+    code = (
+        "import os; os.environ['GPUPOOL_URL'] = 'http://127.0.0.1:9'\n"
+        "from gpupool.cli.main import main\n"
+        "try:\n    main(['jobs'])\nexcept SystemExit:\n    pass"
+    )
+    loaded = _loaded_after(code)
+    assert "gpupool.cli.jobs" in loaded  # the check can see a command's module
+    assert {m for m in loaded if not m.startswith("rich")} == {"gpupool.cli.jobs"}  # rich prints the error
+
+
+def test_the_checker_sees_a_heavy_import() -> None:
+    assert "httpx" in _loaded_after("import gpupool.cli.main, httpx")
+
+
+def test_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "gpupool.cli.main", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, f"gpupool {gpupool.__version__}\n")
+
+
+class _Color(enum.StrEnum):
+    RED = "red"
+    BLUE = "blue"
+
+
+SAMPLES: dict[Any, list[Any]] = {
+    str: ["", "x", "é ü", "--", " 1 "],
+    int: [0, 7, "0", "7", "007", "-3", "123456789012345678", " 7", "7.0", "1_000", "x", True],
+    float: [1.0, "1", "0.5", "-2.25", "1e3", ".5", "x", 3],
+    bool: [True, False, "true", "0"],
+    _Color: [_Color.RED, "red", "blue", "RED", "green"],
+    list[str]: [("a", "b"), [], ("x",)],
+    list[int]: [("1", "2"), ("1", "x"), ()],
+}
+
+
+@pytest.mark.parametrize("annotation", list(SAMPLES), ids=str)
+def test_the_fast_reading_agrees_with_typers(annotation: Any) -> None:
+    descriptor = _coercion.resolve_type_descriptor(annotation, OptionInfo())
+    slow = _coercion.build_runtime_param(descriptor)
+    for value in SAMPLES[annotation]:
+        try:
+            fast = fastparams.fast_value(annotation, value)
+        except fastparams._Unhandled:
+            continue  # Typer's own converter answers
+        got = slow._coerce_value(value, param=None, ctx=None)
+        assert (fast, type(fast)) == (got, type(got)), value
+
+
+def test_the_everyday_commands_read_every_option_fast() -> None:
+    """Only paths and numbers with bounds are left to Typer (pydantic): none in these commands."""
+    for entry in COMMANDS:
+        if entry.name in ("jobs", "submit", "show", "cancel", "nodes", "logs", "wait", "why"):
+            command = _load(entry)
+            slow = [p.name for p in command.params if not isinstance(p._runtime_param, fastparams._FastParam)]
+            assert slow == [], entry.name
