@@ -15,13 +15,14 @@ ratio to that baseline, which makes the figure comparable across machines.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-import threading
 import time
 from typing import Any
 
 import httpx
+from _burst import burst, quarters
 from _head import machine, machine_line, running_head, summary_ms
 
 
@@ -56,64 +57,34 @@ def healthz_baseline(url: str, count: int) -> dict[str, Any]:
 def submit_burst(url: str, token: str, jobs: int, threads: int, max_s: float) -> dict[str, Any]:
     body = {"command": ["sleep", "3600"], "gpus": 1, "name": "burst"}
     headers = {"Authorization": f"Bearer {token}"}
-    shares = [jobs // threads + (1 if i < jobs % threads else 0) for i in range(threads)]
-    latencies: list[list[tuple[float, float]]] = [[] for _ in range(threads)]  # (end time, latency)
-    errors: list[str] = []
     clients = [httpx.Client(base_url=url, headers=headers, timeout=60) for _ in range(threads)]
     for http in clients:
         http.get("/api/v1/whoami").raise_for_status()  # connect and authenticate before the clock starts
-    start = threading.Barrier(threads + 1)
-
-    def worker(i: int) -> None:
-        http, mine = clients[i], latencies[i]
-        start.wait()
-        deadline = time.perf_counter() + max_s
-        for _ in range(shares[i]):
-            t = time.perf_counter()
-            if t > deadline:
-                return
-            response = http.post("/api/v1/jobs", json=body)
-            end = time.perf_counter()
-            if response.status_code != 201:
-                errors.append(f"{response.status_code}: {response.text[:200]}")
-                return
-            mine.append((end, end - t))
-
-    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for thread in pool:
-        thread.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for thread in pool:
-        thread.join()
-    wall = time.perf_counter() - t0
-    for http in clients:
-        http.close()
-    if errors:
-        raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
-    done = sorted(x for per in latencies for x in per)
+    try:
+        result = burst([functools.partial(post_job, http, body) for http in clients], jobs, max_s)
+    finally:
+        for http in clients:
+            http.close()
+    if result.errors:
+        raise RuntimeError(f"{len(result.errors)} submissions failed, first: {result.errors[0]}")
+    done = result.done
     return {
         "threads": threads,
         "submissions": len(done),
         "capped": len(done) < jobs,
-        "wall_s": round(wall, 2),
-        "per_s": round(len(done) / wall, 1),
+        "wall_s": round(result.wall_s, 2),
+        "per_s": round(result.per_s, 1),
         "latency_ms": summary_ms([lat for _, lat in done]),
-        "per_s_by_quarter": _quarters(done, t0),
+        "per_s_by_quarter": quarters(done, result.t0),
     }
 
 
-def _quarters(done: list[tuple[float, float]], t0: float) -> list[float]:
-    """Submissions/s in each quarter of the run, in submission order: shows a slowdown as the queue grows."""
-    rates, previous_end, n = [], t0, len(done)
-    for q in range(4):
-        chunk = done[q * n // 4 : (q + 1) * n // 4]
-        if not chunk:
-            continue
-        end = chunk[-1][0]
-        rates.append(round(len(chunk) / max(end - previous_end, 1e-9), 1))
-        previous_end = end
-    return rates
+def post_job(http: httpx.Client, body: dict[str, Any]) -> str:
+    """One POST /api/v1/jobs; the new job's id, or an error carrying the answer."""
+    response = http.post("/api/v1/jobs", json=body)
+    if response.status_code != 201:
+        raise RuntimeError(f"{response.status_code}: {response.text[:200]}")
+    return str(response.json()["id"])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
