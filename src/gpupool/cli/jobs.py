@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli import arrays as array_cli
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, err_console, print_json
-from gpupool.cli.render import events_table, job_detail, jobs_table, state_text, until
+from gpupool.cli.render import events_table, job_detail, jobs_table, rows_table, state_text, until
 from gpupool.client import ClientError
+from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import TERMINAL_STATES, JobSpec, JobState
@@ -50,10 +52,17 @@ def submit(
             "(for scripts that retry) [default: a new one, kept across the CLI's own retries]"
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            help="a job array: one task per index, e.g. 0-999, 0-999:2 (a step), 1,5,7; %N runs at most N at "
+            "once. Each task gets GPUPOOL_ARRAY_INDEX"
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """Submit a job; prints its id as the last line."""
+    """Submit a job (or with --array, an array of tasks); prints its id as the last line."""
     if not command:
         raise InvalidInput("empty command: give the command after --, e.g. gpupool submit --gpus 1 -- python train.py")
     env_map: dict[str, str] = {}
@@ -79,6 +88,19 @@ def submit(
         gpu_memory=gpu_memory,
         checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
     )
+    if array is not None:
+        ArraySpec.parse(array)  # refused here, before anything is sent
+        with client(url) as c:
+            made = c.submit_array(spec, array, idempotency_key=idempotency_key)
+        if output is Output.JSON:
+            print_json(made)
+            return
+        console.print(
+            f"submitted array {made['id']} ({made['name']}) to project {made['project']}: {made['tasks']} tasks of "
+            f"{spec.workers} × {spec.gpus:g} GPU; see it with gpupool show {made['id']}"
+        )
+        print(made["id"])
+        return
     with client(url) as c:
         job = c.submit(spec, idempotency_key=idempotency_key)
     if output is Output.JSON:
@@ -96,18 +118,25 @@ def jobs(
     limit: Annotated[int, typer.Option(help="show at most this many, the newest")] = 1000,
     user: Annotated[str | None, typer.Option("--user", "-u", help="only the jobs this user submitted")] = None,
     mine: Annotated[bool, typer.Option("--mine", help="only the jobs you submitted (your token's user)")] = False,
+    expand: Annotated[bool, typer.Option("--expand", help="every task of an array on a line of its own")] = False,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """List jobs (pending and running; --all for finished ones too)."""
+    """List jobs (pending and running; --all for finished ones too); an array is one line."""
     if mine and user is not None:
         raise InvalidInput("give --user or --mine, not both")
+    folded = not expand and output is not Output.JSON  # -o json lists every task, as it always did
+    arrays: list[dict[str, Any]] = []
     with client(url) as c:
         if mine:
             user = str(c.whoami()["user"])  # the head knows whose token this is
-        listing, total = c.jobs_page(include_finished=all, limit=limit, user=user)
+        listing, total = c.jobs_page(include_finished=all, limit=limit, user=user, tasks=not folded)
+        if folded:
+            arrays = c.arrays_page(include_finished=all, limit=limit, user=user)[0]
     if output is Output.JSON:
         print_json(listing)
+    elif folded and (listing or arrays):
+        console.print(rows_table(array_cli.table_rows(listing, arrays)))
     elif not listing:
         whose = "" if user is None else f" of {user}"
         console.print(
@@ -119,10 +148,22 @@ def jobs(
         err_console.print(f"showing the newest {len(listing)} of {total} jobs; pass --limit {total} to see all")
 
 
-def show(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
-    """Everything about one job, with its events."""
+def show(
+    job_id: Annotated[str, typer.Argument(help="ID, or ID_INDEX for one task of an array")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Everything about one job, with its events; of an array, a summary of its tasks."""
     with client(url) as c:
-        job = c.job(job_id)
+        job, array = array_cli.resolve(c, job_id)
+    if array is not None:
+        if output is Output.JSON:
+            print_json(array)
+        else:
+            for line in array_cli.summary_lines(array):
+                console.print(line)
+        return
+    assert job is not None
     if output is Output.JSON:
         print_json(job)
         return
@@ -136,7 +177,7 @@ def show(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt =
 
 
 def logs(
-    job_id: int,
+    job_id: Annotated[str, typer.Argument(help="ID, or ID_INDEX for one task of an array")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the job ends")] = False,
     worker: Annotated[int, typer.Option(help="which worker's log")] = 0,
     url: UrlOpt = "http://127.0.0.1:7070",
@@ -145,8 +186,9 @@ def logs(
     offset = 0
     delay = 0.2
     with client(url) as c:
+        one = array_cli.job_id(c, job_id)
         while True:
-            chunk = c.logs(job_id, worker=worker, offset=offset)
+            chunk = c.logs(one, worker=worker, offset=offset)
             if chunk.data:
                 sys.stdout.buffer.write(chunk.data)
                 sys.stdout.buffer.flush()
@@ -158,13 +200,22 @@ def logs(
             delay = min(delay * 1.5, 2.0)
 
 
-def cancel(job_ids: list[int], url: UrlOpt = "http://127.0.0.1:7070") -> None:
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="IDs; an array's ID cancels every task, ID_INDEX one")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+) -> None:
     """Cancel jobs: SIGTERM to their process groups, SIGKILL after the grace period."""
     failed = False
     with client(url) as c:
         for job_id in job_ids:
             try:
-                job = c.cancel(job_id)
+                found, array = array_cli.resolve(c, job_id)
+                if array is not None:
+                    after = c.cancel_array(array["id"])
+                    console.print(f"array {array['id']}: ", array_cli.counts_text(after["counts"]), sep="")
+                    continue
+                assert found is not None
+                job = c.cancel(found["id"])
             except ClientError as exc:
                 err_console.print(f"error: {exc.message}")
                 failed = True
@@ -178,16 +229,29 @@ def cancel(job_ids: list[int], url: UrlOpt = "http://127.0.0.1:7070") -> None:
 
 
 def wait(
-    job_id: int,
+    job_id: Annotated[str, typer.Argument(help="ID (of an array: every task), or ID_INDEX for one task")],
     timeout: Annotated[str | None, typer.Option(help="give up after this long, e.g. 90 or 10m")] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
 ) -> None:
-    """Wait for a job to end: exit 0 if it succeeded, 1 otherwise or on timeout."""
+    """Wait for a job (or every task of an array) to end: exit 0 if it (each) succeeded, 1 otherwise
+    or on timeout."""
     deadline = time.monotonic() + parse_duration(timeout) if timeout else None
     delay = 0.1
     with client(url) as c:
+        found, array = array_cli.resolve(c, job_id)
+        while array is not None:
+            if array_cli.finished(array):
+                console.print(f"array {array['id']}: ", array_cli.counts_text(array["counts"]), sep="")
+                raise typer.Exit(0 if set(array["counts"]) == {JobState.SUCCEEDED.value} else 1)
+            if deadline is not None and time.monotonic() >= deadline:
+                err_console.print("timed out: array ", array_cli.counts_text(array["counts"]), sep="")
+                raise typer.Exit(1)
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0)
+            array = c.array(array["id"])
+        assert found is not None
         while True:
-            job = c.job(job_id)
+            job = c.job(int(found["id"]))
             if job["state"] in TERMINAL:
                 code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
                 console.print(f"job {job_id} ", state_text(job["state"]), code, sep="")
@@ -199,10 +263,14 @@ def wait(
             delay = min(delay * 1.5, 1.0)
 
 
-def why(job_id: int, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+def why(
+    job_id: Annotated[str, typer.Argument(help="ID, or ID_INDEX for one task of an array")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
     """Why a job is still pending."""
     with client(url) as c:
-        answer = c.why(job_id)
+        answer = c.why(array_cli.job_id(c, job_id))
     if output is Output.JSON:
         print_json(answer)
         return

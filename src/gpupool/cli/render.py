@@ -73,17 +73,25 @@ def state_text(state: str) -> Text:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    return rows_table([job_row(j) for j in jobs])
+
+
+def rows_table(rows: list[tuple[Any, ...]]) -> Table:
+    """The table of ``gpupool jobs``: rows of jobs (``job_row``) and of arrays."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("ID", "NAME", "PROJECT", "STATE", "GPUS", "WHERE / WHY", "AGE"):
         table.add_column(column, overflow="fold")
-    for j in jobs:
-        where = placement_text(j) if j["placements"] and j["state"] in (J.STARTING, J.RUNNING) else (j["reason"] or "")
-        if j["state"] in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
-            where = f"exit {j['exit_code']}" if j["exit_code"] is not None else ""
-        table.add_row(
-            str(j["id"]), j["name"], j["project"], state_text(j["state"]), gpus_text(j), where, ago(j["submitted_at"])
-        )
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def job_row(j: dict[str, Any]) -> tuple[Any, ...]:
+    where = placement_text(j) if j["placements"] and j["state"] in (J.STARTING, J.RUNNING) else (j["reason"] or "")
+    if j["state"] in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
+        where = f"exit {j['exit_code']}" if j["exit_code"] is not None else ""
+    ident = str(j["id"]) if j.get("array_id") is None else f"{j['array_id']}_{j['array_index']}"
+    return (ident, j["name"], j["project"], state_text(j["state"]), gpus_text(j), where, ago(j["submitted_at"]))
 
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:

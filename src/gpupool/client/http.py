@@ -178,14 +178,45 @@ class GpupoolClient:
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         return dict(self._send("POST", "/api/v1/jobs", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 
+    def submit_array(self, spec: JobSpec, array: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """A job array (``array``: Slurm's syntax, e.g. ``0-999%50``), retried as ``submit`` is."""
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        body = {**spec.submission(), "array": array}
+        return dict(self._send("POST", "/api/v1/arrays", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
+
+    def submit_batch(self, specs: Sequence[JobSpec]) -> list[dict[str, Any]]:
+        """Up to 1,000 jobs, made all or none in one request."""
+        return list(self._call("POST", "/api/v1/jobs:batch", json={"jobs": [s.submission() for s in specs]}))
+
+    def arrays_page(
+        self, include_finished: bool = False, limit: int = 1000, user: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        params: dict[str, Any] = {"all": str(include_finished).lower(), "limit": limit}
+        if user is not None:
+            params["user"] = user
+        response = self._send("GET", "/api/v1/arrays", params=params)
+        return list(response.json()), int(response.headers.get("X-Total-Count", 0))
+
+    def array(self, array_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/arrays/{array_id}"))
+
+    def array_task(self, array_id: int, index: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/arrays/{array_id}/tasks/{index}"))
+
+    def cancel_array(self, array_id: int) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/arrays/{array_id}/cancel"))
+
     def jobs(self, include_finished: bool = False, limit: int = 1000, user: str | None = None) -> list[dict[str, Any]]:
         return self.jobs_page(include_finished, limit, user)[0]
 
     def jobs_page(
-        self, include_finished: bool = False, limit: int = 1000, user: str | None = None
+        self, include_finished: bool = False, limit: int = 1000, user: str | None = None, tasks: bool = True
     ) -> tuple[list[dict[str, Any]], int]:
-        """The newest ``limit`` jobs (``user``'s only, if given), and how many match in all."""
+        """The newest ``limit`` jobs (``user``'s only, if given; without arrays' tasks unless
+        ``tasks``), and how many match in all."""
         params: dict[str, Any] = {"all": str(include_finished).lower(), "limit": limit}
+        if not tasks:
+            params["tasks"] = "false"
         if user is not None:
             params["user"] = user
         response = self._send("GET", "/api/v1/jobs", params=params)

@@ -138,7 +138,12 @@ def events(ctx: HeadContext, job_id: int, after: int, limit: int) -> list[Event]
 
 
 def listing(
-    ctx: HeadContext, who: Principal, include_finished: bool, limit: int = 1000, user: str | None = None
+    ctx: HeadContext,
+    who: Principal,
+    include_finished: bool,
+    limit: int = 1000,
+    user: str | None = None,
+    tasks: bool = True,
 ) -> tuple[list[tuple[JobRecord, bool]], int]:
     """The newest ``limit`` jobs (``user``'s only, if given), each with whether ``who`` may see
     its insides, and how many there are in all. The queue is public; what runs inside a job is not."""
@@ -147,9 +152,9 @@ def listing(
     if user is not None:
         check_user_name(user)
     with ctx.db.read() as s:
-        total = job_repo.count_jobs(s, include_finished=include_finished, owner=user)
+        total = job_repo.count_jobs(s, include_finished=include_finished, owner=user, tasks=tasks)
         visible = Visibility(s, who)
-        jobs = job_repo.list_jobs(s, include_finished=include_finished, limit=limit, owner=user)
+        jobs = job_repo.list_jobs(s, include_finished=include_finished, limit=limit, owner=user, tasks=tasks)
         return [(j, visible.sees(j)) for j in jobs], total
 
 

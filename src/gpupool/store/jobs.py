@@ -58,12 +58,14 @@ def get_job(session: Session, job_id: int) -> JobRecord:
     return job_record(row, workers_of(session, [row.id]).get(row.id, []))
 
 
-def count_jobs(session: Session, *, include_finished: bool, owner: str | None = None) -> int:
+def count_jobs(session: Session, *, include_finished: bool, owner: str | None = None, tasks: bool = True) -> int:
     query = select(func.count(JobRow.id))
     if not include_finished:
         query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
     if owner is not None:
         query = query.where(JobRow.owner == owner)
+    if not tasks:
+        query = query.where(JobRow.array_id.is_(None))
     return int(session.scalar(query) or 0)
 
 
@@ -74,14 +76,17 @@ def count_by_state_and_project(session: Session) -> dict[tuple[str, str], int]:
 
 
 def list_jobs(
-    session: Session, *, include_finished: bool, limit: int = 1000, owner: str | None = None
+    session: Session, *, include_finished: bool, limit: int = 1000, owner: str | None = None, tasks: bool = True
 ) -> list[JobRecord]:
-    """The newest ``limit`` jobs (of ``owner`` only, if given), oldest first."""
+    """The newest ``limit`` jobs (of ``owner`` only, if given; without arrays' tasks unless
+    ``tasks``), oldest first."""
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
     if not include_finished:
         query = query.where(JobRow.state.in_(ACTIVE_JOB_STATES))
     if owner is not None:
         query = query.where(JobRow.owner == owner)
+    if not tasks:
+        query = query.where(JobRow.array_id.is_(None))
     rows = list(session.scalars(query))
     workers = workers_of(session, [r.id for r in rows])
     return [job_record(r, workers.get(r.id, [])) for r in reversed(rows)]

@@ -56,8 +56,9 @@ def listing(
     all: bool = Query(False, description="include finished jobs"),
     limit: int = Query(1000, description="at most this many, the newest; X-Total-Count says how many exist"),
     user: str | None = Query(None, description="only the jobs this user submitted (their owner)"),
+    tasks: bool = Query(True, description="false: leave out the tasks of arrays (GET /arrays lists those)"),
 ) -> list[JobOut]:
-    jobs, total = job_service.listing(ctx, who, include_finished=all, limit=limit, user=user)
+    jobs, total = job_service.listing(ctx, who, include_finished=all, limit=limit, user=user, tasks=tasks)
     response.headers["X-Total-Count"] = str(total)
     return [JobOut.of(j, full=sees) for j, sees in jobs]
 
