@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.decisions import Reason, ReasonCode
@@ -242,22 +243,25 @@ def on_hold(session: Session, now: datetime) -> dict[int, tuple[datetime, bool]]
 def set_reasons(session: Session, reasons: Mapping[int, Reason]) -> None:
     """Write only the reasons that changed: a steady queue costs no writes."""
     ids = list(reasons)
+    changed: list[dict[str, object]] = []
     for start in range(0, len(ids), 500):
-        current = list(
-            session.execute(
-                select(JobRow.id, JobRow.reason_code, JobRow.reason).where(
-                    JobRow.id.in_(ids[start : start + 500]), JobRow.state == JobState.PENDING.value
-                )
+        current = session.execute(
+            select(JobRow.id, JobRow.reason_code, JobRow.reason).where(
+                JobRow.id.in_(ids[start : start + 500]), JobRow.state == JobState.PENDING.value
             )
         )
         for job_id, code, message in current:
             reason = reasons[job_id]
             if code != reason.code.value or message != reason.message:
-                session.execute(
-                    update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
-                    .values(reason_code=reason.code.value, reason=reason.message)
-                )
+                changed.append({"job": job_id, "code": reason.code.value, "message": reason.message})
+    if changed:  # one statement, many parameter sets: a queue of thousands changes in one round trip
+        jobs = cast(Table, JobRow.__table__)
+        statement = (
+            update(jobs)
+            .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.PENDING.value)
+            .values(reason_code=bindparam("code"), reason=bindparam("message"))
+        )
+        session.execute(statement, changed)
 
 
 def _ask_to_stop(session: Session, row: JobRow, reason: StopReason, now: datetime, kind: str, message: str) -> bool:
