@@ -36,7 +36,7 @@ CLI_CASES = [
     (["why", "999"], "no job 999"),
     (["logs", "999"], "no job 999"),
     (["cancel", "999"], "no job 999"),
-    (["wait", "abc"], "Invalid value for 'job_id'"),
+    (["wait", "abc"], "'abc' is not a job id: use ID, or ID_INDEX"),
     (["jobs", "-o", "yaml"], "'yaml' is not one of"),
     (["frobnicate"], "No such command 'frobnicate'"),
 ]

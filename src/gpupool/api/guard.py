@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gpupool.api.deps import INVALID_TOKEN, MISSING_TOKEN, authenticate, cached
 from gpupool.domain.errors import GpupoolError
@@ -116,15 +120,26 @@ async def _answer(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def header_timeout(seconds: float) -> type[H11Protocol]:
+def http_protocol() -> type[H11Protocol] | type[HttpToolsProtocol]:
+    """uvicorn's HTTP/1.1 protocol on httptools (C) where it is installed, else on h11 (pure
+    Python): parsing a request with h11 costs about as much as answering it."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return H11Protocol
+    return HttpToolsProtocol
+
+
+def header_timeout(seconds: float) -> type[H11Protocol] | type[HttpToolsProtocol]:
     """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers are not all there
     ``seconds`` after it opened (or after the previous response): uvicorn itself waits forever
     for a request that is sent a byte at a time, so a few such clients could hold every slot."""
+    base: Any = http_protocol()
 
-    class HeaderTimeout(H11Protocol):
+    class HeaderTimeout(base):  # type: ignore[misc]
         _timer: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             self._timer = self.loop.call_later(seconds, self._too_slow)
 
