@@ -45,6 +45,8 @@ class Built:
     # Stop what the backend started, when the head stops: given how many workers still run, it
     # returns what to tell (a Ray head this data dir started is stopped only when none runs on it).
     on_stop: Callable[[int], str] | None = None
+    # Given the controller's wake, call it as soon as a worker exits (else exits wait for a tick).
+    watch_exits: Callable[[Callable[[], None]], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,8 @@ def _build_local(settings: Settings) -> Built:
         )
         for name, probe in topology.probes
     ]
-    return Built(LocalExecutor(runtimes), topology)
+    executor = LocalExecutor(runtimes)
+    return Built(executor, topology, watch_exits=executor.watch_exits)
 
 
 def _build_ray(settings: Settings) -> Built:

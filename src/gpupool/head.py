@@ -87,6 +87,8 @@ class Head:
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
         )
+        if backend.watch_exits is not None:
+            backend.watch_exits(self.controller.wake)
         self.ctx = HeadContext(
             self.db, clock, self.executor, self.controller.wake, self.ray, idle, job_accounts(self.executor)
         )

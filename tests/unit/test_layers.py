@@ -58,6 +58,8 @@ STDLIB_ONLY = {
     "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups"}),
     "node/cgroups.py": frozenset(),
     "node/accounts.py": frozenset(),
+    # forks supervisors: what it imports, every supervisor has
+    "node/zygote.py": frozenset({"gpupool.node.rundir", "gpupool.node.supervisor"}),
     "node/__init__.py": frozenset(),
     "__init__.py": frozenset(),
 }

@@ -6,7 +6,7 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from gpupool.domain.errors import NotFound
@@ -15,6 +15,7 @@ from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import LOCAL
 from gpupool.node.cgroups import Stats
+from gpupool.node.exit_watch import ExitWatch
 from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
 
 
@@ -23,6 +24,12 @@ class LocalExecutor:
 
     def __init__(self, runtimes: list[NodeRuntime]) -> None:
         self._runtimes = {r.name: r for r in runtimes}
+        self._watches: list[ExitWatch] = []
+
+    def watch_exits(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` as soon as a worker's exit is recorded (the head wakes its controller)."""
+        for data_dir in sorted({r.data_dir for r in self._runtimes.values()}):
+            self._watches.append(ExitWatch(data_dir, wake))
 
     def nodes(self) -> list[Node]:
         return [r.describe() for r in self._runtimes.values()]
@@ -56,6 +63,8 @@ class LocalExecutor:
         return self._runtime(node).forget(job_ids)
 
     def close(self) -> None:
+        for watch in self._watches:
+            watch.close()
         for runtime in self._runtimes.values():
             runtime.close()
 

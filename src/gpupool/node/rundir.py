@@ -30,6 +30,9 @@ from gpupool.node.accounts import Account
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
 SUPERVISOR_PID = "supervisor.pid"  # the supervisor's pid (for a detached one, written by its parent)
 SUPERVISOR_ERR = "supervisor.err"  # the supervisor's own stderr
+# When a supervisor forked by the zygote started (/proc/PID/stat field 22): its cmdline is the
+# zygote's, so this, with its pid, tells it from a process that reused the pid.
+STARTED = "supervisor.started"
 CHILD = "child.json"  # the worker's pid and process group, once it started
 EXIT = "exit.json"  # how the worker ended; its presence means "ended"
 STOP = "stop.json"  # why the node runtime stopped the worker (over its GPU memory share), before it ends
@@ -290,3 +293,50 @@ def read_log(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
         if exc.errno == errno.EINVAL:
             return b""
         raise
+
+
+EXITS_FIFO = "exits.fifo"  # in a node's data dir: the doorbell of node/exit_watch.py
+
+
+def ring(run_dir: Path) -> None:
+    """Tell the runtime of ``run_dir``'s node that an exit was recorded (the supervisor's side).
+    Never blocks and never fails: with nobody listening the head finds the exit by polling."""
+    fifo = run_dir.parents[3] / EXITS_FIFO  # DATA_DIR/runs/job-J/attempt-A/worker-W
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:  # ENXIO: no reader; ENOENT: a runtime without the FIFO
+        return
+    try:
+        os.write(fd, b"x")
+    except OSError:
+        pass  # full (a burst of exits already rang) or the reader went away
+    finally:
+        os.close(fd)
+
+
+def started_at(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot: with its pid, a process's identity."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def supervisor_running(pid: int, run_dir: Path) -> bool:
+    """Whether ``pid`` is the live supervisor of ``run_dir``, not a process that reused the pid:
+    one started as ``python -m gpupool.node.supervisor SPEC`` names the run directory in its
+    command line; one forked by the zygote recorded its start time there."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    if str(run_dir).encode() in cmdline:
+        return True
+    try:
+        recorded = (run_dir / STARTED).read_text().strip()
+    except OSError:
+        return False
+    return bool(recorded) and recorded == started_at(pid)

@@ -25,7 +25,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, cgroups, gpu_share, log_cap, private, rundir
+from gpupool.node import accounts, cgroups, gpu_share, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import confinement, isolation
 
@@ -93,6 +93,7 @@ class NodeRuntime:
         # (a Ray worker does) cannot take them down.
         self._detach = detach
         self._launching: dict[str, subprocess.Popen[bytes]] = {}
+        self._zygote = zygote.Zygote(data_dir, python, self._base_env)  # supervisors without a Python start
         self._clock = clock or SystemClock()
         # Each worker in a cgroup of its own where the node can make them (root, a cgroup fs):
         # named by node and data dir, so two heads' virtual nodes on one machine never share one.
@@ -175,6 +176,10 @@ class NodeRuntime:
         )
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
+        # Kept in the store: a restarted head hands the limit back and the watch goes on.
+        watched = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
+        if not self._detach and (pid := self._zygote.spawn(spec_path)):
+            return {"pid": pid, "run_dir": str(run_dir), **watched}
         detach = ["--detach"] if self._detach else []
         err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(err_fd, "wb") as err:
@@ -187,8 +192,6 @@ class NodeRuntime:
                 close_fds=True,
                 env=self._base_env,
             )
-        # Kept in the store: a restarted head hands the limit back and the watch goes on.
-        watched = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
             # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".
@@ -290,6 +293,7 @@ class NodeRuntime:
 
     def close(self) -> None:
         """Forget the children without killing them: a restarted head re-adopts them."""
+        self._zygote.close()
         for child in self._children.values():
             child.returncode = 0  # stop Popen.__del__ from warning about a running child
         self._children.clear()
@@ -320,7 +324,7 @@ class NodeRuntime:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return _supervisor_running(pid, run_dir)
+        return rundir.supervisor_running(pid, run_dir)
 
     @staticmethod
     def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
@@ -355,7 +359,7 @@ def stop_leftovers(data_dir: Path, note: str) -> int:
         if rundir.read_exit(run_dir) is not None:
             continue
         pid = rundir.read_pid(run_dir)
-        if pid is not None and _supervisor_running(pid, run_dir):
+        if pid is not None and rundir.supervisor_running(pid, run_dir):
             _signal(pid, signal.SIGKILL)
         NodeRuntime._kill_worker_group(run_dir, signal.SIGKILL)
         rundir.write_exit(run_dir, rundir.ExitRecord(None, fenced=True, note=note))
@@ -371,17 +375,6 @@ def _refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dic
     record = rundir.ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
     rundir.write_exit(run_dir, record)
     return {"pid": 0, "run_dir": str(run_dir)}
-
-
-def _supervisor_running(pid: int, run_dir: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    # The pid may have been reused by an unrelated process: check it is our supervisor.
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return str(run_dir).encode() in cmdline and state != "Z"
 
 
 def _read_exit(run_dir: Path) -> WorkerExit | None:

@@ -51,6 +51,7 @@ def main(spec_path: str) -> int:
                 reason = _teardown(group, spec, log)
     record = rundir.ExitRecord(code, fenced=fenced, finished_at=datetime.now(UTC).isoformat(), reason=reason)
     rundir.write_exit(run, record)
+    rundir.ring(run)
     return 0
 
 
