@@ -21,7 +21,11 @@ def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None 
     never = _never_fits(demand, cluster)
     if never is not None:
         return never
-    total_slots = sum(slots_on(free, demand) for free in _could_host(demand, cluster))
+    total_slots = 0
+    for free in _could_host(demand, cluster):
+        total_slots += slots_on(free, demand)
+        if total_slots >= workers:  # enough said: the count is only shown when it falls short
+            break
     if total_slots >= workers:
         return Reason(ReasonCode.PRIORITY, "resources were given to jobs ahead in the queue this cycle")
     if total_slots > 0 and workers > 1:

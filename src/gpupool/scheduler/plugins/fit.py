@@ -104,6 +104,8 @@ def _memory_left(free: NodeFree, index: int) -> int:
 
 def slots_on(free: NodeFree, demand: WorkerDemand) -> int:
     """How many workers of this demand fit on the node now (for explanations)."""
+    if demand.cpus > len(free.free_cpus) or (demand.memory_mib and demand.memory_mib > free.free_memory):
+        return 0  # not one, whatever its GPUs (the common case on a busy cluster: no need to count them)
     limits: list[int] = []
     if demand.whole_gpus:
         limits.append(sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) // demand.whole_gpus)
