@@ -22,7 +22,7 @@ from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
 from gpupool.domain.resources import GPU_FRACTION_STEPS
-from gpupool.domain.snapshot import RunningJob, Snapshot
+from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
@@ -102,9 +102,15 @@ class CycleMemory:
         assert self._cluster is not None
         cluster, placed = self._cluster, self._placed
         current = {r.id: r for r in snapshot.running}
-        # Give back everything that ended or moved before taking anything: a job restarted on
-        # GPUs another one just left must find them free.
-        gone = [job_id for job_id, (placements, _, _) in placed.items() if _moved(current.get(job_id), placements)]
+        # Give back everything that ended or moved (after a preemption and a restart between two
+        # cycles, placed elsewhere) before taking anything: a job restarted on GPUs another one
+        # just left must find them free. Inline, as it runs over every running job every cycle.
+        get = current.get
+        gone = [
+            job_id
+            for job_id, (placements, _, _) in placed.items()
+            if (now := get(job_id)) is None or (now.placements is not placements and now.placements != placements)
+        ]
         for job_id in gone:
             placements, spec, owner = placed.pop(job_id)
             for p in placements:
@@ -126,8 +132,3 @@ class CycleMemory:
         self._jobs[spec.project] += sign
         if spec.quota_bound:
             self._bound[spec.project] += steps
-
-
-def _moved(now: RunningJob | None, placements: tuple[Placement, ...]) -> bool:
-    """Ended, or (after a preemption and a restart between two cycles) placed elsewhere."""
-    return now is None or not (now.placements is placements or now.placements == placements)
