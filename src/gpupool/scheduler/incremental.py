@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import attrgetter, is_not, itemgetter
 
 from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -25,6 +27,8 @@ from gpupool.domain.resources import GPU_FRACTION_STEPS
 from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
+
+_ID, _PLACEMENTS, _FIRST = attrgetter("id"), attrgetter("placements"), itemgetter(0)
 
 
 class CycleMemory:
@@ -100,17 +104,18 @@ class CycleMemory:
 
     def _apply_difference(self, snapshot: Snapshot) -> None:
         assert self._cluster is not None
-        cluster, placed = self._cluster, self._placed
-        current = {r.id: r for r in snapshot.running}
+        cluster, placed, running = self._cluster, self._placed, snapshot.running
+        # This runs over every running job at every cycle and every simulated event, so the
+        # common case goes through builtins: a job whose placements are the very objects this
+        # memory recorded (the simulator's, and the head's starts until it reads them back) is
+        # where it was; only the others are compared one by one.
+        current = dict(zip(map(_ID, running), running, strict=True))
+        where = dict(zip(map(_ID, running), map(_PLACEMENTS, running), strict=True))
+        suspects = compress(list(placed), map(is_not, map(where.get, placed), map(_FIRST, placed.values())))
         # Give back everything that ended or moved (after a preemption and a restart between two
         # cycles, placed elsewhere) before taking anything: a job restarted on GPUs another one
-        # just left must find them free. Inline, as it runs over every running job every cycle.
-        get = current.get
-        gone = [
-            job_id
-            for job_id, (placements, _, _) in placed.items()
-            if (now := get(job_id)) is None or (now.placements is not placements and now.placements != placements)
-        ]
+        # just left must find them free.
+        gone = [job_id for job_id in suspects if (now := where.get(job_id)) is None or now != placed[job_id][0]]
         for job_id in gone:
             placements, spec, owner = placed.pop(job_id)
             for p in placements:
@@ -118,12 +123,12 @@ class CycleMemory:
             self._count(spec, owner, -1)
         if len(placed) == len(current):
             return
-        for job_id, running in current.items():
-            if job_id not in placed:
-                for p in running.placements:
-                    cluster.take(p)
-                placed[job_id] = (running.placements, running.spec, running.owner)
-                self._count(running.spec, running.owner, +1)
+        for job_id in [i for i in current if i not in placed]:  # in the snapshot's order, as a rebuild
+            job = current[job_id]
+            for p in job.placements:
+                cluster.take(p)
+            placed[job_id] = (job.placements, job.spec, job.owner)
+            self._count(job.spec, job.owner, +1)
 
     def _count(self, spec: JobSpec, owner: str, sign: int) -> None:
         steps = sign * round(spec.total_gpus * GPU_FRACTION_STEPS)

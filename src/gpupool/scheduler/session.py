@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -18,6 +18,8 @@ from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.reserved import Reservation
+
+_PROJECT = attrgetter("spec.project")
 
 
 @dataclass(slots=True)
@@ -42,8 +44,6 @@ class Session:
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
-    # Each pending job's job-order key, computed once: allocate and the explanations read it again.
-    order_keys: dict[int, tuple[int, float, int]] = field(default_factory=dict)
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
     _stopping: list[RunningJob] | None = None
@@ -57,11 +57,11 @@ class Session:
         memory = memory or CycleMemory()
         cluster, allocated, bound = memory.open(snapshot)
         projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
-        # Keys once per job (allocate and the explanations read them again), sorted without a
-        # Python call per comparison: a queue of thousands is ordered at every cycle.
+        # Through builtins where it can: a queue of thousands is ordered at every cycle (and every
+        # simulated event).
         keyed = sorted(zip(map(order, snapshot.pending), snapshot.pending, strict=True), key=itemgetter(0))
-        queue = [j for _, j in keyed]
-        for name in {j.spec.project for j in queue} | allocated.keys():
+        queue = list(map(itemgetter(1), keyed))
+        for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
         return cls(
             snapshot,
@@ -73,7 +73,6 @@ class Session:
             allocated,
             memory,
             bound=bound,
-            order_keys={j.id: k for k, j in keyed},
         )
 
     def project(self, name: str) -> Project:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler import policies
+from gpupool.scheduler import policies, registry
 from gpupool.scheduler.plugins.queues import one_queue
 from gpupool.scheduler.plugins.quota import QuotaCheck
 from gpupool.scheduler.session import Session
@@ -37,8 +37,8 @@ def run(session: Session) -> None:
                 by_key[key(job)] = [job]
             else:
                 jobs.append(job)
-    order_key = _key_of(session.order_keys)
-    queues = {name: UserQueue.of(session, hooks.user_order, order_key, jobs) for name, jobs in by_key.items()}
+    job_order = registry.job_order(session.config.job_order)
+    queues = {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
     memo = _Memo(session, hooks.quota_check, rank)
     heap = [(rank(session, name), name) for name in queues]
     heapq.heapify(heap)
@@ -73,13 +73,6 @@ def run(session: Session) -> None:
                 heapq.heappush(heap, entry)
                 break
     session.queue = waiting
-
-
-def _key_of(keys: dict[int, tuple[int, float, int]]) -> Callable[[PendingJob], tuple[int, float, int]]:
-    def order_key(job: PendingJob) -> tuple[int, float, int]:
-        return keys[job.id]
-
-    return order_key
 
 
 class _Memo:
