@@ -12,9 +12,17 @@ from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.plugins.fit import gpu_ok, pick_shared_gpu, slots_on
 
+Known = dict[tuple[object, ...], list[NodeFree]]
 
-def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None) -> Reason:
+
+def explain(
+    job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None, known: Known | None = None
+) -> Reason:
+    """``known``: node lists found for earlier shapes against the same free resources (one dict
+    per cycle): the cycle explains dozens of shapes that differ in cores and memory but ask for
+    the same GPUs, and the GPU checks are what costs."""
     demand = demand or WorkerDemand.of(job.spec)
+    known = {} if known is None else known
     workers = job.spec.workers
     if not cluster.nodes:
         return Reason(ReasonCode.NO_NODES, "no node is up: start or undrain a node (gpupool nodes)")
@@ -22,7 +30,7 @@ def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None 
     if never is not None:
         return never
     total_slots = 0
-    for free in _could_host(demand, cluster):
+    for free in _could_host(demand, cluster, known):
         total_slots += slots_on(free, demand)
         if total_slots >= workers:  # enough said: the count is only shown when it falls short
             break
@@ -34,17 +42,23 @@ def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None 
             f"gang: {workers} workers × {demand.describe_gpus()}, only {total_slots} such slot"
             f"{'' if total_slots == 1 else 's'} free",
         )
-    return _why_no_slot(demand, workers, cluster)
+    return _why_no_slot(demand, workers, cluster, known)
 
 
-def _could_host(demand: WorkerDemand, cluster: ClusterState) -> list[NodeFree]:
+def _could_host(demand: WorkerDemand, cluster: ClusterState, known: Known) -> list[NodeFree]:
     """The nodes with enough free GPUs for one worker, from the cluster's index."""
+    key = ("could host", bool(demand.share), demand.whole_gpus)
+    found = known.get(key)
+    if found is not None:
+        return found
     if demand.share:
         nodes = {**cluster.with_shares}
         for level in cluster.levels(1, True):
             nodes.update(level)
-        return list(nodes.values())
-    return [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+        found = known[key] = list(nodes.values())
+    else:
+        found = known[key] = [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+    return found
 
 
 def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
@@ -72,8 +86,11 @@ def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
     return None
 
 
-def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState) -> Reason:
-    gpu_ok = [f for f in _could_host(demand, cluster) if _gpu_fits(f, demand)]
+def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> Reason:
+    key = ("gpus fit", demand.whole_gpus, demand.share, demand.models, demand.gpu_memory_mib)  # what _gpu_fits reads
+    gpu_ok = known.get(key)
+    if gpu_ok is None:
+        gpu_ok = known[key] = [f for f in _could_host(demand, cluster, known) if _gpu_fits(f, demand)]
     if demand.needs_gpu and not gpu_ok:
         total_free = cluster.total_free_gpus()
         need = demand.whole_gpus * workers

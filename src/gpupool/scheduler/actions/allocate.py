@@ -26,19 +26,8 @@ from gpupool.scheduler.user_queue import UserQueue
 
 def run(session: Session) -> None:
     hooks = policies.hooks(session.config)
-    key, rank = hooks.queue_order.key, hooks.queue_order.rank
-    by_key: dict[str, list[PendingJob]] = {}
-    if key is one_queue:
-        by_key = {"": session.queue} if session.queue else {}
-    else:
-        for job in session.queue:
-            jobs = by_key.get(key(job))
-            if jobs is None:
-                by_key[key(job)] = [job]
-            else:
-                jobs.append(job)
-    job_order = registry.job_order(session.config.job_order)
-    queues = {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
+    rank = hooks.queue_order.rank
+    queues = _queues(session, hooks)
     memo = _Memo(session, hooks.quota_check, rank)
     heap = [(rank(session, name), name) for name in queues]
     heapq.heapify(heap)
@@ -72,7 +61,49 @@ def run(session: Session) -> None:
             if heap and heap[0] < entry:  # (names are unique: never equal)
                 heapq.heappush(heap, entry)
                 break
+            if session.reservation is not None:
+                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked)
+                break
     session.queue = waiting
+
+
+def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
+    """The queue's jobs split by the queue order, each part kept in the job order."""
+    key = hooks.queue_order.key
+    by_key: dict[str, list[PendingJob]] = {}
+    if key is one_queue:
+        by_key = {"": session.queue} if session.queue else {}
+    else:
+        for job in session.queue:
+            jobs = by_key.get(key(job))
+            if jobs is None:
+                by_key[key(job)] = [job]
+            else:
+                jobs.append(job)
+    job_order = registry.job_order(session.config.job_order)
+    return {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
+
+
+def _wait_behind_reservation(
+    session: Session,
+    hooks: policies.Hooks,
+    memo: _Memo,
+    name: str,
+    queues: dict[str, UserQueue],
+    waiting: list[PendingJob],
+    blocked: set[str],
+) -> None:
+    """The rest of a queue that comes first behind the reservation. Nothing starts any more, so
+    its rank stays what it is and it stays first until it is empty: each job needs only its
+    quota answer, for its reason (and a refusal may still hold up the queue)."""
+    for job in queues[name].drain():
+        waiting.append(job)
+        if name in blocked:
+            continue
+        refusal = memo.quota(job)
+        if refusal is not None:
+            session.reasons[job.id] = refusal
+            blocked.update(hooks.hold_up(session, job, name, queues, refusal))
 
 
 class _Memo:
