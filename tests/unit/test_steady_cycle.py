@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import CycleMemory, SchedulerConfig, policies, schedule
+from gpupool.scheduler import CycleMemory, SchedulerConfig, policies, registry, schedule
 from gpupool.scheduler.policies import preset
+from gpupool.scheduler.registry import JobOrder
 from gpupool.scheduler.session import Session
 from tests.unit.builders import T0, node, running, snapshot
 
@@ -129,3 +130,24 @@ def test_steady_and_cold_agree_on_a_config_change() -> None:
     for name in POLICIES:
         config: SchedulerConfig = preset(name)
         assert schedule(snap, config, memory=memory) == schedule(snap, config)
+
+
+def test_the_carried_queue_order_follows_what_changed() -> None:
+    """Jobs still waiting keep their place, new ones are merged in, a job read back with another
+    spec (or submit time) is ordered afresh, and another job order starts over."""
+    memory = CycleMemory()
+    fifo, by_class = registry.job_order("fifo"), registry.job_order("priority_fifo")
+    jobs = [PendingJob(i, JobSpec.create(command=("t",)), T0 + timedelta(seconds=10 * i)) for i in range(1, 6)]
+
+    def ids(pending: list[PendingJob], order: JobOrder = fifo) -> list[int]:
+        ranked = memory.in_order(pending, order)
+        assert ranked == sorted(((order(j), j) for j in pending), key=lambda pair: pair[0])
+        return [job.id for _, job in ranked]
+
+    assert ids(jobs) == [1, 2, 3, 4, 5]
+    urgent = JobSpec.create(command=("t",), priority="interactive")
+    early = PendingJob(9, JobSpec.create(command=("t",)), T0)
+    assert ids([replace(j) for j in jobs[1:]] + [early]) == [9, 2, 3, 4, 5]
+    assert ids([early, *jobs[1:3], replace(jobs[4], submitted_at=T0 - timedelta(1))]) == [5, 9, 2, 3]
+    assert ids([early, *jobs[1:3], jobs[4]], by_class) == [9, 2, 3, 5]  # another order: all keyed afresh
+    assert ids([early, *jobs[1:3], replace(jobs[4], spec=urgent)], by_class) == [5, 9, 2, 3]

@@ -16,7 +16,7 @@ everything, and the next one rebuilds.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, is_not, itemgetter
 
@@ -24,7 +24,7 @@ from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
 from gpupool.domain.resources import GPU_FRACTION_STEPS
-from gpupool.domain.snapshot import Snapshot
+from gpupool.domain.snapshot import PendingJob, Snapshot
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
@@ -49,6 +49,9 @@ class CycleMemory:
         # What each job needs per worker, by job id: a long queue is looked at every cycle.
         self.demands: dict[int, WorkerDemand] = {}
         self.rebuilds = 0  # how often the index was built from scratch (for tests and profiling)
+        # The last cycle's queue in the job order, with each job's key, and the order it was in.
+        self._ranked: list[tuple[tuple[int, float, int], PendingJob]] = []
+        self._order: Callable[[PendingJob], tuple[int, float, int]] | None = None
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:
         """The free-resource index for ``snapshot`` and GPUs held per project (all, and in
@@ -66,6 +69,30 @@ class CycleMemory:
         allocated = defaultdict(float, {p: self._allocated[p] / GPU_FRACTION_STEPS for p, n in self._jobs.items() if n})
         bound = defaultdict(float, {p: n / GPU_FRACTION_STEPS for p, n in self._bound.items() if n})
         return self._cluster, allocated, bound
+
+    def in_order(
+        self, pending: Sequence[PendingJob], order: Callable[[PendingJob], tuple[int, float, int]]
+    ) -> list[tuple[tuple[int, float, int], PendingJob]]:
+        """``pending`` with its keys, sorted by ``order``. Sorting thousands of jobs at every cycle
+        compared keys in vain: the jobs still waiting keep their last order and keys (a job order
+        reads the job's id, spec and submit time, which a job keeps), and only the new ones are
+        sorted and merged in."""
+        if order is not self._order:
+            self._order, self._ranked = order, []
+        current = dict(zip(map(_ID, pending), pending, strict=True))
+        kept = [
+            (key, job)
+            for key, old in self._ranked
+            if (job := current.get(old.id)) is not None
+            and (job is old or (job.spec is old.spec and job.submitted_at == old.submitted_at))
+        ]
+        if len(kept) < len(current):
+            known = {job.id for _, job in kept}
+            new = [job for job in pending if job.id not in known]
+            kept.extend(sorted(zip(map(order, new), new, strict=True), key=_FIRST))
+            kept.sort(key=_FIRST)  # two sorted runs: merged in one pass
+        self._ranked = kept
+        return kept
 
     def started(
         self, starts: Iterable[StartJob], specs: dict[int, JobSpec], owners: Mapping[int, str] | None = None

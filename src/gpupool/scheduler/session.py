@@ -59,8 +59,7 @@ class Session:
         projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
         # Through builtins where it can: a queue of thousands is ordered at every cycle (and every
         # simulated event).
-        keyed = sorted(zip(map(order, snapshot.pending), snapshot.pending, strict=True), key=itemgetter(0))
-        queue = list(map(itemgetter(1), keyed))
+        queue = list(map(itemgetter(1), memory.in_order(snapshot.pending, order)))
         for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
         return cls(
