@@ -74,15 +74,15 @@ def _explain(session: Session) -> dict[int, Reason]:
     by_shape: dict[tuple[WorkerDemand, int], Reason] = {}
     known: Known = {}  # node lists shared by shapes that ask for the same GPUs
     reasons: dict[int, Reason] = {}
+    given, demands = session.reasons, session.memory.demands  # (a pass over every waiting job)
     for job in session.queue:
-        if job.id in session.reasons:  # a policy reason (quota, limit) given by an action
-            reasons[job.id] = session.reasons[job.id]
-            continue
-        demand = session.demand(job)
-        shape = (demand, job.spec.workers)
-        reason = by_shape.get(shape)
+        reason = given.get(job.id)  # a policy reason (quota, limit) given by an action
         if reason is None:
-            reason = by_shape[shape] = explain(job, session.cluster, demand, known)
+            demand = demands.get(job.id) or session.demand(job)
+            shape = (demand, job.spec.workers)
+            reason = by_shape.get(shape)
+            if reason is None:
+                reason = by_shape[shape] = explain(job, session.cluster, demand, known)
         reasons[job.id] = reason
     order = policies.hooks(session.config).user_order
     notes = behind_lighter_users(session, session.queue, order, registry.job_order(session.config.job_order))

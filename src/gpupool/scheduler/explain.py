@@ -6,13 +6,15 @@ numbers the user would see in ``gpupool nodes`` right now.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import gpu_ok, pick_shared_gpu, slots_on
+from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_with
 
-Known = dict[tuple[object, ...], list[NodeFree]]
+Known = dict[tuple[object, ...], list[Any]]  # node lists (and node, GPU slots pairs) by what they depend on
 
 
 def explain(
@@ -30,8 +32,8 @@ def explain(
     if never is not None:
         return never
     total_slots = 0
-    for free in _could_host(demand, cluster, known):
-        total_slots += slots_on(free, demand)
+    for free, gpus in _gpu_slots(demand, cluster, known):
+        total_slots += slots_with(free, demand, gpus)
         if total_slots >= workers:  # enough said: the count is only shown when it falls short
             break
     if total_slots >= workers:
@@ -58,6 +60,15 @@ def _could_host(demand: WorkerDemand, cluster: ClusterState, known: Known) -> li
         found = known[key] = list(nodes.values())
     else:
         found = known[key] = [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+    return found
+
+
+def _gpu_slots(demand: WorkerDemand, cluster: ClusterState, known: Known) -> list[tuple[NodeFree, int | None]]:
+    """The nodes that could host a worker with their ``gpu_slots``, counted once per GPU part."""
+    key = ("gpu slots", demand.whole_gpus, demand.share, demand.models, demand.gpu_memory_mib)
+    found = known.get(key)
+    if found is None:
+        found = known[key] = [(free, gpu_slots(free, demand)) for free in _could_host(demand, cluster, known)]
     return found
 
 
