@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_, is_not, itemgetter, not_
 
 from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -28,7 +28,7 @@ from gpupool.domain.snapshot import PendingJob, Snapshot
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
-_ID, _PLACEMENTS, _FIRST = attrgetter("id"), attrgetter("placements"), itemgetter(0)
+_ID, _PLACEMENTS, _FIRST, _SECOND = attrgetter("id"), attrgetter("placements"), itemgetter(0), itemgetter(1)
 
 
 class CycleMemory:
@@ -80,15 +80,23 @@ class CycleMemory:
         if order is not self._order:
             self._order, self._ranked = order, []
         current = dict(zip(map(_ID, pending), pending, strict=True))
-        kept = [
-            (key, job)
-            for key, old in self._ranked
-            if (job := current.get(old.id)) is not None
-            and (job is old or (job.spec is old.spec and job.submitted_at == old.submitted_at))
-        ]
+        ranked = self._ranked
+        olds = list(map(_SECOND, ranked))
+        # The very same objects (the simulator's) keep their keys without a Python step per job;
+        # other objects for a job still waiting (the head reads its jobs afresh, with the same
+        # spec objects) are checked one by one.
+        now = list(map(current.get, map(_ID, olds)))
+        same = list(map(is_, now, olds))
+        kept = list(compress(ranked, same))
+        if len(kept) < len(now) - now.count(None):
+            kept = [
+                (key, job)
+                for (key, old), job, alike in zip(ranked, now, same, strict=True)
+                if job is not None and (alike or (job.spec is old.spec and job.submitted_at == old.submitted_at))
+            ]
         if len(kept) < len(current):
-            known = {job.id for _, job in kept}
-            new = [job for job in pending if job.id not in known]
+            known = set(map(_ID, map(_SECOND, kept)))
+            new = list(compress(pending, map(not_, map(known.__contains__, map(_ID, pending)))))
             kept.extend(sorted(zip(map(order, new), new, strict=True), key=_FIRST))
             kept.sort(key=_FIRST)  # two sorted runs: merged in one pass
         self._ranked = kept

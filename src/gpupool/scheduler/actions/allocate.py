@@ -74,10 +74,10 @@ def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
     if key is one_queue:
         by_key = {"": session.queue} if session.queue else {}
     else:
-        for job in session.queue:
-            jobs = by_key.get(key(job))
+        for name, job in zip(map(key, session.queue), session.queue, strict=True):
+            jobs = by_key.get(name)
             if jobs is None:
-                by_key[key(job)] = [job]
+                by_key[name] = [job]
             else:
                 jobs.append(job)
     job_order = registry.job_order(session.config.job_order)
