@@ -30,7 +30,15 @@ one extra run: timers are wrapped around Session.open, each action, Session.try_
 is listed as not measured). --profile adds a cProfile run: the top functions by cumulative
 time and the own time spent in each scheduler file.
 
+Beside the cold figure it prints a steady-state one (``_steady.py``): the head's cycle after the
+first, with the ``CycleMemory`` carried over and each snapshot a few jobs different from the last
+(--changes ended and arrived per cycle), read afresh as new objects as the head reads them;
+median of --steady-cycles after --warmup untimed ones, and a cold cycle on the last snapshot,
+whose result must equal the steady one. --sweep does the same at 100, 1,000 and 10,000 nodes
+(5 running and 10 pending jobs a node) and prints the cost per node.
+
     .venv/bin/python benchmarks/scheduler_cycle.py [--repeats 5] [--seed 1] [--big] [--profile] [--json]
+        [--steady-cycles 7] [--warmup 3] [--changes 5] [--no-steady] [--sweep] [--sweep-nodes 100,1000,10000]
 """
 
 from __future__ import annotations
