@@ -30,7 +30,15 @@ one extra run: timers are wrapped around Session.open, each action, Session.try_
 is listed as not measured). --profile adds a cProfile run: the top functions by cumulative
 time and the own time spent in each scheduler file.
 
+Beside the cold figure it prints a steady-state one (``_steady.py``): the head's cycle after the
+first, with the ``CycleMemory`` carried over and each snapshot a few jobs different from the last
+(--changes ended and arrived per cycle), read afresh as new objects as the head reads them;
+median of --steady-cycles after --warmup untimed ones, and a cold cycle on the last snapshot,
+whose result must equal the steady one. --sweep does the same at 100, 1,000 and 10,000 nodes
+(5 running and 10 pending jobs a node) and prints the cost per node.
+
     .venv/bin/python benchmarks/scheduler_cycle.py [--repeats 5] [--seed 1] [--big] [--profile] [--json]
+        [--steady-cycles 7] [--warmup 3] [--changes 5] [--no-steady] [--sweep] [--sweep-nodes 100,1000,10000]
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from _head import machine, machine_line
+from _steady import run_steady, summary
 
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
@@ -510,7 +519,10 @@ def run_case(name: str, args: argparse.Namespace, trace: Trace) -> dict[str, Any
         "repeats": repeats,
         "cycle_s": {"median": statistics.median(times), "min": min(times), "max": max(times), "all": times},
         "build_s": built.build_s,
+        "changes": args.changes,
     }
+    if not args.no_steady and name != "big":
+        out["steady"] = steady_case(snap, config, args, trace, fresh=True)
     if args.no_split or (name == "big" and not args.big_split):
         out["split_skipped"] = True
     else:
@@ -518,6 +530,40 @@ def run_case(name: str, args: argparse.Namespace, trace: Trace) -> dict[str, Any
     if args.profile:
         out["profile"] = profile_cycle(snap, config, args.top)
     return out
+
+
+def steady_case(snap: Snapshot, config: SchedulerConfig, args: argparse.Namespace, trace: Trace, *, fresh: bool) -> Any:
+    rng = random.Random(f"{args.seed}:arrivals")
+    return summary(
+        run_steady(
+            snap,
+            config,
+            lambda count, first: make_pending(count, first, trace, rng),
+            warmup=args.warmup,
+            cycles=args.steady_cycles,
+            changes=args.changes,
+            fresh=fresh,
+            seed=args.seed,
+        )
+    )
+
+
+def run_sweep(args: argparse.Namespace, trace: Trace) -> list[dict[str, Any]]:
+    """Steady and cold cycles at 100, 1,000 and 10,000 nodes, 5 running and 10 pending jobs a node."""
+    rows = []
+    for nodes in args.sweep_nodes:
+        built = build_snapshot(nodes, 5 * nodes, 10 * nodes, args.seed, trace)
+        steady = steady_case(built.snapshot, SchedulerConfig(), args, trace, fresh=True)
+        rows.append({"nodes": nodes, "running": 5 * nodes, "pending": 10 * nodes, **steady})
+        if not args.json:
+            s, c = steady["steady_s"]["median"], steady["cold_s"]["median"]
+            print(
+                f"  {nodes:>6,} nodes, {5 * nodes:>6,} running, {10 * nodes:>7,} pending: steady {_ms(s):>10s} "
+                f"({s / nodes * 1e6:,.1f} us/node), cold {_ms(c):>10s} ({c / nodes * 1e6:,.1f} us/node)"
+                + ("" if steady["same_as_cold"] else "  [WARNING: steady result differs from cold]")
+            )
+            sys.stdout.flush()
+    return rows
 
 
 def _ms(seconds: float) -> str:
@@ -544,6 +590,16 @@ def print_case(case: dict[str, Any]) -> None:
         f"schedule(): median {_ms(c['median'])}, min {_ms(c['min'])}, max {_ms(c['max'])} "
         f"over {case['repeats']} runs (snapshot built in {case['build_s']:.2f} s, not timed)"
     )
+    steady = case.get("steady")
+    if steady is not None:
+        st = steady["steady_s"]
+        print(
+            f"steady state (carried CycleMemory, head-like fresh snapshot objects, {len(st['all'])} cycles of "
+            f"{case['changes']} jobs ended + {case['changes']} arrived): median {_ms(st['median'])}, "
+            f"min {_ms(st['min'])}; cold on the same snapshot {_ms(steady['cold_s']['median'])}; "
+            f"starts/cycle {steady['starts_per_cycle']}, preemptions/cycle {steady['preemptions_per_cycle']}"
+            + ("" if steady["same_as_cold"] else "  [WARNING: steady result differs from cold]")
+        )
     split = case.get("split")
     if case.get("split_skipped"):
         print("split: skipped (--no-split, or the big case without --big-split)")
@@ -590,6 +646,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-split", action="store_true", help="skip the phase split run")
     parser.add_argument("--trace", type=Path, default=TRACE, help=f"CSV with a num_gpus column (default {TRACE})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--no-steady", action="store_true", help="skip the steady-state cycles")
+    parser.add_argument("--steady-cycles", type=int, default=7, help="timed steady-state cycles (default 7)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed cycles after the cold one (default 3)")
+    parser.add_argument("--changes", type=int, default=5, help="jobs ended and arrived per cycle (default 5)")
+    parser.add_argument("--sweep", action="store_true", help="also sweep the node count (steady and cold)")
+    parser.add_argument("--sweep-nodes", default="100,1000,10000", help="node counts of --sweep")
     args = parser.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     if args.big and "big" not in names:
@@ -600,6 +662,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.repeats < 1 or args.big_repeats < 1:
         parser.error("repeats must be at least 1")
     args.case_names = names
+    args.sweep_nodes = [int(n) for n in args.sweep_nodes.split(",") if n.strip()]
     return args
 
 
@@ -618,8 +681,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             print_case(case)
             sys.stdout.flush()
+    sweep = []
+    if args.sweep:
+        say("\nsweep (5 running and 10 pending jobs a node; steady: median of the timed cycles):")
+        sweep = run_sweep(args, trace)
     if args.json:
-        print(json.dumps({"machine": info, "seed": args.seed, "trace": source, "cases": cases}, indent=2))
+        print(
+            json.dumps({"machine": info, "seed": args.seed, "trace": source, "cases": cases, "sweep": sweep}, indent=2)
+        )
     return 0
 
 

@@ -3,6 +3,13 @@
 figures with the wall time of each replay.
 
     python benchmarks/simulate_philly.py [--policies fifo,fifo-isolated,default] [--window 2017-10-01,2017-12-01]
+
+The contended case of issue 16 (thousands of jobs waiting): Helios' window, durations times
+2.573 (Helios' mean duration, 29,541 s, over this table's 11,481 s in that window) and arrivals
+2.5 times as frequent:
+
+    python benchmarks/simulate_philly.py --policies fifo-isolated,default --window 2017-10-01,2017-12-01 \
+        --duration-scale 2.573 --scale-load 2.5
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gpupool.cli.simulate import Study
@@ -25,12 +33,24 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=352)
     parser.add_argument("--policies", default="fifo,fifo-isolated,default")
     parser.add_argument("--window", default=None, help="e.g. 2017-10-01,2017-12-01 (Helios' Philly setup)")
+    parser.add_argument("--scale-load", type=float, default=1.0, help="arrivals this many times as frequent")
+    parser.add_argument("--duration-scale", type=float, default=1.0, help="run times multiplied by this")
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
     args = parser.parse_args()
     started = time.perf_counter()
-    study = Study.prepare(args.trace, "philly", args.policies, "binpack", args.vcs, args.window, 1.0, None, 8)
+    study = Study.prepare(
+        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8
+    )
+    if args.duration_scale != 1.0:
+        longer = [
+            replace(j, duration=None if j.duration is None else j.duration * args.duration_scale) for j in study.jobs
+        ]
+        study = replace(study, jobs=longer)
     load_s = time.perf_counter() - started
-    print(f"loaded {len(study.jobs):,} jobs in {load_s:.1f} s; {args.nodes} nodes x 8 GPUs")
+    print(
+        f"loaded {len(study.jobs):,} jobs in {load_s:.1f} s; {args.nodes} nodes x 8 GPUs; "
+        f"arrivals x{args.scale_load:g}, durations x{args.duration_scale:g}"
+    )
     keys = ("completed", "avg_jct_s", "p95_jct_s", "avg_queue_s", "p95_queue_s", "gpu_utilization", "fairness")
     if not args.json:
         print(f"{'policy':<14}" + "".join(f"{k:>16}" for k in keys) + f"{'wall_s':>10}")

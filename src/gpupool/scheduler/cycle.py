@@ -11,7 +11,7 @@ from gpupool.scheduler import policies, registry
 from gpupool.scheduler.actions import allocate, backfill, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.explain import explain
+from gpupool.scheduler.explain import Known, explain
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.users import behind_lighter_users
 from gpupool.scheduler.session import Session
@@ -72,16 +72,17 @@ def _explain(session: Session) -> dict[int, Reason]:
     # Jobs of the same shape get the same reason against the same free resources: explain each
     # shape once, so a queue of thousands of similar jobs costs a handful of explanations.
     by_shape: dict[tuple[WorkerDemand, int], Reason] = {}
+    known: Known = {}  # node lists shared by shapes that ask for the same GPUs
     reasons: dict[int, Reason] = {}
+    given, demands = session.reasons, session.memory.demands  # (a pass over every waiting job)
     for job in session.queue:
-        if job.id in session.reasons:  # a policy reason (quota, limit) given by an action
-            reasons[job.id] = session.reasons[job.id]
-            continue
-        demand = session.demand(job)
-        shape = (demand, job.spec.workers)
-        reason = by_shape.get(shape)
+        reason = given.get(job.id)  # a policy reason (quota, limit) given by an action
         if reason is None:
-            reason = by_shape[shape] = explain(job, session.cluster, demand)
+            demand = demands.get(job.id) or session.demand(job)
+            shape = (demand, job.spec.workers)
+            reason = by_shape.get(shape)
+            if reason is None:
+                reason = by_shape[shape] = explain(job, session.cluster, demand, known)
         reasons[job.id] = reason
     order = policies.hooks(session.config).user_order
     notes = behind_lighter_users(session, session.queue, order, registry.job_order(session.config.job_order))

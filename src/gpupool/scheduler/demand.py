@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.resources import fraction_steps, is_fractional
@@ -16,6 +16,16 @@ class WorkerDemand:
     memory_mib: int
     models: frozenset[str] | None  # allowed GPU models, None for any
     gpu_memory_mib: int = 0  # share: memory needed on the shared GPU; whole: least memory per GPU
+    # Hashed once: demands key the cycle's memos (failed shapes, explanations), looked up for
+    # every waiting job, and a dataclass hashes its fields in Python at every look-up.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.whole_gpus, self.share, self.cpus, self.memory_mib, self.models, self.gpu_memory_mib)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(cls, spec: JobSpec) -> WorkerDemand:

@@ -6,22 +6,36 @@ numbers the user would see in ``gpupool nodes`` right now.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import gpu_ok, pick_shared_gpu, slots_on
+from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_with
+
+Known = dict[tuple[object, ...], list[Any]]  # node lists (and node, GPU slots pairs) by what they depend on
 
 
-def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None) -> Reason:
+def explain(
+    job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None = None, known: Known | None = None
+) -> Reason:
+    """``known``: node lists found for earlier shapes against the same free resources (one dict
+    per cycle): the cycle explains dozens of shapes that differ in cores and memory but ask for
+    the same GPUs, and the GPU checks are what costs."""
     demand = demand or WorkerDemand.of(job.spec)
+    known = {} if known is None else known
     workers = job.spec.workers
     if not cluster.nodes:
         return Reason(ReasonCode.NO_NODES, "no node is up: start or undrain a node (gpupool nodes)")
     never = _never_fits(demand, cluster)
     if never is not None:
         return never
-    total_slots = sum(slots_on(free, demand) for free in _could_host(demand, cluster))
+    total_slots = 0
+    for free, gpus in _gpu_slots(demand, cluster, known):
+        total_slots += slots_with(free, demand, gpus)
+        if total_slots >= workers:  # enough said: the count is only shown when it falls short
+            break
     if total_slots >= workers:
         return Reason(ReasonCode.PRIORITY, "resources were given to jobs ahead in the queue this cycle")
     if total_slots > 0 and workers > 1:
@@ -30,17 +44,32 @@ def explain(job: PendingJob, cluster: ClusterState, demand: WorkerDemand | None 
             f"gang: {workers} workers × {demand.describe_gpus()}, only {total_slots} such slot"
             f"{'' if total_slots == 1 else 's'} free",
         )
-    return _why_no_slot(demand, workers, cluster)
+    return _why_no_slot(demand, workers, cluster, known)
 
 
-def _could_host(demand: WorkerDemand, cluster: ClusterState) -> list[NodeFree]:
+def _could_host(demand: WorkerDemand, cluster: ClusterState, known: Known) -> list[NodeFree]:
     """The nodes with enough free GPUs for one worker, from the cluster's index."""
+    key = ("could host", bool(demand.share), demand.whole_gpus)
+    found = known.get(key)
+    if found is not None:
+        return found
     if demand.share:
         nodes = {**cluster.with_shares}
         for level in cluster.levels(1, True):
             nodes.update(level)
-        return list(nodes.values())
-    return [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+        found = known[key] = list(nodes.values())
+    else:
+        found = known[key] = [free for level in cluster.levels(demand.whole_gpus, True) for free in level.values()]
+    return found
+
+
+def _gpu_slots(demand: WorkerDemand, cluster: ClusterState, known: Known) -> list[tuple[NodeFree, int | None]]:
+    """The nodes that could host a worker with their ``gpu_slots``, counted once per GPU part."""
+    key = ("gpu slots", demand.whole_gpus, demand.share, demand.models, demand.gpu_memory_mib)
+    found = known.get(key)
+    if found is None:
+        found = known[key] = [(free, gpu_slots(free, demand)) for free in _could_host(demand, cluster, known)]
+    return found
 
 
 def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
@@ -68,8 +97,11 @@ def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
     return None
 
 
-def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState) -> Reason:
-    gpu_ok = [f for f in _could_host(demand, cluster) if _gpu_fits(f, demand)]
+def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> Reason:
+    key = ("gpus fit", demand.whole_gpus, demand.share, demand.models, demand.gpu_memory_mib)  # what _gpu_fits reads
+    gpu_ok = known.get(key)
+    if gpu_ok is None:
+        gpu_ok = known[key] = [f for f in _could_host(demand, cluster, known) if _gpu_fits(f, demand)]
     if demand.needs_gpu and not gpu_ok:
         total_free = cluster.total_free_gpus()
         need = demand.whole_gpus * workers

@@ -16,15 +16,19 @@ everything, and the next one rebuilds.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import compress
+from operator import attrgetter, is_, is_not, itemgetter, not_
 
 from gpupool.domain.decisions import StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
 from gpupool.domain.resources import GPU_FRACTION_STEPS
-from gpupool.domain.snapshot import RunningJob, Snapshot
+from gpupool.domain.snapshot import PendingJob, Snapshot
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
+
+_ID, _PLACEMENTS, _FIRST, _SECOND = attrgetter("id"), attrgetter("placements"), itemgetter(0), itemgetter(1)
 
 
 class CycleMemory:
@@ -45,6 +49,9 @@ class CycleMemory:
         # What each job needs per worker, by job id: a long queue is looked at every cycle.
         self.demands: dict[int, WorkerDemand] = {}
         self.rebuilds = 0  # how often the index was built from scratch (for tests and profiling)
+        # The last cycle's queue in the job order, with each job's key, and the order it was in.
+        self._ranked: list[tuple[tuple[int, float, int], PendingJob]] = []
+        self._order: Callable[[PendingJob], tuple[int, float, int]] | None = None
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:
         """The free-resource index for ``snapshot`` and GPUs held per project (all, and in
@@ -62,6 +69,38 @@ class CycleMemory:
         allocated = defaultdict(float, {p: self._allocated[p] / GPU_FRACTION_STEPS for p, n in self._jobs.items() if n})
         bound = defaultdict(float, {p: n / GPU_FRACTION_STEPS for p, n in self._bound.items() if n})
         return self._cluster, allocated, bound
+
+    def in_order(
+        self, pending: Sequence[PendingJob], order: Callable[[PendingJob], tuple[int, float, int]]
+    ) -> list[tuple[tuple[int, float, int], PendingJob]]:
+        """``pending`` with its keys, sorted by ``order``. Sorting thousands of jobs at every cycle
+        compared keys in vain: the jobs still waiting keep their last order and keys (a job order
+        reads the job's id, spec and submit time, which a job keeps), and only the new ones are
+        sorted and merged in."""
+        if order is not self._order:
+            self._order, self._ranked = order, []
+        current = dict(zip(map(_ID, pending), pending, strict=True))
+        ranked = self._ranked
+        olds = list(map(_SECOND, ranked))
+        # The very same objects (the simulator's) keep their keys without a Python step per job;
+        # other objects for a job still waiting (the head reads its jobs afresh, with the same
+        # spec objects) are checked one by one.
+        now = list(map(current.get, map(_ID, olds)))
+        same = list(map(is_, now, olds))
+        kept = list(compress(ranked, same))
+        if len(kept) < len(now) - now.count(None):
+            kept = [
+                (key, job)
+                for (key, old), job, alike in zip(ranked, now, same, strict=True)
+                if job is not None and (alike or (job.spec is old.spec and job.submitted_at == old.submitted_at))
+            ]
+        if len(kept) < len(current):
+            known = set(map(_ID, map(_SECOND, kept)))
+            new = list(compress(pending, map(not_, map(known.__contains__, map(_ID, pending)))))
+            kept.extend(sorted(zip(map(order, new), new, strict=True), key=_FIRST))
+            kept.sort(key=_FIRST)  # two sorted runs: merged in one pass
+        self._ranked = kept
+        return kept
 
     def started(
         self, starts: Iterable[StartJob], specs: dict[int, JobSpec], owners: Mapping[int, str] | None = None
@@ -100,11 +139,18 @@ class CycleMemory:
 
     def _apply_difference(self, snapshot: Snapshot) -> None:
         assert self._cluster is not None
-        cluster, placed = self._cluster, self._placed
-        current = {r.id: r for r in snapshot.running}
-        # Give back everything that ended or moved before taking anything: a job restarted on
-        # GPUs another one just left must find them free.
-        gone = [job_id for job_id, (placements, _, _) in placed.items() if _moved(current.get(job_id), placements)]
+        cluster, placed, running = self._cluster, self._placed, snapshot.running
+        # This runs over every running job at every cycle and every simulated event, so the
+        # common case goes through builtins: a job whose placements are the very objects this
+        # memory recorded (the simulator's, and the head's starts until it reads them back) is
+        # where it was; only the others are compared one by one.
+        current = dict(zip(map(_ID, running), running, strict=True))
+        where = dict(zip(map(_ID, running), map(_PLACEMENTS, running), strict=True))
+        suspects = compress(list(placed), map(is_not, map(where.get, placed), map(_FIRST, placed.values())))
+        # Give back everything that ended or moved (after a preemption and a restart between two
+        # cycles, placed elsewhere) before taking anything: a job restarted on GPUs another one
+        # just left must find them free.
+        gone = [job_id for job_id in suspects if (now := where.get(job_id)) is None or now != placed[job_id][0]]
         for job_id in gone:
             placements, spec, owner = placed.pop(job_id)
             for p in placements:
@@ -112,12 +158,12 @@ class CycleMemory:
             self._count(spec, owner, -1)
         if len(placed) == len(current):
             return
-        for job_id, running in current.items():
-            if job_id not in placed:
-                for p in running.placements:
-                    cluster.take(p)
-                placed[job_id] = (running.placements, running.spec, running.owner)
-                self._count(running.spec, running.owner, +1)
+        for job_id in [i for i in current if i not in placed]:  # in the snapshot's order, as a rebuild
+            job = current[job_id]
+            for p in job.placements:
+                cluster.take(p)
+            placed[job_id] = (job.placements, job.spec, job.owner)
+            self._count(job.spec, job.owner, +1)
 
     def _count(self, spec: JobSpec, owner: str, sign: int) -> None:
         steps = sign * round(spec.total_gpus * GPU_FRACTION_STEPS)
@@ -126,8 +172,3 @@ class CycleMemory:
         self._jobs[spec.project] += sign
         if spec.quota_bound:
             self._bound[spec.project] += steps
-
-
-def _moved(now: RunningJob | None, placements: tuple[Placement, ...]) -> bool:
-    """Ended, or (after a preemption and a restart between two cycles) placed elsewhere."""
-    return now is None or not (now.placements is placements or now.placements == placements)

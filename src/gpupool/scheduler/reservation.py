@@ -6,6 +6,7 @@ Its start is estimated by giving back running jobs' GPUs in the order they are e
 
 from __future__ import annotations
 
+import heapq
 from datetime import datetime, timedelta
 
 from gpupool.domain.jobs import Placement
@@ -25,20 +26,23 @@ def reserve(session: Session, job: PendingJob) -> Reservation | None:
     small and never reserved). Leaves the cluster state as it found it."""
     if job.spec.gpus < 1:
         return None
-    ending = sorted(
-        session.snapshot.running,
-        key=lambda r: (expected_end(r) is None, expected_end(r) or session.snapshot.now, r.id),
-    )
+    now = session.snapshot.now
+    # A heap, not a sort: the reserved job usually fits after the first few of thousands end.
+    ending: list[tuple[bool, datetime, int, RunningJob]] = []
+    for r in session.snapshot.running:
+        end = expected_end(r)
+        ending.append((end is None, end or now, r.id, r))  # ids are unique: jobs are never compared
+    heapq.heapify(ending)
     released: list[RunningJob] = []
-    until: datetime | None = session.snapshot.now
+    until: datetime | None = now
     placed: tuple[Placement, ...] | None = None
     try:
-        for running in ending:
+        while ending:
+            unknown, end, _, running = heapq.heappop(ending)
             for p in running.placements:
                 session.cluster.give_back(p)
             released.append(running)
-            end = expected_end(running)
-            until = None if end is None or until is None else max(until, end)
+            until = None if unknown or until is None else max(until, end)
             placed = session.try_place_gang(job, commit=False)
             if placed is not None:
                 break

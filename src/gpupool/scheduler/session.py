@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -17,6 +18,8 @@ from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.reserved import Reservation
+
+_PROJECT = attrgetter("spec.project")
 
 
 @dataclass(slots=True)
@@ -54,13 +57,16 @@ class Session:
         memory = memory or CycleMemory()
         cluster, allocated, bound = memory.open(snapshot)
         projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
-        for name in {j.spec.project for j in snapshot.pending} | allocated.keys():
+        # Through builtins where it can: a queue of thousands is ordered at every cycle (and every
+        # simulated event).
+        queue = list(map(itemgetter(1), memory.in_order(snapshot.pending, order)))
+        for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
         return cls(
             snapshot,
             config,
             cluster,
-            sorted(snapshot.pending, key=order),
+            queue,
             projects,
             fair_shares(projects.values(), cluster.capacity),
             allocated,
@@ -115,13 +121,17 @@ class Session:
         """Would the whole gang fit now? Leaves the cluster state as it found it."""
         return self.try_place_gang(job, commit=False) is not None
 
+    def failed(self, demand: WorkerDemand, workers: int, reserving: bool) -> bool:
+        """This shape already failed to fit since resources last came back: it would again."""
+        return self._failed.get((demand, workers, reserving)) == self.cluster.generation
+
     def try_place_gang(self, job: PendingJob, *, commit: bool = True) -> tuple[Placement, ...] | None:
         """Place every worker or none: a partial gang is rolled back through the statement.
 
         A shape (demand and gang size) that failed is not tried again until resources come back
         (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
         demand = self.demand(job)
-        shape = (demand, job.spec.workers, self._reserving())
+        shape = (demand, job.spec.workers, bool(self.reserved_gpus))
         if self._failed.get(shape) == self.cluster.generation:
             return None
         plugin = registry.placement(self.config.placement)

@@ -16,7 +16,7 @@ import heapq
 from collections import deque
 
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.plugins.users import UserOrder
+from gpupool.scheduler.plugins.users import UserOrder, one_line
 from gpupool.scheduler.registry import JobOrder
 from gpupool.scheduler.session import Session
 
@@ -30,14 +30,33 @@ class UserQueue:
         self._session = session
         self._order = order
         self._job_order = job_order
-        self._lines: dict[str, deque[tuple[tuple[int, float, int], PendingJob]]] = {}  # (job-order key, job)
+        self._lines: dict[str, deque[PendingJob]] = {}  # each user's jobs, in the job order
         self._heap: list[Entry] | None = None
         self._size = 0
+
+    @classmethod
+    def of(cls, session: Session, order: UserOrder, job_order: JobOrder, jobs: list[PendingJob]) -> UserQueue:
+        """A queue of ``jobs``, given in the job order: one pass, and none at all with one line
+        (a queue is built from the whole queue every cycle)."""
+        queue = cls(session, order, job_order)
+        if order.user is one_line:
+            if jobs:
+                queue._lines[""] = deque(jobs)
+        else:
+            lines = queue._lines
+            for job in jobs:
+                line = lines.get(order.user(job))
+                if line is None:
+                    lines[order.user(job)] = deque((job,))
+                else:
+                    line.append(job)
+        queue._size = len(jobs)
+        return queue
 
     def append(self, job: PendingJob) -> None:
         """Jobs are appended in the job order, before the first pop."""
         assert self._heap is None, "a user queue is filled before it is read"
-        self._lines.setdefault(self._order.user(job), deque()).append((self._job_order(job), job))
+        self._lines.setdefault(self._order.user(job), deque()).append(job)
         self._size += 1
 
     def __len__(self) -> int:
@@ -46,7 +65,7 @@ class UserQueue:
     def popleft(self) -> PendingJob:
         if self._heap is None and len(self._lines) == 1:
             ((user, line),) = self._lines.items()
-            _, job = line.popleft()
+            job = line.popleft()
             if not line:
                 del self._lines[user]
         else:
@@ -56,6 +75,11 @@ class UserQueue:
 
     def drain(self) -> list[PendingJob]:
         """The jobs left, in the order they would come out now (for a queue that waits whole)."""
+        if self._heap is None and len(self._lines) == 1:  # one line: its order, at once
+            ((_, line),) = self._lines.items()
+            self._lines.clear()
+            self._size = 0
+            return list(line)
         return [self.popleft() for _ in range(self._size)]
 
     def _pop_least(self) -> PendingJob:
@@ -70,7 +94,7 @@ class UserQueue:
             heapq.heapreplace(heap, fresh)  # its user's load grew since: look again
         user = heapq.heappop(heap)[-1]
         line = self._lines[user]
-        _, job = line.popleft()
+        job = line.popleft()
         if line:
             heapq.heappush(heap, self._entry(user))
         else:
@@ -78,5 +102,6 @@ class UserQueue:
         return job
 
     def _entry(self, user: str) -> Entry:
-        (rank, submitted, job_id), head = self._lines[user][0]
+        head = self._lines[user][0]
+        rank, submitted, job_id = self._job_order(head)
         return (rank, self._order.load(self._session, head), submitted, job_id, user)

@@ -12,46 +12,134 @@ job that could not fit even an empty cluster (or its project's quota) holds up n
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
+from gpupool.domain.decisions import Reason
+from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler import policies, registry
+from gpupool.scheduler.plugins.queues import one_queue
+from gpupool.scheduler.plugins.quota import QuotaCheck
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.user_queue import UserQueue
 
 
 def run(session: Session) -> None:
     hooks = policies.hooks(session.config)
-    key, rank = hooks.queue_order.key, hooks.queue_order.rank
-    job_order = registry.job_order(session.config.job_order)
-    queues: dict[str, UserQueue] = {}
-    for job in session.queue:
-        queue = queues.get(key(job))
-        if queue is None:
-            queue = queues[key(job)] = UserQueue(session, hooks.user_order, job_order)
-        queue.append(job)
+    rank = hooks.queue_order.rank
+    queues = _queues(session, hooks)
+    memo = _Memo(session, hooks.quota_check, rank)
     heap = [(rank(session, name), name) for name in queues]
     heapq.heapify(heap)
     waiting: list[PendingJob] = []
     blocked: set[str] = set()  # queues held up behind a job that cannot start now
     while heap:
         _, name = heapq.heappop(heap)
-        job = queues[name].popleft()
-        refusal = hooks.quota_check(session, job)
+        queue = queues[name]
+        while True:  # the same queue's next job, for as long as it would come off the heap next anyway
+            job = queue.popleft()
+            refusal = memo.quota(job)
+            if refusal is not None:
+                session.reasons[job.id] = refusal
+                waiting.append(job)
+                blocked.update(hooks.hold_up(session, job, name, queues, refusal))
+            elif name in blocked or session.reservation is not None:
+                waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
+            else:
+                placements = session.try_place_gang(job)
+                if placements is not None:
+                    session.record_start(job, placements)
+                else:
+                    waiting.append(job)
+                    blocked.update(hooks.hold_up(session, job, name, queues, None))
+            if not queue:
+                break
+            if name in blocked:
+                waiting.extend(queues.pop(name).drain())  # the rest of a blocked queue waits, in order
+                break
+            entry = (memo.rank(name), name)
+            if heap and heap[0] < entry:  # (names are unique: never equal)
+                heapq.heappush(heap, entry)
+                break
+            if session.reservation is not None:
+                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked)
+                break
+    session.queue = waiting
+
+
+def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
+    """The queue's jobs split by the queue order, each part kept in the job order."""
+    key = hooks.queue_order.key
+    by_key: dict[str, list[PendingJob]] = {}
+    if key is one_queue:
+        by_key = {"": session.queue} if session.queue else {}
+    else:
+        for name, job in zip(map(key, session.queue), session.queue, strict=True):
+            jobs = by_key.get(name)
+            if jobs is None:
+                by_key[name] = [job]
+            else:
+                jobs.append(job)
+    job_order = registry.job_order(session.config.job_order)
+    return {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
+
+
+def _wait_behind_reservation(
+    session: Session,
+    hooks: policies.Hooks,
+    memo: _Memo,
+    name: str,
+    queues: dict[str, UserQueue],
+    waiting: list[PendingJob],
+    blocked: set[str],
+) -> None:
+    """The rest of a queue that comes first behind the reservation. Nothing starts any more, so
+    its rank stays what it is and it stays first until it is empty: each job needs only its
+    quota answer, for its reason (and a refusal may still hold up the queue)."""
+    for job in queues[name].drain():
+        waiting.append(job)
+        if name in blocked:
+            continue
+        refusal = memo.quota(job)
         if refusal is not None:
             session.reasons[job.id] = refusal
-            waiting.append(job)
             blocked.update(hooks.hold_up(session, job, name, queues, refusal))
-        elif name in blocked or session.reservation is not None:
-            waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
-        else:
-            placements = session.try_place_gang(job)
-            if placements is not None:
-                session.record_start(job, placements)
-            else:
-                waiting.append(job)
-                blocked.update(hooks.hold_up(session, job, name, queues, None))
-        if queues[name] and name not in blocked:
-            heapq.heappush(heap, (rank(session, name), name))
-        elif queues[name]:
-            waiting.extend(queues.pop(name).drain())  # the rest of a blocked queue waits, in order
-    session.queue = waiting
+
+
+class _Memo:
+    """Quota answers and queue ranks, valid until the next start.
+
+    Both read only what a start changes (GPUs held per project): a quota check depends on the
+    job's project, its GPUs and its priority class alone, and a queue's rank on its name. After
+    the reservation, or once every queue is blocked, nothing starts, and the thousands of jobs
+    left cost a dictionary look-up each instead of a check."""
+
+    __slots__ = ("_check", "_quota", "_rank", "_ranks", "_session", "_starts")
+
+    def __init__(self, session: Session, check: QuotaCheck, rank: Callable[[Session, str], tuple[float, str]]) -> None:
+        self._session, self._check, self._rank = session, check, rank
+        self._starts = -1
+        self._quota: dict[tuple[str, float, Priority], Reason | None] = {}
+        self._ranks: dict[str, tuple[float, str]] = {}
+
+    def _fresh(self) -> None:
+        if self._starts != len(self._session.starts):
+            self._starts = len(self._session.starts)
+            self._quota.clear()
+            self._ranks.clear()
+
+    def quota(self, job: PendingJob) -> Reason | None:
+        self._fresh()
+        spec = job.spec
+        shape = (spec.project, spec.total_gpus, spec.priority)
+        if shape in self._quota:
+            return self._quota[shape]
+        refusal = self._quota[shape] = self._check(self._session, job)
+        return refusal
+
+    def rank(self, name: str) -> tuple[float, str]:
+        self._fresh()
+        known = self._ranks.get(name)
+        if known is None:
+            known = self._ranks[name] = self._rank(self._session, name)
+        return known

@@ -19,13 +19,30 @@ def run(session: Session) -> None:
     waiting: list[PendingJob] = []
     # Whether a shape would fit without the reservation, valid while nothing is given back.
     blocked_by_shape: dict[tuple[object, int], tuple[int, bool]] = {}
+    # Jobs alike in all backfill reads (shape, --max-runtime) that failed: the next one fails
+    # too, and is blocked or not alike, while nothing is given back and the reservation holds
+    # GPUs as it did. A queue of thousands of similar jobs then costs a look-up each.
+    failed_alike: dict[tuple[object, int, int | None], tuple[int, bool, bool]] = {}
     blocked_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
+    cluster, reasons = session.cluster, session.reasons
     for job in session.queue:
-        if session.policy_refused(job.id) or job.id == reservation.job_id:
+        if job.id == reservation.job_id or session.policy_refused(job.id):
             waiting.append(job)
             continue
+        demand, workers = session.demand(job), job.spec.workers
+        alike = (demand, workers, job.spec.max_runtime_s)
+        known_alike = failed_alike.get(alike)
+        if known_alike is not None and known_alike[:2] == (cluster.generation, bool(session.reserved_gpus)):
+            waiting.append(job)
+            if known_alike[2]:
+                reasons[job.id] = blocked_reason
+            continue
         placements = session.try_place_gang(job)
-        if placements is None and _ends_in_time(session, job, reservation):
+        if (
+            placements is None
+            and not session.failed(demand, workers, False)  # it would fail without the reservation too
+            and _ends_in_time(session, job, reservation)
+        ):
             session.release_reserved()
             placements = session.try_place_gang(job)
             session.keep_reserved(reservation)
@@ -33,17 +50,18 @@ def run(session: Session) -> None:
             session.record_start(job, placements)
             continue
         waiting.append(job)
-        shape = (session.demand(job), job.spec.workers)
+        shape = (demand, workers)
         known = blocked_by_shape.get(shape)
-        if known is not None and known[0] == session.cluster.generation:
+        if known is not None and known[0] == cluster.generation:
             blocked = known[1]
         else:
             session.release_reserved()
             blocked = session.fits(job)
             session.keep_reserved(reservation)
-            blocked_by_shape[shape] = (session.cluster.generation, blocked)
+            blocked_by_shape[shape] = (cluster.generation, blocked)
         if blocked:
-            session.reasons[job.id] = blocked_reason
+            reasons[job.id] = blocked_reason
+        failed_alike[alike] = (cluster.generation, bool(session.reserved_gpus), blocked)
     session.queue = waiting
 
 

@@ -11,7 +11,7 @@ from gpupool.scheduler.victims import choose_victims
 
 def run(session: Session) -> None:
     for job in session.queue:
-        if session.policy_refused(job.id) or not job.spec.quota_bound:
+        if not job.spec.quota_bound or session.policy_refused(job.id):  # train jobs first: most of a queue
             continue
         # Only train jobs are preemptible, and only interactive and inference jobs get here: every
         # preemptible job of the project ranks below this one.

@@ -13,12 +13,13 @@ from gpupool.scheduler.victims import already_failed, choose_victims
 def run(session: Session) -> None:
     # Candidates per reclaiming project: built once, rebuilt only after victims change who borrows.
     candidates_of: dict[str, list[RunningJob]] = {}
+    allocated = session.allocated
     for job in session.queue:
+        project = session.project(job.spec.project)
+        if allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
+            continue  # only GPUs within the quota are taken back (most of a queue: checked first)
         if session.policy_refused(job.id):  # limit or quota: reclaim cannot help
             continue
-        project = session.project(job.spec.project)
-        if session.allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
-            continue  # only GPUs within the quota are taken back
         if already_failed(session, job, "reclaim"):
             continue
         candidates = candidates_of.get(project.name)

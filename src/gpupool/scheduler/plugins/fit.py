@@ -104,14 +104,26 @@ def _memory_left(free: NodeFree, index: int) -> int:
 
 def slots_on(free: NodeFree, demand: WorkerDemand) -> int:
     """How many workers of this demand fit on the node now (for explanations)."""
-    limits: list[int] = []
+    if demand.cpus > len(free.free_cpus) or (demand.memory_mib and demand.memory_mib > free.free_memory):
+        return 0  # not one, whatever its GPUs (the common case on a busy cluster: no need to count them)
+    return slots_with(free, demand, gpu_slots(free, demand))
+
+
+def gpu_slots(free: NodeFree, demand: WorkerDemand) -> int | None:
+    """How many workers' GPUs the node has free now; None for a worker without GPUs. Reads only
+    the demand's GPU part (whole GPUs, share, models, GPU memory)."""
     if demand.whole_gpus:
-        limits.append(sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) // demand.whole_gpus)
-    elif demand.share:
-        limits.append(
-            sum((GPU_FRACTION_STEPS - u) // demand.share for i, u in free.shared.items() if gpu_ok(free, i, demand))
-            + sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) * (GPU_FRACTION_STEPS // demand.share)
-        )
+        return sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) // demand.whole_gpus
+    if demand.share:
+        return sum(
+            (GPU_FRACTION_STEPS - u) // demand.share for i, u in free.shared.items() if gpu_ok(free, i, demand)
+        ) + sum(1 for i in free.free_gpus if gpu_ok(free, i, demand)) * (GPU_FRACTION_STEPS // demand.share)
+    return None
+
+
+def slots_with(free: NodeFree, demand: WorkerDemand, gpus: int | None) -> int:
+    """``slots_on`` given the node's ``gpu_slots`` for this demand."""
+    limits = [] if gpus is None else [gpus]
     if demand.cpus:
         limits.append(len(free.free_cpus) // demand.cpus)
     if demand.memory_mib:

@@ -63,37 +63,63 @@ def behind_lighter_users(
     The clause names the users, never loads or counts, so it stays the same from cycle to cycle
     while the set of users ahead does (the controller writes only reasons that changed). Jobs of
     one user tier share at most one clause per lighter user, so the cost is a bisect per job."""
-    lines: dict[tuple[str, int], dict[str, list[tuple[float, int]]]] = {}  # -> user -> (submitted, id)
-    someone: dict[tuple[str, str], PendingJob] = {}  # a job of each (project, user), to ask the load
-    for job in waiting:
-        rank, submitted, job_id = job_order(job)
-        user = order.user(job)
-        lines.setdefault((job.spec.project, rank), {}).setdefault(user, []).append((submitted, job_id))
-        someone.setdefault((job.spec.project, user), job)
+    lines, someone = _lines_of_shared_projects(waiting, order, job_order)
     notes: dict[int, str] = {}
-    for (project, _), by_user in lines.items():
-        if len(by_user) < 2:
+    for (project, _), in_line in lines.items():
+        if len(in_line) < 2:
             continue
-        loads = sorted((order.load(session, someone[(project, user)]), user) for user in by_user)
+        loads = sorted((order.load(session, someone[(project, name)]), name) for name in in_line)
         lighter: list[tuple[float, str]] = []  # lighter users by the submit time of their latest job
         i = 0
         while i < len(loads):
             end = i + 1
             while end < len(loads) and loads[end][0] <= loads[i][0] + EPSILON:
                 end += 1
-            tier = [user for _, user in loads[i:end]]
+            tier = [name for _, name in loads[i:end]]
             i = end
             latest = [at for at, _ in lighter]
             clauses: dict[int, str] = {}  # by how many lighter users have no later job
-            for submitted, job_id in (job for user in tier for job in by_user[user]) if lighter else ():
+            for submitted, job_id in (job for name in tier for job in in_line[name]) if lighter else ():
                 first = bisect.bisect_right(latest, submitted)
                 if first < len(lighter):
                     if first not in clauses:
-                        clauses[first] = _clause(project, sorted(user for _, user in lighter[first:]))
+                        clauses[first] = _clause(project, sorted(name for _, name in lighter[first:]))
                     notes[job_id] = clauses[first]
-            for user in tier:
-                bisect.insort(lighter, (max(at for at, _ in by_user[user]), user))
+            for name in tier:
+                bisect.insort(lighter, (max(at for at, _ in in_line[name]), name))
     return notes
+
+
+Lines = dict[tuple[str, int], dict[str, list[tuple[float, int]]]]  # (project, class) -> user -> (submitted, id)
+
+
+def _lines_of_shared_projects(
+    waiting: Iterable[PendingJob], order: UserOrder, job_order: JobOrder
+) -> tuple[Lines, dict[tuple[str, str], PendingJob]]:
+    """The lines of the projects with jobs of two users or more (nobody is ahead of anybody in
+    the others), and a job of each of their users, to ask the load. Grouped by user first, so a
+    queue whose projects have one user each costs one look-up per job."""
+    by_user: dict[tuple[str, str], list[PendingJob]] = {}  # (project, user) -> their jobs, in order
+    user = order.user
+    for job in waiting:
+        mine = by_user.get((job.spec.project, user(job)))
+        if mine is None:
+            by_user[(job.spec.project, user(job))] = [job]
+        else:
+            mine.append(job)
+    users_of: dict[str, int] = {}
+    for project, _ in by_user:
+        users_of[project] = users_of.get(project, 0) + 1
+    lines: Lines = {}
+    someone: dict[tuple[str, str], PendingJob] = {}
+    for (project, name), jobs in by_user.items():
+        if users_of[project] < 2:
+            continue
+        someone[(project, name)] = jobs[0]
+        for job in jobs:
+            rank, submitted, job_id = job_order(job)
+            lines.setdefault((project, rank), {}).setdefault(name, []).append((submitted, job_id))
+    return lines, someone
 
 
 def _clause(project: str, users: list[str]) -> str:
