@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert, update
+from sqlalchemy import Table, insert, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.arrays import ArraySpec
@@ -83,13 +83,14 @@ def _row(spec: JobSpec, owner: str, now: datetime, run_as: str | None) -> dict[s
 def _insert(session: Session, rows: list[dict[str, Any]]) -> list[int]:
     if not rows:
         return []
-    statement = insert(JobRow).returning(JobRow.id, sort_by_parameter_order=True)
+    jobs = cast(Table, JobRow.__table__)  # Core, not the ORM's bulk path: a third of the cost
+    statement = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
     return list(session.scalars(statement, rows))
 
 
 def _submitted(session: Session, now: datetime, messages: list[tuple[int, str]]) -> None:
     session.execute(
-        insert(EventRow),
+        insert(cast(Table, EventRow.__table__)),
         [{"time": now, "job_id": job_id, "node": None, "kind": "submitted", "message": m} for job_id, m in messages],
     )
 
