@@ -80,6 +80,7 @@ def _calls(c: GpupoolClient) -> list[Any]:
     out.append(c.set_project("p", 1.0, None, 2.0, everyone=False))
     out.append(c.tokens())
     c.delete_user("bob")
+    out.append(c.members("bad name é"))  # what a path may not hold is percent-encoded alike
     out.append(c.logs(7, worker=1, offset=0))
     for path_id in (404, 500):
         with pytest.raises(ClientError) as caught:

@@ -14,7 +14,7 @@ import http.client
 import json as jsonlib
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 # What a request that got no answer raises: a refused or reset connection, a timeout (OSError),
 # or a reply that is not HTTP (HTTPException; RemoteDisconnected is both).
@@ -86,7 +86,9 @@ class PlainHTTP:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> Response:
-        target = self._prefix + path
+        # As httpx does: what a path may not hold (a space in a name a person typed) is
+        # percent-encoded, so the head answers it (a 4xx) instead of http.client refusing it.
+        target = quote(self._prefix + path, safe="/!$&'()*+,;=:@%~")
         if params:
             target += "?" + urlencode({k: _param(v) for k, v in params.items()})
         send = {**self._headers, **(headers or {})}
