@@ -9,21 +9,30 @@ Before the submissions, on the same head, it measures a baseline: sequential GET
 requests per second over one keep-alive connection. The submission rate is also given as a
 ratio to that baseline, which makes the figure comparable across machines.
 
-    .venv/bin/python benchmarks/submit_throughput.py [--jobs 2000] [--concurrency 1 8] [--json]
+    .venv/bin/python benchmarks/submit_throughput.py [--jobs 2000] [--concurrency 1 8] [--postgres] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 from _burst import burst, quarters
 from _head import machine, machine_line, running_head, summary_ms
+
+POSTGRES_SH = Path(__file__).resolve().parents[1] / "scripts" / "postgres.sh"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-seconds", type=float, default=60.0, help="stop a level's submissions after this many s (default 60)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument(
+        "--postgres", action="store_true", help="the head on a throw-away PostgreSQL server (scripts/postgres.sh)"
+    )
     return parser.parse_args(argv)
 
 
@@ -87,10 +99,45 @@ def post_job(http: httpx.Client, body: dict[str, Any]) -> str:
     return str(response.json()["id"])
 
 
+def fresh_postgres_database(admin_url: str, name: str) -> str:
+    """A new empty database on the throw-away server; its URL."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A throw-away PostgreSQL server (``scripts/postgres.sh``) for the run; its admin URL."""
+    data = tempfile.mkdtemp(prefix="gpupool-bench-pg-")
+    os.rmdir(data)  # the script makes it, owned by the postgres user
+    started = subprocess.run([str(POSTGRES_SH), data, "55499"], capture_output=True, text=True)
+    if started.returncode != 0:
+        raise RuntimeError(f"scripts/postgres.sh failed: {started.stderr.strip()[-500:]}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(POSTGRES_SH), "stop", data], capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        admin = stack.enter_context(postgres_server()) if args.postgres else None
+        return _run(args, admin)
+
+
+def _run(args: argparse.Namespace, postgres: str | None) -> dict[str, Any]:
     levels = []
     for threads in args.concurrency:
-        with running_head(nodes=1, gpus=1, interval=args.interval) as head:
+        extra = ["--db", fresh_postgres_database(postgres, f"bench_{threads}")] if postgres else []
+        with running_head(nodes=1, gpus=1, interval=args.interval, extra_args=extra) as head:
             baseline = healthz_baseline(head.url, args.healthz)
             burst = submit_burst(head.url, head.token, args.jobs, threads, args.max_seconds)
             with httpx.Client(base_url=head.url, headers={"Authorization": f"Bearer {head.token}"}) as http:
@@ -113,6 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "job": {"command": ["sleep", "3600"], "gpus": 1},
             "interval_s": args.interval,
             "max_seconds": args.max_seconds,
+            "database": "PostgreSQL" if postgres else "SQLite",
         },
         "levels": levels,
     }
@@ -122,7 +170,7 @@ def report(out: dict[str, Any]) -> str:
     p = out["params"]
     lines = [
         f"submission throughput: {p['jobs']} jobs of 1 GPU each per level, on a fresh head with {p['cluster']} "
-        f"(one runs, the rest wait); controller interval {p['interval_s']:g} s",
+        f"(one runs, the rest wait); controller interval {p['interval_s']:g} s; {p.get('database', 'SQLite')}",
         machine_line(out["machine"]),
     ]
     for lv in out["levels"]:
