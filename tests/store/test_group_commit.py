@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from gpupool.domain.errors import Conflict, NotFound, Unsatisfiable
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.nodes import Node
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
 from gpupool.services.group_commit import GroupCommit, _Submission, fingerprint
@@ -76,3 +78,22 @@ def test_in_one_group_a_refused_submission_is_answered_alone_and_a_repeated_key_
     assert [j.id for j, _ in job_service.listing(services, ADMIN, include_finished=True)[0]] == [job.id]
     again = GroupCommit(services).submit(ONE, ADMIN, "k")  # a later group finds the key in the store
     assert again[0].id == job.id and again[1]
+
+
+def test_a_node_that_joins_is_seen_by_the_next_submission(services: HeadContext) -> None:
+    """The nodes a submission is checked against are kept between groups, but not past a change."""
+    from gpupool.sim.cluster import uniform
+    from gpupool.store import nodes as node_repo
+
+    group = GroupCommit(services)
+    wide = JobSpec.create(command=["x"], gpus=4)
+    with pytest.raises(Unsatisfiable):
+        group.submit(wide, ADMIN, None)
+    with services.db.tx() as s:
+        node_repo.register_nodes(s, [*node_repo.load_nodes(s), *_renamed(uniform(1, 4), "big")], services.clock.now())
+    job, _ = group.submit(wide, ADMIN, None)
+    assert job.spec.gpus == 4
+
+
+def _renamed(nodes: list[Node], name: str) -> list[Node]:
+    return [replace(n, name=f"{name}-{i}") for i, n in enumerate(nodes)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
@@ -79,6 +79,20 @@ def _sync_gpus(session: Session, node: Node) -> None:
             row.healthy, row.nvlink_group = gpu.healthy, gpu.nvlink_group
     for stale in existing.values():
         session.delete(stale)
+
+
+def nodes_stamp(session: Session) -> tuple[object, ...]:
+    """What changes whenever a node joins, leaves, changes state or is registered again (its
+    GPUs with it): one cheap query that tells whether ``load_nodes`` would answer differently
+    for what a submission is checked against (models, memory, sizes)."""
+    row = session.execute(
+        select(
+            select(func.count(NodeRow.name)).scalar_subquery(),
+            select(func.max(NodeRow.updated_at)).scalar_subquery(),
+            select(func.count(GpuRow.index)).scalar_subquery(),
+        )
+    ).one()
+    return tuple(row)
 
 
 def load_nodes(session: Session) -> list[Node]:
