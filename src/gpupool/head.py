@@ -88,7 +88,7 @@ class Head:
             on_first_start=self.metrics.observe_first_start,
         )
         if backend.watch_exits is not None:
-            backend.watch_exits(self.controller.wake)
+            backend.watch_exits(self.controller.exit_rang)
         self.ctx = HeadContext(
             self.db, clock, self.executor, self.controller.wake, self.ray, idle, job_accounts(self.executor)
         )

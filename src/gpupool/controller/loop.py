@@ -109,6 +109,9 @@ class Controller:
         self._written: dict[int, Reason] = {}
         self._dirty = True
         self._moved = False  # whether the last cycle started, stopped or reaped anything
+        self._heard_exits = False  # whether the backend rings at exits (exit_rang)
+        self._exits_rang = False
+        self._last_reap = 0.0
         self._last_full = 0.0
         self._last_usage = 0.0
         self._last_sync = 0.0
@@ -144,6 +147,14 @@ class Controller:
         self._dirty = True
         self._wake.set()
 
+    def exit_rang(self) -> None:
+        """A worker's exit was recorded (the backend's exit doorbell): reap and run a cycle now.
+        Once this is heard, workers are polled only when it rings or a second has passed (a
+        supervisor killed outright cannot ring), not at every cycle."""
+        self._heard_exits = True
+        self._exits_rang = True
+        self.wake()
+
     def tick(self) -> CycleResult | None:
         """One cycle. Scheduling runs only when something changed (a submit, a cancel, an exit,
         a start) or a full cycle is due; reaping exits runs every tick. None when skipped."""
@@ -151,7 +162,7 @@ class Controller:
         if self._sync_nodes():
             self._dirty = True
             self._watch(self._alerts.nodes)
-        touched = self._monitor.reap()
+        touched = self._reap()
         self._moved = bool(touched)  # exits were reaped: this cycle moved work along
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
@@ -194,6 +205,13 @@ class Controller:
         self.last_cycle_s = time.perf_counter() - started
         self._on_cycle(self.last_cycle_s)
         return result
+
+    def _reap(self) -> set[int]:
+        if self._heard_exits and not self._exits_rang and time.monotonic() - self._last_reap < 1.0:
+            return set()
+        self._exits_rang = False  # before polling: a ring during the poll calls for another
+        self._last_reap = time.monotonic()
+        return self._monitor.reap()
 
     def _watch(self, step: Callable[[], T]) -> T | None:
         """Run an alert or idle step; a failure is logged and retried at the next round, never
@@ -287,8 +305,8 @@ class Controller:
                 log.exception("controller cycle failed; retrying")
             spent = time.monotonic() - started
             # A burst of submits into a full cluster wakes the loop at once, but a cycle that moved
-            # nothing rests as long as it took (at most half the time busy), so the API threads
-            # keep their share of the interpreter and the burst lands in fewer, larger cycles. A
-            # cycle that started or reaped work rests a quarter of that: short jobs turn over fast.
-            self._stop.wait(min(spent / 4 if self._moved else spent, self._settings.interval_s))
+            # nothing rests twice as long as it took (a third of the time busy at most), so the API
+            # threads keep most of the interpreter and the burst lands in fewer, larger cycles. A
+            # cycle that started or reaped work rests a quarter of its time: short jobs turn over fast.
+            self._stop.wait(min(spent / 4 if self._moved else 2 * spent, self._settings.interval_s))
             self._wake.wait(max(0.0, self._settings.interval_s - spent))

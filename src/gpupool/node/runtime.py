@@ -374,6 +374,7 @@ def _refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dic
         f.write(f"{header}\ngpupool: {why}; not starting the worker\n")
     record = rundir.ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
     rundir.write_exit(run_dir, record)
+    rundir.ring(run_dir)
     return {"pid": 0, "run_dir": str(run_dir)}
 
 
