@@ -38,6 +38,7 @@ from gpupool.store.db import Database
 from gpupool.store.snapshot import SpecCache, load_snapshot
 
 log = logging.getLogger("gpupool.controller")
+SATURATED_REST_S = 0.05
 T = TypeVar("T")
 
 
@@ -103,12 +104,14 @@ class Controller:
         self._applier = Applier(db, executor, clock, settings.kill_grace_s)
         self._monitor = Monitor(db, executor, clock, self._applier, settings.restart_backoff_s)
         self._wake = threading.Event()
+        self._bell = threading.Event()  # an exit rang: the loop's rest ends
         self._stop = threading.Event()
         self._specs = SpecCache()
         self._memory = CycleMemory()  # the scheduler's index, carried from cycle to cycle
         self._written: dict[int, Reason] = {}
         self._dirty = True
         self._moved = False  # whether the last cycle started, stopped or reaped anything
+        self._waiting = False  # whether it left jobs waiting
         self._heard_exits = False  # whether the backend rings at exits (exit_rang)
         self._exits_rang = False
         self._last_reap = 0.0
@@ -138,6 +141,7 @@ class Controller:
 
     def stop(self) -> None:
         self._stop.set()
+        self._bell.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -153,6 +157,7 @@ class Controller:
         supervisor killed outright cannot ring), not at every cycle."""
         self._heard_exits = True
         self._exits_rang = True
+        self._bell.set()
         self.wake()
 
     def tick(self) -> CycleResult | None:
@@ -202,6 +207,7 @@ class Controller:
             self._moved = True
             self._dirty = True  # the next cycle sees the new placements and the stopping jobs
         self._write_reasons({**result.pending, **capped})
+        self._waiting = bool(result.pending)
         self.last_cycle_s = time.perf_counter() - started
         self._on_cycle(self.last_cycle_s)
         return result
@@ -308,5 +314,10 @@ class Controller:
             # nothing rests twice as long as it took (a third of the time busy at most), so the API
             # threads keep most of the interpreter and the burst lands in fewer, larger cycles. A
             # cycle that started or reaped work rests a quarter of its time: short jobs turn over fast.
-            self._stop.wait(min(spent / 4 if self._moved else 2 * spent, self._settings.interval_s))
+            # While jobs wait and the last cycle could start none of them, the next one waits at
+            # least SATURATED_REST_S: a burst of submissions into a full cluster is scheduled in a
+            # few cycles rather than one per submission.
+            rest = spent / 4 if self._moved else max(2 * spent, SATURATED_REST_S if self._waiting else 0.0)
+            self._bell.wait(min(rest, self._settings.interval_s))  # an exit ends the rest: its GPUs are free
+            self._bell.clear()
             self._wake.wait(max(0.0, self._settings.interval_s - spent))
