@@ -13,6 +13,8 @@ from gpupool.domain.errors import Conflict
 from gpupool.store.orm import IdempotencyKeyRow
 
 KEEP = timedelta(hours=24)
+PRUNE_EVERY = timedelta(minutes=1)
+_pruned: datetime | None = None  # when remember_many last deleted expired keys (a per-process pace)
 
 
 class KeyTaken(Conflict):
@@ -53,7 +55,10 @@ def remember_many(session: Session, made: list[tuple[str, str, str, int]], now: 
     are distinct (the group commit answers a repeated key from its first use)."""
     if not made:
         return
-    session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.created_at <= now - KEEP))
+    global _pruned
+    if _pruned is None or abs(now - _pruned) >= PRUNE_EVERY:  # expired keys go in one sweep a minute
+        session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.created_at <= now - KEEP))
+        _pruned = now
     try:
         session.execute(
             insert(IdempotencyKeyRow),

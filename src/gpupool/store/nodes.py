@@ -85,13 +85,8 @@ def nodes_stamp(session: Session) -> tuple[object, ...]:
     """What changes whenever a node joins, leaves, changes state or is registered again (its
     GPUs with it): one cheap query that tells whether ``load_nodes`` would answer differently
     for what a submission is checked against (models, memory, sizes)."""
-    row = session.execute(
-        select(
-            select(func.count(NodeRow.name)).scalar_subquery(),
-            select(func.max(NodeRow.updated_at)).scalar_subquery(),
-            select(func.count(GpuRow.index)).scalar_subquery(),
-        )
-    ).one()
+    # A node's GPUs are written only with the node (register_nodes sets its updated_at).
+    row = session.execute(select(func.count(NodeRow.name), func.max(NodeRow.updated_at))).one()
     return tuple(row)
 
 
