@@ -15,7 +15,8 @@ from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit, _Submission, fingerprint
+from gpupool.services.group_commit import GroupCommit, _Submission
+from gpupool.store.idempotency import fingerprint
 from gpupool.store.tokens import Principal
 
 ADMIN = Principal("admin", "admin")
@@ -64,7 +65,7 @@ def test_in_one_group_a_refused_submission_is_answered_alone_and_a_repeated_key_
         _Submission(JobSpec.create(command=["y"], gpus=1), ADMIN, "k"),  # the key, another request: 409
     ]
     for one in batch:
-        one.fingerprint = fingerprint(one.spec)
+        one.fingerprint = fingerprint(one.spec.to_dict())
     group._commit(batch)
     job, replayed = batch[0].outcome()
     assert not replayed

@@ -15,13 +15,11 @@ itself fail, each submission is tried again alone, so one cannot take the others
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpupool.domain.errors import Conflict, GpupoolError
+from gpupool.domain.errors import GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import JobRecord
@@ -72,7 +70,7 @@ class GroupCommit:
         """As ``jobs.submit_once``: the job, and whether it is a replay of the key's first request."""
         mine = _Submission(spec, who, key)
         if key is not None:
-            mine.fingerprint = fingerprint(spec)
+            mine.fingerprint = idempotency.fingerprint(spec.to_dict())
         with self._cond:
             self._queue.append(mine)
             while self._leading and not mine.done:
@@ -185,14 +183,9 @@ def _answer_repeat(one: _Submission, first: _Submission) -> None:
     if first.error is not None:
         one.error = first.error
     elif first.fingerprint != one.fingerprint:
-        one.error = _reused(one, first.job.id if first.job else 0)
+        one.error = idempotency.reused(one.key or "", first.job.id if first.job else 0)
     else:
         one.job, one.replayed = first.job, True
-
-
-def fingerprint(spec: JobSpec) -> str:
-    """What an idempotency key is remembered with: the same as ``jobs.submit_once`` keeps."""
-    return hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
 def _refusal(s: Tx, who: Principal, project: str) -> GpupoolError | None:
@@ -205,12 +198,5 @@ def _refusal(s: Tx, who: Principal, project: str) -> GpupoolError | None:
 
 def _replay(s: Tx, one: _Submission, job_id: int, fingerprint: str) -> JobRecord:
     if fingerprint != one.fingerprint:
-        raise _reused(one, job_id)
+        raise idempotency.reused(one.key or "", job_id)
     return job_repo.get_job(s, job_id)
-
-
-def _reused(one: _Submission, job_id: int) -> Conflict:
-    return Conflict(
-        f"idempotency key {one.key!r} was used for a different submission (job {job_id}): use a new key",
-        code="idempotency_key_reused",
-    )

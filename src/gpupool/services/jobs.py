@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,7 +82,7 @@ def keyed(
     """Run ``make`` (which returns what it made and the job id to remember) in one transaction,
     unless ``key`` was used for the same ``request`` within 24 hours: then ``replay`` what that
     made, and True. A key used for a different request is a 409."""
-    fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest() if key else ""
+    fingerprint = idempotency.fingerprint(request) if key else ""
     for _ in range(2):
         try:
             with ctx.db.tx() as s:
@@ -92,11 +90,7 @@ def keyed(
                 if key is not None and (made := idempotency.find(s, who.user, key, now)) is not None:
                     job_id, first = made
                     if first != fingerprint:
-                        raise Conflict(
-                            f"idempotency key {key!r} was used for a different submission (job {job_id}): "
-                            "use a new key",
-                            code="idempotency_key_reused",
-                        )
+                        raise idempotency.reused(key, job_id)
                     return replay(s, job_id), True
                 result, made_id = make(s, now)
                 if key is not None:

@@ -2,8 +2,8 @@
 
 Core ``INSERT ... RETURNING`` statements with many parameter sets, not one ORM object per job:
 a thousand tasks are two statements for their rows and one for their events, which is what keeps
-a 1,000-task array well under a second. Every job still starts as ``insert_job`` starts one:
-pending, reason ``new``, a ``submitted`` event.
+a 1,000-task array well under a second. A single submission (``jobs.insert_job``) comes through
+here too: every job starts pending, with reason ``new`` and a ``submitted`` event.
 """
 
 from __future__ import annotations

@@ -3,7 +3,11 @@ request with the same key and gets the job it made, not a second one."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +25,19 @@ class KeyTaken(Conflict):
     """Another request with this key committed first: read what it made."""
 
     default_code = "idempotency_key_taken"
+
+
+def fingerprint(request: Mapping[str, Any]) -> str:
+    """What a key is remembered with: a digest of the request it came with."""
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+def reused(key: str, job_id: int) -> Conflict:
+    """The answer to a key sent again with a different request."""
+    return Conflict(
+        f"idempotency key {key!r} was used for a different submission (job {job_id}): use a new key",
+        code="idempotency_key_reused",
+    )
 
 
 def find(session: Session, owner: str, key: str, now: datetime) -> tuple[int, str] | None:

@@ -14,34 +14,15 @@ from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, REQUEUING_STOPS, JobSpec, JobState, StopReason, may_replace
 from gpupool.domain.outcome import JobFacts, restart_delay, settle
 from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord, WorkerRecord
-from gpupool.store.convert import job_record, spec_columns, worker_record
+from gpupool.store import bulk
+from gpupool.store.convert import job_record, worker_record
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
 
 def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime, run_as: str | None = None) -> JobRecord:
-    row = JobRow(
-        run_as=run_as,
-        **spec_columns(spec),
-        owner=owner,
-        state=JobState.PENDING.value,
-        reason_code="new",
-        reason="waiting for the next scheduling cycle",
-        starts=0,
-        restarts=0,
-        stop_reason=None,
-        submitted_at=now,
-    )
-    session.add(row)
-    session.flush()
-    add_event(
-        session,
-        now,
-        kind="submitted",
-        job_id=row.id,
-        message=f"submitted by {owner}: {spec.workers} × {spec.gpus:g} GPU to project {spec.project}",
-    )
-    return job_record(row, [])
+    """One submission: ``bulk.insert_jobs`` of one, so every job starts the same way."""
+    return bulk.insert_jobs(session, [(spec, owner, run_as)], now)[0]
 
 
 def job_row(session: Session, job_id: int, *, lock: bool = False) -> JobRow:
