@@ -162,7 +162,8 @@ class Controller:
 
     def tick(self) -> CycleResult | None:
         """One cycle. Scheduling runs only when something changed (a submit, a cancel, an exit,
-        a start) or a full cycle is due; reaping exits runs every tick. None when skipped."""
+        a start) or a full cycle is due; exits are reaped every tick (or, once the backend rings at
+        exits, when it rang or a second has passed). None when skipped."""
         started = time.perf_counter()
         if self._sync_nodes():
             self._dirty = True
