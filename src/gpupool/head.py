@@ -89,6 +89,7 @@ class Head:
         )
         if backend.watch_exits is not None:
             backend.watch_exits(self.controller.exit_rang)
+            self.controller.rings_at_exits()
         self.ctx = HeadContext(
             self.db, clock, self.executor, self.controller.wake, self.ray, idle, job_accounts(self.executor)
         )

@@ -98,3 +98,63 @@ def test_a_node_that_joins_is_seen_by_the_next_submission(services: HeadContext)
 
 def _renamed(nodes: list[Node], name: str) -> list[Node]:
     return [replace(n, name=f"{name}-{i}") for i, n in enumerate(nodes)]
+
+
+def test_submissions_awaited_on_an_event_loop_are_each_answered_and_committed(services: HeadContext) -> None:
+    """submit_async: the requests of a burst wait on the loop while a committer thread commits
+    their groups; each gets its own job or its own refusal, and one whose caller gave up (a
+    cancelled request) is committed all the same."""
+    import asyncio
+
+    group = GroupCommit(services)
+
+    async def burst() -> tuple[list[object], int]:
+        wide = JobSpec.create(command=["x"], gpus=8)  # the node has 2 GPUs
+        calls = [group.submit_async(wide if i == 7 else ONE, ADMIN, None) for i in range(40)]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        gone = asyncio.ensure_future(group.submit_async(ONE, ADMIN, "left"))
+        await asyncio.sleep(0)  # queued, then its client leaves
+        gone.cancel()
+        for _ in range(200):
+            if group.submissions == 41:
+                break
+            await asyncio.sleep(0.01)
+        return answers, group.submissions
+
+    answers, submitted = asyncio.run(burst())
+    assert isinstance(answers[7], Unsatisfiable)
+    made = [a[0].id for a in answers if isinstance(a, tuple)]
+    assert len(made) == len(set(made)) == 39
+    assert submitted == 41
+    listed = {j.id for j, _ in job_service.listing(services, ADMIN, include_finished=True)[0]}
+    assert len(listed) == 40 and set(made) < listed  # the cancelled request's job is there too
+    again = group.submit(ONE, ADMIN, "left")
+    assert again[1] and again[0].id in listed - set(made)
+
+
+def test_a_member_removed_is_refused_at_their_next_submission(services: HeadContext) -> None:
+    """Grants are remembered between groups (SQLite), but a change of membership forgets them."""
+    from gpupool.domain.errors import Forbidden
+    from gpupool.domain.permissions import ProjectRole
+    from gpupool.domain.projects import Project
+    from gpupool.domain.users import Role
+    from gpupool.services import projects as project_service
+    from gpupool.services import users as user_service
+
+    user_service.add_user(services, ADMIN, "ann", Role.MEMBER, None)
+    project_service.set_project(services, Project.create("vision", quota=1), ADMIN)
+    project_service.set_member(services, ADMIN, "vision", "ann", ProjectRole.MEMBER)
+    ann = Principal("ann", "member")
+    group = GroupCommit(services)
+    spec = JobSpec.create(command=["x"], gpus=1, project="vision")
+    made = [group.submit(spec, ann, None)[0].id for _ in range(2)]  # the second from the remembered grant
+    project_service.remove_member(services, ADMIN, "vision", "ann")
+    with pytest.raises(Forbidden, match="may not submit to project vision"):
+        group.submit(spec, ann, None)
+    project_service.set_member(services, ADMIN, "vision", "ann", ProjectRole.MEMBER)
+    made.append(group.submit(spec, ann, None)[0].id)
+    for job_id in made:
+        job_service.cancel(services, job_id, ADMIN)
+    project_service.delete_project(services, "vision", ADMIN)
+    with pytest.raises(NotFound, match="no project vision"):
+        group.submit(spec, ann, None)

@@ -39,6 +39,7 @@ from gpupool.store.snapshot import SpecCache, load_snapshot
 
 log = logging.getLogger("gpupool.controller")
 SATURATED_REST_S = 0.05
+SATURATED_DOUBLINGS = 3  # fruitless cycles in a row double the rest up to 8 x SATURATED_REST_S
 T = TypeVar("T")
 
 
@@ -112,7 +113,8 @@ class Controller:
         self._dirty = True
         self._moved = False  # whether the last cycle started, stopped or reaped anything
         self._waiting = False  # whether it left jobs waiting
-        self._heard_exits = False  # whether the backend rings at exits (exit_rang)
+        self._heard_exits = False  # whether the backend rings at exits (rings_at_exits, exit_rang)
+        self._fruitless = 0  # cycles in a row that left jobs waiting and started nothing
         self._exits_rang = False
         self._last_reap = 0.0
         self._last_full = 0.0
@@ -150,6 +152,12 @@ class Controller:
         """Run a cycle now (after a submit or cancel) instead of at the next tick."""
         self._dirty = True
         self._wake.set()
+
+    def rings_at_exits(self) -> None:
+        """The backend will call ``exit_rang`` at every exit: from now on workers are polled
+        when it rings or a second has passed, not at every tick. Told at start rather than
+        learnt at the first exit, so a cluster of long jobs is not polled a dozen times a second."""
+        self._heard_exits = True
 
     def exit_rang(self) -> None:
         """A worker's exit was recorded (the backend's exit doorbell): reap and run a cycle now.
@@ -318,7 +326,12 @@ class Controller:
             # While jobs wait and the last cycle could start none of them, the next one waits at
             # least SATURATED_REST_S: a burst of submissions into a full cluster is scheduled in a
             # few cycles rather than one per submission.
-            rest = spent / 4 if self._moved else max(2 * spent, SATURATED_REST_S if self._waiting else 0.0)
+            # Each further fruitless cycle in a row doubles that floor (up to SATURATED_DOUBLINGS
+            # times, and never past the interval): a burst into a full cluster costs a few cycles a
+            # second, not one per submission. An exit, a start or a reap resets it.
+            self._fruitless = 0 if self._moved or not self._waiting else self._fruitless + 1
+            floor = SATURATED_REST_S * 2 ** min(max(self._fruitless - 1, 0), SATURATED_DOUBLINGS)
+            rest = spent / 4 if self._moved else max(2 * spent, floor if self._waiting else 0.0)
             self._bell.wait(min(rest, self._settings.interval_s))  # an exit ends the rest: its GPUs are free
             self._bell.clear()
             self._wake.wait(max(0.0, self._settings.interval_s - spent))

@@ -72,6 +72,7 @@ def set_project(ctx: HeadContext, project: Project, who: Principal, everyone: bo
     require_admin(who, "set projects")
     with ctx.db.tx() as s:
         project_repo.set_project(s, project, ctx.clock.now(), everyone)
+        ctx.grants.forget()
     ctx.wake_controller()
     return next(v for v in listing(ctx) if v.project.name == project.name)
 
@@ -80,6 +81,7 @@ def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:
     require_admin(who, "delete projects")
     with ctx.db.tx() as s:
         project_repo.delete_project(s, name, ctx.clock.now())
+        ctx.grants.forget()
     ctx.wake_controller()
 
 
@@ -91,6 +93,7 @@ def members(ctx: HeadContext, project: str) -> list[Member]:
 def set_member(ctx: HeadContext, who: Principal, project: str, user: str, role: ProjectRole) -> Member:
     require_admin(who, "add members to projects")
     with ctx.db.tx() as s:
+        ctx.grants.forget()
         return member_repo.set_member(s, project, user, role, ctx.clock.now())
 
 
@@ -99,3 +102,4 @@ def remove_member(ctx: HeadContext, who: Principal, project: str, user: str) -> 
     require_admin(who, "remove members from projects")
     with ctx.db.tx() as s:
         member_repo.remove_member(s, project, user, ctx.clock.now())
+        ctx.grants.forget()

@@ -89,6 +89,7 @@ def delete_user(ctx: HeadContext, who: Principal, name: str) -> None:
     _require(who, Scope.ADMIN, "delete users")
     with ctx.db.tx() as s:
         user_repo.delete_user(s, name, ctx.clock.now())
+        ctx.grants.forget()
 
 
 def create_token(

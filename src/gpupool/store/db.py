@@ -157,6 +157,11 @@ class Database:
         # it is free, rather than on SQLite's busy handler, which polls with sleeps of up to 100 ms.
         self._one_writer = threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
 
+    @property
+    def one_writer(self) -> bool:
+        """Whether writers take turns (SQLite): what a transaction read stays true until it commits."""
+        return self.engine.dialect.name == "sqlite"
+
     @contextmanager
     def tx(self) -> Iterator[Session]:
         """One transaction: committed when the block ends, rolled back if it raises. A guarded

@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=JobOut)
-def submit(
+async def submit(
     body: SubmitRequest,
     group: Submissions,
     who: Caller,
@@ -26,9 +26,10 @@ def submit(
 ) -> JobOut:
     """With an ``Idempotency-Key``, a retry of a submission whose answer was lost returns the job
     the first one made (``Idempotent-Replayed: true``) instead of making another. Acknowledged
-    once committed; submissions that arrive together share one commit."""
+    once committed; submissions that arrive together share one commit, which the request awaits
+    on the event loop rather than in a thread (services/group_commit.py)."""
     spec = JobSpec.create(**body.model_dump())
-    job, replayed = group.submit(spec, who, idempotency_key)
+    job, replayed = await group.submit_async(spec, who, idempotency_key)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
