@@ -27,6 +27,7 @@ from gpupool.gateway.upstream import UpstreamConnection
 
 log = logging.getLogger("gpupool.gateway")
 
+LINGER_S = 2.0  # how long a refused client's remaining bytes are read and dropped
 MAX_HEAD = 64 * 1024  # a request line and headers beyond this get 431
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
@@ -262,16 +263,22 @@ class ClientConnection(asyncio.Protocol):
         self._refuse(413, "body_too_large", f"a request body is at most {self.gateway.max_body} bytes")
 
     def _refuse(self, status: int, code: str, message: str) -> None:
-        """Answer (when nothing was answered yet) and close: the connection's framing is lost."""
-        if self.transport is None:
+        """Answer (when nothing was answered yet) and close: the connection's framing is lost.
+        What the client still sends is read and dropped for a moment first (a lingering close):
+        closing with its data unread would reset the connection, and the answer with it."""
+        transport = self.transport
+        if transport is None:
             return
-        if not self.responded:
+        if self._active is None or not self.responded:  # else an answer is half-written: just close
             body = json.dumps({"code": code, "message": message})
-            self.write(h.simple_response(status, _REASONS.get(status, "Error"), body, extra=[("Connection", "close")]))
-        self.transport.close()
-        self.transport = None
+            self.write(h.simple_response(status, _REASONS[status], body, extra=[("Connection", "close")]))
+        self.transport = None  # reads are dropped, nothing more is written
         if self._task is not None:
             self._task.cancel()
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 def _page(body: bytes, content_type: str, extra: list[tuple[str, str]]) -> bytes:
