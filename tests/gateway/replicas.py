@@ -46,7 +46,9 @@ class Call:
         self.writer.write(head.encode() + b"\r\n" + body)
 
     def start_chunks(self, content_type: str = "text/plain") -> None:
-        self.writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        self.writer.write(
+            f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
 
     def chunk(self, data: bytes) -> None:
         self.writer.write(b"%x\r\n%s\r\n" % (len(data), data))

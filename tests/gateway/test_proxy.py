@@ -38,7 +38,12 @@ def test_hop_by_hop_headers_stay_behind_and_forwarded_for_grows() -> None:
     async def scenario() -> None:
         a = await Replica("a").start()
         gw = await gateway(route("svc", [a]))
-        sent = {"Connection": "keep-alive, X-Secret-Hop", "X-Secret-Hop": "1", "TE": "trailers", "X-Forwarded-For": "10.0.0.9"}
+        sent = {
+            "Connection": "keep-alive, X-Secret-Hop",
+            "X-Secret-Hop": "1",
+            "TE": "trailers",
+            "X-Forwarded-For": "10.0.0.9",
+        }
         got = (await gw.http.post("/svc/p", content=b"hello", headers=sent)).json()
         assert "x-secret-hop" not in got["headers"] and "te" not in got["headers"]
         assert got["headers"]["x-forwarded-for"] == "10.0.0.9, 127.0.0.1"
@@ -157,7 +162,10 @@ def test_chunked_and_sse_answers_arrive_piece_by_piece() -> None:
 
         a = await Replica("a", stream).start()
         gw = await gateway(route("svc", [a]))
-        for path, first, whole in [("/svc/text", b"first ", b"first last"), ("/svc/events", b"data: one\n\n", b"data: one\n\ndata: two\n\n")]:
+        for path, first, whole in [
+            ("/svc/text", b"first ", b"first last"),
+            ("/svc/events", b"data: one\n\n", b"data: one\n\ndata: two\n\n"),
+        ]:
             async with gw.http.stream("GET", path) as response:
                 assert response.headers["transfer-encoding"] == "chunked"
                 pieces = response.aiter_raw()
