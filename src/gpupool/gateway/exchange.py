@@ -62,6 +62,14 @@ class Exchange:
         self._progress = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._tunnel = False
+        self._out: list[bytes] = []  # written to the client at the end of the replica's read
+
+    def flush(self) -> None:
+        """One write (one system call) for all a read from the replica brought: the head and the
+        body of a small answer leave together."""
+        if self._out:
+            self.client.write(b"".join(self._out) if len(self._out) > 1 else self._out[0])
+            self._out.clear()
 
     def arm(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -73,13 +81,13 @@ class Exchange:
 
     def on_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], chunked: bool) -> None:
         if 100 <= status < 200 and status != 101:
-            self.client.write(b"HTTP/1.1 %d %s\r\n\r\n" % (status, reason))
+            self._out.append(b"HTTP/1.1 %d %s\r\n\r\n" % (status, reason))
             return
         self.status, self.head_at = status, time.monotonic()
         self._progress = self.head_at
         req = self.req
         if status == 101:
-            self.client.write(
+            self._out.append(
                 h.downstream_head(status, reason, headers, framing=h.Framing.NONE, keep_alive=False, upgrade=True)
             )
             self.started = True
@@ -87,7 +95,7 @@ class Exchange:
         up = h.response_framing(status, headers, head_request=req.method == b"HEAD", chunked=chunked)
         self.framing = h.client_framing(up, req.http11)
         keep = req.keep_alive and self.framing is not h.Framing.CLOSE
-        self.client.write(
+        self._out.append(
             h.downstream_head(status, reason, headers, framing=self.framing, keep_alive=keep, http11=req.http11)
         )
         self.started = True
@@ -95,19 +103,20 @@ class Exchange:
     def on_body(self, data: bytes) -> None:
         self._progress = time.monotonic()
         if self._tunnel or self.framing is not h.Framing.CHUNKED:
-            self.client.write(data)
+            self._out.append(data)
         elif data:
-            self.client.write(h.chunk(data))
+            self._out.append(h.chunk(data))
 
     def on_complete(self, keep_alive: bool) -> None:
         if self.framing is h.Framing.CHUNKED:
-            self.client.write(h.LAST_CHUNK)
+            self._out.append(h.LAST_CHUNK)
         if not self.done.done():
             self.done.set_result(keep_alive and self.req.complete)
 
     def on_upgrade(self, rest: bytes) -> None:
         self._tunnel = True
         self.disarm()
+        self.flush()  # the 101 before anything tunnelled
         self.client.start_tunnel(self.conn)
         if rest:
             self.client.write(rest)

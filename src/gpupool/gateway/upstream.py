@@ -25,6 +25,7 @@ class Receiver(Protocol):
     def on_complete(self, keep_alive: bool) -> None: ...
     def on_upgrade(self, rest: bytes) -> None: ...
     def on_lost(self, answered: bool, error: str) -> None: ...
+    def flush(self) -> None: ...
     def pause_client(self) -> None: ...
     def resume_client(self) -> None: ...
 
@@ -106,6 +107,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if self._tunnel:
             receiver.on_body(data)
+            receiver.flush()
             return
         self._answered = True
         assert self._parser is not None
@@ -116,6 +118,8 @@ class UpstreamConnection(asyncio.Protocol):
             receiver.on_upgrade(data[e.args[0] :])
         except httptools.HttpParserError as e:
             self._fail(f"bad answer from the replica: {e}")
+        finally:
+            receiver.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
