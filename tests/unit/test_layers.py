@@ -51,6 +51,9 @@ RESTRICTED = {
     "gpupool.executors.ray": ("head_ray.py",),  # Ray is loaded only when the Ray backend is chosen
     "pynvml": ("node/gpu/nvml.py",),
 }
+# Packages that may import only these parts of gpupool: the gateway is a process of its own that
+# talks to the head over HTTP; it reads no store, runs no service, and carries only the domain's types.
+ONLY_GPUPOOL = {"gateway/": ("gpupool.gateway", "gpupool.domain")}
 # ``python -m gpupool.node.supervisor`` runs on every launch: the standard library only, plus the
 # run-directory protocol it shares with the runtime. Importing that runs the package __init__ files.
 STDLIB_ONLY = {
@@ -116,6 +119,7 @@ def test_the_checker_catches_each_rule() -> None:
         "api/bad.py": "from gpupool.sim import engine\nfrom gpupool.head import Head\n",
         "node/rundir.py": real["node/rundir.py"] + "\nimport httpx\nfrom gpupool.domain import jobs\n",
         "telemetry/bad.py": "",
+        "gateway/bad.py": "from gpupool.store import jobs\nfrom gpupool.services import access\n",
         "sim/a.py": "from gpupool.sim import b\n",
         "sim/b.py": "if TYPE_CHECKING:\n    from gpupool.sim.a import X\n",
     }
@@ -132,6 +136,8 @@ def test_the_checker_catches_each_rule() -> None:
         ("node/rundir.py", "httpx", "stdlib-only"),
         ("node/rundir.py", "gpupool.domain.jobs", "stdlib-only"),
         ("telemetry/bad.py", "", "unplaced"),
+        ("gateway/bad.py", "gpupool.store.jobs", "only"),
+        ("gateway/bad.py", "gpupool.services.access", "only"),
         ("sim/a.py", "", "cycle"),
     } <= found
     assert not [v for v in violations(real) if v.path.endswith("bad.py")]
@@ -151,6 +157,11 @@ def _check(path: str, name: str, modules: Mapping[str, str], rank: Mapping[str, 
     for restricted, allowed in RESTRICTED.items():
         if _under(name, restricted) and not path.startswith(allowed):
             out.append(Violation(path, name, "restricted", f"{path} imports {name}: only {', '.join(allowed)} may"))
+    for prefix, allowed_here in ONLY_GPUPOOL.items():
+        if path.startswith(prefix) and top == "gpupool" and not any(_under(name, m) for m in allowed_here):
+            out.append(
+                Violation(path, name, "only", f"{path} imports {name}: it may import only {', '.join(allowed_here)}")
+            )
     if path in STDLIB_ONLY and not stdlib and not any(_under(name, m) for m in STDLIB_ONLY[path]):
         out.append(Violation(path, name, "stdlib-only", f"{path} imports {name}: it runs on the standard library"))
     if path.startswith(CORE) and (top in CORE_FORBIDDEN_STDLIB or not (stdlib or top == "gpupool")):

@@ -16,6 +16,7 @@ from gpupool.api.routers import (
     arrays,
     cluster,
     dashboard,
+    gateway_auth,
     jobs,
     metrics,
     nodes,
@@ -61,6 +62,7 @@ def create_app(
     app.include_router(alerts.router)
     app.include_router(users.router)
     app.include_router(audit_router.router)
+    app.include_router(gateway_auth.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

@@ -74,6 +74,8 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/tokens"): Rule(Who.SELF),
     ("POST", "/api/v1/tokens"): Rule(Who.SELF, Scope.SUBMIT),
     ("DELETE", "/api/v1/tokens/{token_id}"): Rule(Who.SELF, Scope.SUBMIT),
+    # the gateway asks whether a caller's token may use a route (the route's rule is checked inside)
+    ("GET", "/api/v1/gateway/authorize"): ANYONE,
     # who changed what (api/auditing.py records it)
     ("GET", "/api/v1/audit"): ADMIN,
 }

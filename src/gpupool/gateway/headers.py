@@ -1,0 +1,184 @@
+"""Request and response heads as they cross the gateway, built by pure functions over byte pairs.
+
+What a proxy owes both sides (RFC 9110 7.6): hop-by-hop headers (``Connection`` and those it
+names, ``Keep-Alive``, ``Transfer-Encoding``, ...) describe one connection and are not passed on;
+the body's framing is chosen anew for each side (a chunked answer is chunked again for an HTTP/1.1
+client, and close-delimited for an HTTP/1.0 one); the replica learns whom it serves from
+``X-Forwarded-For``/``-Proto``/``-Host``/``-Prefix``. The caller's gpupool token is removed before a
+non-public route's replica sees it: the replica runs someone's code, and the token is the caller's.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+Headers = Sequence[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
+NO_BODY_STATUS = frozenset({204, 304})
+
+
+class Framing(enum.Enum):
+    NONE = "none"  # no body
+    LENGTH = "length"  # Content-Length bytes follow
+    CHUNKED = "chunked"  # chunks, each sent as it comes
+    CLOSE = "close"  # the body ends when the connection closes (HTTP/1.0 style)
+
+
+def request_framing(headers: Headers) -> Framing:
+    """How a request's body is framed: chunked, a length, or none (a request cannot end at close)."""
+    framing = Framing.NONE
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"transfer-encoding" and b"chunked" in value.lower():
+            return Framing.CHUNKED
+        if lower == b"content-length":
+            framing = Framing.NONE if value.strip() == b"0" else Framing.LENGTH
+    return framing
+
+
+def content_length(headers: Headers) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def bearer(headers: Headers) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if there is one."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip().decode("latin-1")
+            return None
+    return None
+
+
+def upstream_head(
+    method: bytes,
+    target: bytes,
+    headers: Headers,
+    *,
+    client: str,
+    prefix: bytes,
+    framing: Framing,
+    drop_auth: bool,
+    upgrade: bool = False,
+) -> bytes:
+    """The request head sent to a replica: ``target`` already has the route's prefix removed."""
+    skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED
+    if drop_auth:
+        skip = skip | {b"authorization"}
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    forwarded_for = b""
+    host = b""
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"x-forwarded-for":
+            forwarded_for = value.strip() + b", "
+        elif lower == b"host":
+            host = value
+        if lower not in skip:
+            lines += [name, b": ", value, b"\r\n"]
+    lines += [b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\n"]
+    lines += [b"X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: ", prefix, b"\r\n"]
+    if host:
+        lines += [b"X-Forwarded-Host: ", host, b"\r\n"]
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    if upgrade:
+        lines += [b"Connection: upgrade\r\nUpgrade: ", _value(headers, b"upgrade"), b"\r\n"]
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def response_framing(status: int, headers: Headers, *, head_request: bool, chunked: bool) -> Framing:
+    """How a replica's answer is framed: ``chunked`` is what the response parser saw."""
+    if head_request or status in NO_BODY_STATUS or 100 <= status < 200:
+        return Framing.NONE
+    if chunked:
+        return Framing.CHUNKED
+    return Framing.LENGTH if content_length(headers) is not None else Framing.CLOSE
+
+
+def client_framing(upstream: Framing, client_http11: bool) -> Framing:
+    """The framing the client gets: a length or nothing passes as it is; a body of unknown length
+    is chunked for an HTTP/1.1 client (so the connection stays open) and ends at close otherwise."""
+    if upstream in (Framing.NONE, Framing.LENGTH):
+        return upstream
+    return Framing.CHUNKED if client_http11 else Framing.CLOSE
+
+
+def downstream_head(
+    status: int,
+    reason: bytes,
+    headers: Headers,
+    *,
+    framing: Framing,
+    keep_alive: bool,
+    http11: bool = True,
+    upgrade: bool = False,
+) -> bytes:
+    """The response head sent to the client."""
+    skip = _connection_named(headers) | HOP_BY_HOP
+    lines = [b"HTTP/1.1 %d " % status, reason or b"-", b"\r\n"]
+    for name, value in headers:
+        if name.lower() not in skip:
+            lines += [name, b": ", value, b"\r\n"]
+    if upgrade:
+        lines += [b"Connection: upgrade\r\nUpgrade: ", _value(headers, b"upgrade"), b"\r\n\r\n"]
+        return b"".join(lines)
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    if not keep_alive or framing is Framing.CLOSE:
+        lines.append(b"Connection: close\r\n\r\n")
+    else:  # an HTTP/1.0 client closes unless told otherwise
+        lines.append(b"\r\n" if http11 else b"Connection: keep-alive\r\n\r\n")
+    return b"".join(lines)
+
+
+def simple_response(status: int, reason: str, body: str, *, extra: Iterable[tuple[str, str]] = ()) -> bytes:
+    """A whole small answer the gateway gives itself (404, 429, 502, ...), as JSON like the head's
+    errors: ``{"code": ..., "message": ...}`` where ``body`` is already that JSON."""
+    data = body.encode()
+    lines = [f"HTTP/1.1 {status} {reason}\r\n", "Content-Type: application/json\r\n"]
+    lines += [f"{k}: {v}\r\n" for k, v in extra]
+    lines.append(f"Content-Length: {len(data)}\r\n\r\n")
+    return "".join(lines).encode("latin-1") + data
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def _connection_named(headers: Headers) -> frozenset[bytes]:
+    named: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            named.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(named)
+
+
+def _value(headers: Headers, wanted: bytes) -> bytes:
+    return next((v for n, v in headers if n.lower() == wanted), b"")

@@ -1,0 +1,204 @@
+"""``python -m gpupool.gateway``: the gateway process. Options, the admin token, the loops.
+
+The admin token (to read the route table and send load reports) comes from a file only its owner
+may read (``--token-file``), or from ``GPUPOOL_GATEWAY_TOKEN``, which is taken out of the
+environment at once so that nothing this process starts could inherit it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gpupool.domain.durations import parse_duration
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.resources import parse_bytes
+from gpupool.gateway import observe
+from gpupool.gateway.access import Access
+from gpupool.gateway.exchange import Limits
+from gpupool.gateway.pool import Table
+from gpupool.gateway.routes import FileRoutes, HeadRoutes, RouteSource, RouteTableError
+from gpupool.gateway.server import ClientConnection, Gateway
+
+TOKEN_ENV = "GPUPOOL_GATEWAY_TOKEN"
+DEFAULT_PORT = 7071
+log = logging.getLogger("gpupool.gateway")
+
+
+class UsageError(ValueError):
+    """Bad options: one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Options:
+    host: str
+    port: int
+    head: str | None
+    token: str | None
+    routes: Path | None
+    poll_s: float
+    report_s: float
+    auth_ttl_s: float
+    max_body: int
+    limits: Limits
+    uvloop: bool
+
+
+def parse(argv: list[str], env: dict[str, str]) -> Options:
+    p = argparse.ArgumentParser(prog="python -m gpupool.gateway", description="gpupool's gateway to services and jobs")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port (printed when ready)")
+    p.add_argument("--head", help="the head's URL: the route table, load reports and token checks come from it")
+    p.add_argument("--token-file", type=Path, help=f"the admin token, mode 0600 (else ${TOKEN_ENV})")
+    p.add_argument("--routes", type=Path, help="a static route table (JSON) instead of the head's")
+    p.add_argument("--poll", default="0.5s", help="how often the head's route table is read")
+    p.add_argument("--report-every", default="1s", help="how often the load goes to the head")
+    p.add_argument("--auth-ttl", default="5s", help="how long the head's answer about a token is kept")
+    p.add_argument("--max-body", default="64M", help="the largest request body passed on")
+    p.add_argument("--eject", default="1s", help="how long a replica that refused a connection is left out (doubling)")
+    p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
+    a = p.parse_args(argv)
+    if (a.head is None) == (a.routes is None):
+        raise UsageError("give either --head URL or --routes FILE")
+    if not 0 <= a.port <= 65535:
+        raise UsageError(f"--port {a.port}: must be 0..65535")
+    try:
+        poll, report, ttl, eject = (parse_duration(v) for v in (a.poll, a.report_every, a.auth_ttl, a.eject))
+        max_body = parse_bytes(a.max_body)
+    except InvalidInput as e:
+        raise UsageError(str(e)) from None
+    if not (0.05 <= poll <= 60 and 0.1 <= report <= 600 and 0 <= ttl <= 300 and 0.01 <= eject <= 300):
+        raise UsageError("--poll 0.05s..60s, --report-every 0.1s..10m, --auth-ttl 0..5m, --eject 0.01s..5m")
+    token = _token(a.token_file, env) if a.head else None
+    return Options(
+        host=a.host,
+        port=a.port,
+        head=a.head.rstrip("/") if a.head else None,
+        token=token,
+        routes=a.routes,
+        poll_s=poll,
+        report_s=report,
+        auth_ttl_s=ttl,
+        max_body=max_body,
+        limits=Limits(eject_s=eject, eject_most_s=max(eject, 10 * eject)),
+        uvloop=_uvloop(a.loop),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        options = parse(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    except UsageError as e:
+        print(f"gateway: {e}", file=sys.stderr)
+        return 2
+    finally:
+        os.environ.pop(TOKEN_ENV, None)
+    try:
+        if options.uvloop:
+            import uvloop
+
+            uvloop.run(serve(options))
+        else:
+            asyncio.run(serve(options))
+    except (UsageError, RouteTableError, OSError) as e:
+        print(f"gateway: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+async def serve(options: Options) -> None:
+    """Run until SIGINT or SIGTERM."""
+    head: httpx.AsyncClient | None = None
+    source: RouteSource
+    if options.head is not None:
+        head = httpx.AsyncClient(
+            base_url=options.head, headers={"Authorization": f"Bearer {options.token}"}, timeout=5.0
+        )
+        source = HeadRoutes(head)
+    else:
+        assert options.routes is not None
+        source = FileRoutes(options.routes)
+    table = Table()
+    if options.routes is not None:
+        table.apply(await source.fetch())  # a bad file stops the gateway before it serves
+    access = Access(head, ttl_s=options.auth_ttl_s) if head is not None else None
+    gateway = Gateway(table, access, lambda: observe.render(metrics), limits=options.limits, max_body=options.max_body)
+    metrics = observe.registry(table, gateway)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: ClientConnection(gateway), options.host, options.port, backlog=1024, reuse_address=True
+    )
+    port = server.sockets[0].getsockname()[1]
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [loop.create_task(_poll(source, table, options.poll_s))]
+    if head is not None:
+        tasks.append(loop.create_task(observe.report_loop(head, table, options.report_s)))
+    origin = f"head {options.head}" if options.head else f"file {options.routes}"
+    print(f"gpupool gateway ready at http://{options.host}:{port} (routes from {origin})", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks)
+        if head is not None:
+            await head.aclose()
+
+
+async def _poll(source: RouteSource, table: Table, every_s: float) -> None:
+    """Keep the table current; on failure keep the last good one and say so once per new error."""
+    said = ""
+    while True:
+        try:
+            table.apply(await source.fetch())
+            said = ""
+        except RouteTableError as e:
+            if str(e) != said:
+                log.warning("gateway: keeping the last route table: %s", e)
+                said = str(e)
+        await asyncio.sleep(every_s)
+
+
+def _token(path: Path | None, env: dict[str, str]) -> str:
+    if path is None:
+        token = env.get(TOKEN_ENV, "").strip()
+        if not token:
+            raise UsageError(f"--head needs the admin token: --token-file FILE (mode 0600) or ${TOKEN_ENV}")
+        return token
+    try:
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UsageError(f"{path}: others may read it (mode {stat.S_IMODE(mode):o}); chmod 600 {path}")
+        token = path.read_text().strip()
+    except OSError as e:
+        raise UsageError(f"cannot read the token file: {e}") from None
+    if not token:
+        raise UsageError(f"{path} is empty")
+    return token
+
+
+def _uvloop(choice: str) -> bool:
+    if choice == "asyncio":
+        return False
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if choice == "uvloop":
+            raise UsageError("--loop uvloop: uvloop is not installed") from None
+        return False
+    return True

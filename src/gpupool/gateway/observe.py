@@ -1,0 +1,159 @@
+"""What the gateway tells: Prometheus series at ``/metrics``, and the load it reports to the head
+every interval (the autoscaler's input).
+
+The counters are plain integers on the replicas' state (``pool.Stats``), read when scraped by a
+custom collector: a request pays for a few additions, not for a metrics library's locks and label
+lookups. Series (requests per second is ``rate()`` of the totals):
+
+- ``gpupool_gateway_requests_total{route,replica,code}``: answers by status class (``2xx``...);
+  ``replica=""`` holds the gateway's own answers (429, 503, 401/403...)
+- ``gpupool_gateway_errors_total{route,replica,kind}``: ``connect`` refused, ``reset`` before or
+  during an answer, ``timeout``
+- ``gpupool_gateway_in_flight{route,replica}``, ``gpupool_gateway_queue_length{route}``
+- ``gpupool_gateway_request_duration_seconds{route,replica}``: from the request's arrival to the
+  replica's response head (queueing included; a stream's length is not)
+- ``gpupool_gateway_retries_total{route}``, ``gpupool_gateway_unrouted_total``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpupool.gateway.pool import BUCKETS, RouteState, Stats, Table
+
+log = logging.getLogger("gpupool.gateway")
+STATS_PATH = "/api/v1/gateway/stats"
+_CLASSES = ("none", "1xx", "2xx", "3xx", "4xx", "5xx")
+
+
+def registry(table: Table, unrouted: Any) -> CollectorRegistry:
+    """``unrouted``: an object with an ``unrouted`` count (the ``server.Gateway``)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(table, unrouted))
+    return reg
+
+
+def render(reg: CollectorRegistry) -> bytes:
+    return generate_latest(reg)
+
+
+class _Collector(Collector):
+    def __init__(self, table: Table, unrouted: Any) -> None:
+        self._table, self._unrouted = table, unrouted
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "gpupool_gateway_requests", "answers by status class", labels=["route", "replica", "code"]
+        )
+        errors = CounterMetricFamily(
+            "gpupool_gateway_errors", "failed tries at a replica", labels=["route", "replica", "kind"]
+        )
+        in_flight = GaugeMetricFamily(
+            "gpupool_gateway_in_flight", "requests at the replica now", labels=["route", "replica"]
+        )
+        queue = GaugeMetricFamily("gpupool_gateway_queue_length", "requests waiting for a slot", labels=["route"])
+        retries = CounterMetricFamily("gpupool_gateway_retries", "requests sent to another replica", labels=["route"])
+        latency = HistogramMetricFamily(
+            "gpupool_gateway_request_duration_seconds",
+            "arrival to the replica's response head",
+            labels=["route", "replica"],
+        )
+        for name, state in sorted(self._table.routes.items()):
+            queue.add_metric([name], len(state.queue))
+            retries.add_metric([name], state.retries)
+            _counts(requests, errors, [name, ""], state.own)
+            for replica in [*state.replicas, *state.retired]:
+                labels = [name, replica.endpoint.replica]
+                in_flight.add_metric(labels, replica.in_flight)
+                _counts(requests, errors, labels, replica.stats)
+                latency.add_metric(labels, _buckets(replica.stats), replica.stats.latency_sum)
+        unrouted = CounterMetricFamily("gpupool_gateway_unrouted", "requests that named no route")
+        unrouted.add_metric([], self._unrouted.unrouted)
+        yield from (requests, errors, in_flight, queue, retries, latency, unrouted)
+
+
+def _counts(requests: CounterMetricFamily, errors: CounterMetricFamily, labels: list[str], stats: Stats) -> None:
+    for i, count in enumerate(stats.codes):
+        if count:
+            requests.add_metric([*labels, _CLASSES[i]], count)
+    for kind, count in sorted(stats.errors.items()):
+        errors.add_metric([*labels, kind], count)
+
+
+def _buckets(stats: Stats) -> list[tuple[str, float]]:
+    out, total = [], 0
+    for bound, count in zip([*(str(b) for b in BUCKETS), "+Inf"], stats.buckets, strict=True):
+        total += count
+        out.append((bound, float(total)))
+    return out
+
+
+def load_report(table: Table, window_s: float) -> dict[str, Any]:
+    """The body of ``POST /api/v1/gateway/stats``: per replica, what runs and waits now and what
+    was answered since the last report. A route's queue is shared by its replicas: it is split
+    among them so that the sum over a service is the route's queue."""
+    replicas: list[dict[str, Any]] = []
+    for state in table.routes.values():
+        if state.route.kind != "service":
+            continue
+        replicas.extend(_replica_reports(state))
+    return {"window_s": round(window_s, 3), "replicas": replicas}
+
+
+def _replica_reports(state: RouteState) -> Iterable[dict[str, Any]]:
+    n = len(state.replicas)
+    queued = len(state.queue)
+    for i, replica in enumerate(state.replicas):
+        requests, errors = replica.stats.totals()
+        before = replica.stats.reported
+        replica.stats.reported = (requests, errors)
+        yield {
+            "service": state.route.name,
+            "replica": replica.endpoint.replica,
+            "in_flight": replica.in_flight,
+            "queued": queued // n + (1 if i < queued % n else 0),
+            "requests": requests - before[0],
+            "errors": errors - before[1],
+        }
+
+
+async def report_loop(client: httpx.AsyncClient, table: Table, interval_s: float) -> None:
+    """Send the load to the head every ``interval_s`` until cancelled; a failed send is logged
+    (once a minute at most) and the next one carries the counts since the last that arrived."""
+    last, warned = time.monotonic(), 0.0
+    while True:
+        await asyncio.sleep(interval_s)
+        now = time.monotonic()
+        body = load_report(table, now - last)
+        try:
+            response = await client.post(STATS_PATH, json=body)
+            ok = response.status_code < 300
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            last = now
+        else:
+            _undo(table, body)
+            if now - warned > 60:
+                log.warning("gateway: the head did not take the load report; retrying every %.1fs", interval_s)
+                warned = now
+
+
+def _undo(table: Table, body: dict[str, Any]) -> None:
+    """A report that did not arrive: its counts go into the next one."""
+    sent = {(r["service"], r["replica"]): (r["requests"], r["errors"]) for r in body["replicas"]}
+    for state in table.routes.values():
+        for replica in state.replicas:
+            got = sent.get((state.route.name, replica.endpoint.replica))
+            if got is not None:
+                before = replica.stats.reported
+                replica.stats.reported = (before[0] - got[0], before[1] - got[1])

@@ -1,0 +1,86 @@
+"""Who may call a route through the gateway: the head decides (a fake head here, answering as the
+real one's /api/v1/gateway/authorize does), the gateway remembers, and the caller's token never
+reaches a replica."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from gpupool.gateway.access import Access
+from tests.gateway.replicas import Call, Replica, gateway, route, run
+
+# token -> projects whose routes it may use; any listed token is a valid user's
+TOKENS = {"max-token": {"lab"}, "kim-token": {"vision"}}
+
+
+def _fake_head() -> tuple[Replica, list[dict[str, list[str]]]]:
+    asked: list[dict[str, list[str]]] = []
+
+    async def authorize(call: Call) -> None:
+        url = urlsplit(call.seen.target)
+        query = parse_qs(url.query)
+        asked.append(query)
+        token = call.seen.headers.get("authorization", "").removeprefix("Bearer ")
+        if url.path != "/api/v1/gateway/authorize" or token not in TOKENS:
+            call.respond(401, json.dumps({"code": "unauthorized", "message": "invalid token"}).encode())
+        elif "project" in query and query["project"][0] not in TOKENS[token]:
+            call.respond(403, json.dumps({"code": "not_a_member", "message": "not lab's"}).encode())
+        else:
+            call.respond(204)
+
+    return Replica("head", authorize), asked
+
+
+def test_members_pass_others_are_refused_and_answers_are_kept() -> None:
+    async def scenario() -> None:
+        head, asked = _fake_head()
+        await head.start()
+        a = await Replica("a").start()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{head.port}")
+        gw = await gateway(route("svc", [a], public=False), route("open", [a], public=True), access=Access(client))
+
+        def bearer(token: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token}"}
+
+        missing = await gw.http.get("/svc/")
+        assert missing.status_code == 401 and missing.json()["code"] == "unauthorized"
+        assert (await gw.http.get("/svc/", headers=bearer("forged"))).status_code == 401
+        other = await gw.http.get("/svc/", headers=bearer("kim-token"))
+        assert other.status_code == 403 and other.json()["code"] == "not_a_member"
+        member = await gw.http.get("/svc/x", headers=bearer("max-token"))
+        assert member.status_code == 200
+        assert "authorization" not in member.json()["headers"]  # the caller's token stays here
+        assert (await gw.http.get("/open/", headers=bearer("anything"))).json()["headers"]["authorization"]
+        assert asked[-1] == {"project": ["lab"]}
+        before = len(asked)
+        burst = await asyncio.gather(*[gw.http.get("/svc/", headers=bearer("max-token")) for _ in range(10)])
+        refused = await gw.http.get("/svc/", headers=bearer("kim-token"))
+        assert [r.status_code for r in burst] == [200] * 10 and refused.status_code == 403
+        assert len(asked) == before  # kept: neither the burst nor the refusal asked again
+        metrics = await gw.http.get("/metrics", headers=bearer("kim-token"))
+        assert metrics.status_code == 200 and asked[-1] == {}  # any user's token may read /metrics
+        assert (await gw.http.get("/metrics")).status_code == 401
+        await client.aclose()
+
+    run(scenario)
+
+
+def test_a_head_that_cannot_answer_gets_503_and_no_head_means_only_public_routes() -> None:
+    async def scenario() -> None:
+        a = await Replica("a").start()
+        down = await Replica("down").start()
+        down.kill()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{down.port}")
+        gw = await gateway(route("svc", [a], public=False), access=Access(client))
+        got = await gw.http.get("/svc/", headers={"Authorization": "Bearer max-token"})
+        assert got.status_code == 503 and got.json()["code"] == "head_unreachable"
+        static = await gateway(route("svc", [a], public=False), route("open", [a]))
+        assert (await static.http.get("/svc/", headers={"Authorization": "Bearer x"})).status_code == 403
+        assert (await static.http.get("/open/")).status_code == 200
+        await client.aclose()
+
+    run(scenario)

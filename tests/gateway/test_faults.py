@@ -1,0 +1,95 @@
+"""Replicas that die: an idempotent request whose replica died before answering goes to another,
+a non-idempotent one gets 502, a refused connection goes elsewhere whatever the method, the dead
+replica is left out at once, and no request hangs (each scenario has a hard limit)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.gateway.replicas import Call, Replica, gateway, route, run, until
+
+
+async def _dies(call: Call) -> None:
+    call.die()
+
+
+def test_an_idempotent_request_is_retried_on_another_replica_and_a_post_is_not() -> None:
+    async def scenario() -> None:
+        dead, good = await Replica("dead", _dies).start(), await Replica("good").start()
+        gw = await gateway(route("svc", [dead, good]), first=True)  # the first try goes to "dead"
+        got = await gw.http.get("/svc/x")
+        assert got.status_code == 200 and got.json()["replica"] == "good"
+        state = gw.table.routes["svc"]
+        assert state.retries == 1 and state.replicas[0].stats.errors == {"reset": 1}
+        assert [r.replica for r in [state.replicas[0].endpoint]] == ["dead"]
+        assert state.replicas[0].ejected_until > 0  # left out: the next requests go to "good" only
+        assert {(await gw.http.put("/svc/y", content=b"z")).json()["replica"] for _ in range(3)} == {"good"}
+
+        gw2 = await gateway(route("svc", [dead, good]), first=True)
+        posted = await gw2.http.post("/svc/x", content=b"once")
+        assert posted.status_code == 502 and posted.json()["code"] == "replica_failed"
+        assert [s.method for s in good.seen].count("POST") == 0  # never sent twice
+
+    run(scenario)
+
+
+def test_a_refused_connection_goes_to_another_replica_whatever_the_method() -> None:
+    async def scenario() -> None:
+        gone, good = await Replica("gone").start(), await Replica("good").start()
+        gone.kill()  # its port is closed: nothing was sent, so a POST may go elsewhere too
+        gw = await gateway(route("svc", [gone, good]), first=True)
+        posted = await gw.http.post("/svc/x", content=b"once")
+        assert posted.status_code == 200 and posted.json()["replica"] == "good"
+        assert gw.table.routes["svc"].replicas[0].stats.errors == {"connect": 1}
+
+    run(scenario)
+
+
+def test_killing_a_replica_mid_load_retries_what_it_held_and_fails_none_that_may_not_be() -> None:
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def hold(call: Call) -> None:
+            await release.wait()
+            call.respond(200, call.replica.name.encode())
+
+        a = await Replica("a", hold).start()
+        b = await Replica("b", hold).start()
+        gw = await gateway(route("svc", [a, b], max_concurrency=50, queue_limit=100))
+        gets = [asyncio.create_task(gw.http.get(f"/svc/{i}")) for i in range(20)]
+        posts = [asyncio.create_task(gw.http.post(f"/svc/{i}", content=b"p")) for i in range(10)]
+        await until(lambda: a.in_flight + b.in_flight == 30)
+        held_by_a = a.in_flight
+        posts_at_a = sum(1 for s in a.seen if s.method == "POST")
+        assert held_by_a > 0  # two random choices spread 30 requests over both
+        a.kill()
+        await until(lambda: b.in_flight == 30 - posts_at_a)  # a's GETs moved to b
+        release.set()
+        got = [r.status_code for r in await asyncio.gather(*gets)]
+        posted = [r.status_code for r in await asyncio.gather(*posts)]
+        assert got == [200] * 20
+        assert sorted(posted) == [200] * (10 - posts_at_a) + [502] * posts_at_a
+        assert gw.table.routes["svc"].replicas[0].ejected_until > 0
+        assert (await gw.http.get("/svc/after")).text == "b"
+
+    run(scenario)
+
+
+def test_a_replica_that_dies_mid_answer_closes_the_client_connection() -> None:
+    async def scenario() -> None:
+        async def half(call: Call) -> None:
+            call.start_chunks()
+            call.chunk(b"partial")
+            await call.writer.drain()
+            call.die()
+
+        a, b = await Replica("a", half).start(), await Replica("b").start()
+        gw = await gateway(route("svc", [a, b]), first=True)
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        writer.write(b"GET /svc/x HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = await reader.read()  # until the gateway closes: the answer cannot end properly
+        assert got.startswith(b"HTTP/1.1 200") and b"partial" in got and not got.endswith(b"0\r\n\r\n")
+        assert b.seen == []  # the client saw a byte: never retried
+        writer.close()
+
+    run(scenario)
