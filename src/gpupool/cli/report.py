@@ -11,9 +11,9 @@ import io
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import DEFAULT_URL, UrlOpt, client, console, print_json
+from gpupool.cli.tables import Col, Listing
 
 COLUMNS = [
     "key",
@@ -70,21 +70,24 @@ def to_csv(data: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def render_table(data: dict[str, Any]) -> Table:
-    table = Table(title=f"GPU accounting {data['since']} → {data['until']}", title_justify="left")
-    for name in (
-        data["by"],
-        "GPU-h",
-        "used GPU-h",
-        "coverage",
-        "kWh",
-        "jobs started",
-        "queue mean",
-        "p50",
-        "p95",
-        "max",
-    ):
-        table.add_column(name, justify="left" if name == data["by"] else "right")
+# At a narrow width the queue's percentiles go first (its mean and max stay), then coverage.
+REPORT_COLUMNS = (
+    Col("GPU-h", justify="right"),
+    Col("used GPU-h", justify="right"),
+    Col("coverage", justify="right", drop=1),
+    Col("kWh", justify="right"),
+    Col("jobs started", justify="right"),
+    Col("queue mean", justify="right"),
+    Col("p50", justify="right", drop=3),
+    Col("p95", justify="right", drop=2),
+    Col("max", justify="right"),
+)
+
+
+def render_table(data: dict[str, Any]) -> Listing:
+    """A row per group; the group's name (a project, a user, a job) never wraps."""
+    title = f"GPU accounting {data['since']} → {data['until']}"
+    table = Listing((Col(data["by"]), *REPORT_COLUMNS), title=title)
     for g in data["groups"]:
         cov = "-" if g["coverage"] is None else f"{g['coverage']:.0%}"
         table.add_row(
