@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import httpx
 import pytest
@@ -87,3 +88,24 @@ def test_a_gang_that_needs_a_drained_node_waits_as_unsatisfiable_naming_it(head:
     ok(head.cli("undrain", "node-2"))
     with head.client() as c:
         wait_state(c, int(job), ("succeeded",))
+
+
+@pytest.mark.parametrize(
+    ("args", "headers"),
+    [
+        (["report", "--by", "project"], ["project", "GPU-h", "used GPU-h", "kWh", "jobs started", "queue mean"]),
+        (["nodes"], ["NODE", "STATE", "GPUS FREE", "MODEL", "GPU → JOBS"]),
+        (["projects"], ["PROJECT", "QUOTA", "LIMIT", "SHARE", "HELD", "PENDING"]),
+    ],
+)
+def test_tables_read_at_80_columns(shared_head: HeadProcess, args: list[str], headers: list[str]) -> None:
+    env = {**shared_head.env(), "COLUMNS": "80"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli.main", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    lines = [line for line in ok(done).splitlines() if not line.startswith("walls ")]  # a sentence, not a table
+    assert all(len(line) <= 80 for line in lines), done.stdout
+    head = next(line for line in lines if line.startswith(headers[0]))
+    for header in headers:
+        assert f"  {header}" in f"  {head}  ", (header, done.stdout)
+    assert "…" not in done.stdout

@@ -8,11 +8,13 @@ from __future__ import annotations
 import csv
 import enum
 import io
+from datetime import UTC
 from typing import Annotated, Any
 
 import typer
 
 from gpupool.cli.common import DEFAULT_URL, UrlOpt, client, console, print_json
+from gpupool.cli.render import parse_time
 from gpupool.cli.tables import Col, Listing
 
 COLUMNS = [
@@ -86,7 +88,7 @@ REPORT_COLUMNS = (
 
 def render_table(data: dict[str, Any]) -> Listing:
     """A row per group; the group's name (a project, a user, a job) never wraps."""
-    title = f"GPU accounting {data['since']} → {data['until']}"
+    title = f"GPU accounting {_minute(data['since'])} → {_minute(data['until'])} UTC"
     table = Listing((Col(data["by"]), *REPORT_COLUMNS), title=title)
     for g in data["groups"]:
         cov = "-" if g["coverage"] is None else f"{g['coverage']:.0%}"
@@ -100,6 +102,11 @@ def render_table(data: dict[str, Any]) -> Listing:
             *(_secs(g[k]) for k in ("queue_mean_s", "queue_p50_s", "queue_p95_s", "queue_max_s")),
         )
     return table
+
+
+def _minute(iso: str) -> str:
+    """``2026-03-07 00:00``: the title fits 80 columns (seconds and the offset did not)."""
+    return f"{parse_time(iso).astimezone(UTC):%Y-%m-%d %H:%M}"
 
 
 def _secs(value: float | None) -> str:
