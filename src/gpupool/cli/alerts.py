@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago, span
+from gpupool.cli.tables import Col, Listing
 
 
 def alerts(
@@ -47,10 +47,30 @@ def idle(url: UrlOpt = DEFAULT_URL, output: OutputOpt = Output.TABLE) -> None:
     )
 
 
-def alerts_table(listing: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("KIND", "NODE", "GPU", "JOB", "RAISED", "STATE", "MESSAGE"):
-        table.add_column(column, overflow="fold" if column == "MESSAGE" else "ellipsis")
+ALERT_COLUMNS = (
+    Col("KIND"),
+    Col("NODE"),
+    Col("GPU", justify="right"),
+    Col("JOB", justify="right"),
+    Col("RAISED", wrap=True, drop=1),
+    Col("STATE", wrap=True),
+    Col("MESSAGE", wrap=True),
+)
+IDLE_COLUMNS = (
+    Col("NODE"),
+    Col("GPU", justify="right"),
+    Col("JOB", justify="right"),
+    Col("NAME", wrap=True),
+    Col("USER"),
+    Col("PROJECT", drop=2),
+    Col("PRIORITY", drop=1),
+    Col("IDLE FOR", justify="right"),
+    Col("UTIL", justify="right"),
+)
+
+
+def alerts_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(ALERT_COLUMNS)
     for a in listing:
         cleared = a.get("cleared_at")
         table.add_row(
@@ -65,10 +85,8 @@ def alerts_table(listing: list[dict[str, Any]]) -> Table:
     return table
 
 
-def idle_table(listing: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NODE", "GPU", "JOB", "NAME", "USER", "PROJECT", "PRIORITY", "IDLE FOR", "UTIL"):
-        table.add_column(column, justify="right" if column in ("GPU", "JOB", "UTIL") else "left")
+def idle_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(IDLE_COLUMNS)
     for g in listing:
         table.add_row(
             g["node"],

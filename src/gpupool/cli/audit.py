@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import parse_time
+from gpupool.cli.tables import Col, Listing
 
 RESULT_STYLE = {"ok": "green", "denied": "red", "invalid": "yellow", "failed": "bold red"}
 
@@ -36,16 +36,20 @@ def audit(
     console.print(audit_table(entries))
 
 
-def audit_table(entries: list[dict[str, Any]]) -> Table:
-    """One line an entry; the target folds on a narrow terminal, the rest never wraps."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("TIME (UTC)", "USER", "TOKEN", "ACTION", "TARGET", "RESULT", "CLIENT"):
-        table.add_column(
-            column,
-            justify="right" if column == "TOKEN" else "left",
-            no_wrap=column != "TARGET",
-            overflow="fold" if column == "TARGET" else "ellipsis",
-        )
+AUDIT_COLUMNS = (
+    Col("TIME (UTC)"),
+    Col("USER"),
+    Col("TOKEN", justify="right", drop=2),
+    Col("ACTION"),
+    Col("TARGET", wrap=True),
+    Col("RESULT"),
+    Col("CLIENT", drop=1),
+)
+
+
+def audit_table(entries: list[dict[str, Any]]) -> Listing:
+    """One line an entry; the target wraps on a narrow terminal, the rest never does."""
+    table = Listing(AUDIT_COLUMNS)
     for e in entries:
         table.add_row(
             f"{parse_time(e['at']):%m-%d %H:%M:%S}",

@@ -284,6 +284,8 @@ def why(
                 f"expected to start by {at.replace('T', ' ')[:19]} UTC (in {until(at)}), "
                 "if the jobs in its way use their whole --max-runtime"
             )
+        elif answer["reason_code"] == "unsatisfiable":
+            console.print("no start estimate: the nodes that are up cannot run it, however long it waits")
         else:
             console.print("no start estimate: the jobs in its way have no --max-runtime")
     else:

@@ -18,7 +18,10 @@ from gpupool.client import ClientError, HeadUnreachable
 from gpupool.client.http import CA_ENV, INSECURE_ENV
 from gpupool.domain.errors import GpupoolError
 
-_PASSTHROUGH = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+# submit's own options end at ``--`` or at the first word that is not an option: what follows is
+# the job's command, its options included. An unknown option before that is refused like anywhere
+# else (it once became the command, so a typo such as --gpu 2 ran as a job).
+_COMMAND_AFTER = {"allow_interspersed_args": False}
 
 
 class _Entry(NamedTuple):
@@ -34,7 +37,7 @@ class _Entry(NamedTuple):
 COMMANDS = (
     _Entry("up", "up", "up"),
     _Entry("down", "down", "down"),
-    _Entry("submit", "jobs", "submit", context_settings=_PASSTHROUGH),
+    _Entry("submit", "jobs", "submit", context_settings=_COMMAND_AFTER),
     _Entry("jobs", "jobs", "jobs"),
     _Entry("show", "jobs", "show"),
     _Entry("logs", "jobs", "logs"),
@@ -183,14 +186,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _message(exc: Any) -> str:
+    """Click's message on one line; for an unknown option, the close ones as a question."""
+    close = getattr(exc, "possibilities", None)
+    if getattr(exc, "option_name", None) and close:
+        return f"{' '.join(str(exc.message).split())} (did you mean {_either(list(close))}?)"
     return " ".join(str(exc.format_message()).split())
 
 
+def _either(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: click lists the closest first."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def _sub(exc: Any) -> str:
+    """The command's words after ``gpupool`` (``project set``, not ``set``), then a space."""
     ctx = getattr(exc, "ctx", None)
-    if ctx is None or ctx.command.name in (None, "gpupool"):
-        return ""
-    return f"{ctx.command.name} "
+    words = str(ctx.command_path).split()[1:] if ctx is not None else []
+    return "".join(f"{word} " for word in words)
 
 
 def _exit(code: int) -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import span
+from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.permissions import ProjectRole
 
@@ -119,21 +119,38 @@ def members(project: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputO
     if not listing:
         console.print(f"project {project} has no members; add one with gpupool project add-member {project} USER")
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("USER", "ROLE", "SINCE"):
-        table.add_column(column)
+    table = Listing((Col("USER"), Col("ROLE"), Col("SINCE")))
     for m in listing:
         table.add_row(m["user"], m["role"], m["created_at"][:19].replace("T", " "))
     console.print(table)
 
 
-def projects_table(listing: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    # SHARE: fair share; HELD: GPUs held now; RECENT: held on average lately; PENDING: GPUs (jobs) waiting
-    # IDLE: the idle timeout after which its idle interactive jobs are preempted while others wait
-    columns = ("PROJECT", "QUOTA", "LIMIT", "WEIGHT", "SHARE", "HELD", "BORROWED", "RECENT", "PENDING", "IDLE")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "PROJECT" else "right")
+# SHARE: fair share; HELD: GPUs held now; RECENT: held on average lately; PENDING: GPUs (jobs) waiting
+# IDLE: the idle timeout after which its idle interactive jobs are preempted while others wait.
+# At a narrow width the figures one reads least go first: RECENT, WEIGHT, IDLE, BORROWED.
+PROJECT_COLUMNS = (
+    Col("PROJECT"),
+    Col("QUOTA", justify="right"),
+    Col("LIMIT", justify="right"),
+    Col("WEIGHT", justify="right", drop=3),
+    Col("SHARE", justify="right"),
+    Col("HELD", justify="right"),
+    Col("BORROWED", justify="right", drop=1),
+    Col("RECENT", justify="right", drop=4),
+    Col("PENDING", justify="right"),
+    Col("IDLE", justify="right", drop=2),
+)
+USER_COLUMNS = (
+    Col("PROJECT"),
+    Col("USER"),
+    Col("HELD", justify="right"),
+    Col("RECENT", justify="right", drop=1),
+    Col("PENDING", justify="right"),
+)
+
+
+def projects_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(PROJECT_COLUMNS)
     for p in listing:
         limit = "-" if p["limit"] is None else f"{p['limit']:g}"
         pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
@@ -152,11 +169,9 @@ def projects_table(listing: list[dict[str, Any]]) -> Table:
     return table
 
 
-def users_table(listing: list[dict[str, Any]]) -> Table:
+def users_table(listing: list[dict[str, Any]]) -> Listing:
     """Each project's users, least load first: within a priority class, their jobs go in this order."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("PROJECT", "USER", "HELD", "RECENT", "PENDING"):
-        table.add_column(column, justify="left" if column in ("PROJECT", "USER") else "right")
+    table = Listing(USER_COLUMNS)
     for p in listing:
         for u in p.get("users", []):
             pending = f"{u['pending']:g} ({u['pending_jobs']})" if u["pending_jobs"] else "-"

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from gpupool.cli.tables import Col, Listing
 from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import NodeState
@@ -72,18 +73,24 @@ def state_text(state: str) -> Text:
     return Text(state, style=STATE_STYLE.get(state, ""))
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+def jobs_table(jobs: list[dict[str, Any]]) -> Listing:
     return rows_table([job_row(j) for j in jobs])
 
 
-def rows_table(rows: list[tuple[Any, ...]]) -> Table:
+JOB_COLUMNS = (
+    Col("ID"),
+    Col("NAME", wrap=True),
+    Col("PROJECT", drop=1),
+    Col("STATE", wrap=True),  # an array's is its counts: 3 pending 2 running
+    Col("GPUS"),
+    Col("WHERE / WHY", wrap=True),  # the one that takes what room is left
+    Col("AGE", justify="right", drop=2),
+)
+
+
+def rows_table(rows: list[tuple[Any, ...]]) -> Listing:
     """The table of ``gpupool jobs``: rows of jobs (``job_row``) and of arrays."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "NAME", "PROJECT", "STATE", "GPUS", "WHERE / WHY", "AGE"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    return Listing(JOB_COLUMNS, rows)
 
 
 def job_row(j: dict[str, Any]) -> tuple[Any, ...]:
@@ -94,10 +101,19 @@ def job_row(j: dict[str, Any]) -> tuple[Any, ...]:
     return (ident, j["name"], j["project"], state_text(j["state"]), gpus_text(j), where, ago(j["submitted_at"]))
 
 
-def nodes_table(nodes: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NODE", "STATE", "GPUS FREE", "MODEL", "GPU → JOBS", "CPUS", "MEMORY"):
-        table.add_column(column, overflow="fold")
+NODE_COLUMNS = (
+    Col("NODE"),
+    Col("STATE", wrap=True),
+    Col("GPUS FREE", justify="right"),
+    Col("MODEL", wrap=True),
+    Col("GPU → JOBS", wrap=True),
+    Col("CPUS", justify="right", drop=2),
+    Col("MEMORY", justify="right", drop=1),
+)
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> Listing:
+    table = Listing(NODE_COLUMNS)
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]}) or ["-"]
         use = " ".join(_gpu_use(g) for g in n["gpus"]) or "-"
@@ -176,11 +192,8 @@ def _exit(job: dict[str, Any]) -> str:
     return exit_reasons.explain(job["exit_code"], job.get("exit_reason"))
 
 
-def events_table(events: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False, title="events", title_justify="left")
-    table.add_column("TIME")
-    table.add_column("EVENT")
-    table.add_column("MESSAGE", overflow="fold")
+def events_table(events: list[dict[str, Any]]) -> Listing:
+    table = Listing((Col("TIME"), Col("EVENT"), Col("MESSAGE", wrap=True)), title="events")
     for e in events:
         table.add_row(e["time"].replace("T", " ")[:19], e["kind"], e["message"])
     return table

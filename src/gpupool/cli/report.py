@@ -8,12 +8,14 @@ from __future__ import annotations
 import csv
 import enum
 import io
+from datetime import UTC
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import DEFAULT_URL, UrlOpt, client, console, print_json
+from gpupool.cli.render import parse_time
+from gpupool.cli.tables import Col, Listing
 
 COLUMNS = [
     "key",
@@ -70,21 +72,24 @@ def to_csv(data: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def render_table(data: dict[str, Any]) -> Table:
-    table = Table(title=f"GPU accounting {data['since']} → {data['until']}", title_justify="left")
-    for name in (
-        data["by"],
-        "GPU-h",
-        "used GPU-h",
-        "coverage",
-        "kWh",
-        "jobs started",
-        "queue mean",
-        "p50",
-        "p95",
-        "max",
-    ):
-        table.add_column(name, justify="left" if name == data["by"] else "right")
+# At a narrow width the queue's percentiles go first (its mean and max stay), then coverage.
+REPORT_COLUMNS = (
+    Col("GPU-h", justify="right"),
+    Col("used GPU-h", justify="right"),
+    Col("coverage", justify="right", drop=1),
+    Col("kWh", justify="right"),
+    Col("jobs started", justify="right"),
+    Col("queue mean", justify="right"),
+    Col("p50", justify="right", drop=3),
+    Col("p95", justify="right", drop=2),
+    Col("max", justify="right"),
+)
+
+
+def render_table(data: dict[str, Any]) -> Listing:
+    """A row per group; the group's name (a project, a user, a job) never wraps."""
+    title = f"GPU accounting {_minute(data['since'])} → {_minute(data['until'])} UTC"
+    table = Listing((Col(data["by"]), *REPORT_COLUMNS), title=title)
     for g in data["groups"]:
         cov = "-" if g["coverage"] is None else f"{g['coverage']:.0%}"
         table.add_row(
@@ -97,6 +102,11 @@ def render_table(data: dict[str, Any]) -> Table:
             *(_secs(g[k]) for k in ("queue_mean_s", "queue_p50_s", "queue_p95_s", "queue_max_s")),
         )
     return table
+
+
+def _minute(iso: str) -> str:
+    """``2026-03-07 00:00``: the title fits 80 columns (seconds and the offset did not)."""
+    return f"{parse_time(iso).astimezone(UTC):%Y-%m-%d %H:%M}"
 
 
 def _secs(value: float | None) -> str:

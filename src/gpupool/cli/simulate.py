@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, console, print_json
+from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
@@ -136,11 +136,8 @@ def simulate(
     console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
 
 
-def _table(title: str, figures: dict[str, dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False, title=title, title_justify="left")
-    table.add_column("FIGURE")
-    for name in figures:
-        table.add_column(name.upper(), justify="right")
+def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
+    table = Listing([Col("FIGURE"), *(Col(name.upper(), justify="right") for name in figures)], title=title)
     first = next(iter(figures.values()))
     for key in first:
         if key != "placed":
@@ -214,11 +211,8 @@ def plan(
             }
         )
         return
-    table = Table(
-        box=None, header_style="bold", pad_edge=False, title=f"{trace.name}: {policy} policy", title_justify="left"
-    )
-    for column in ("NODES", "GPUS", "P95 QUEUE", "AVG QUEUE", "GPU UTIL", "MEETS"):
-        table.add_column(column, justify="left" if column == "MEETS" else "right")
+    columns = [Col(c, justify="right") for c in ("NODES", "GPUS", "P95 QUEUE", "AVG QUEUE", "GPU UTIL")]
+    table = Listing([*columns, Col("MEETS")], title=f"{trace.name}: {policy} policy")
     for p in curve:
         p95 = (
             f"> {_human_seconds(target)} (stopped early)"

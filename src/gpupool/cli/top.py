@@ -18,11 +18,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group, RenderableType
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import STATE_STYLE, span
+from gpupool.cli.tables import Col, Listing
 from gpupool.client import ClientError, GpupoolClient, HeadUnreachable
 from gpupool.domain.nodes import NodeState
 
@@ -156,20 +156,25 @@ def header(snap: dict[str, Any]) -> Text:
     return text
 
 
-def gpu_table(nodes: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    longest = max((len(n["name"]) for n in nodes), default=4)
-    table.add_column("NODE", overflow="fold", min_width=min(longest, 16))
-    table.add_column("GPU", justify="right", no_wrap=True)
-    table.add_column("MODEL", overflow="ellipsis", min_width=6)
-    table.add_column("UTIL", no_wrap=True)
-    table.add_column("MEMORY", justify="right", no_wrap=True)
-    table.add_column("TEMP", justify="right", no_wrap=True)
-    table.add_column("POWER", justify="right", no_wrap=True)
-    table.add_column("JOB", justify="right", no_wrap=True)
-    table.add_column("USER", overflow="ellipsis", min_width=5)
-    table.add_column("NAME", overflow="ellipsis", min_width=4)
-    table.add_column("USE", justify="right", no_wrap=True)  # the job's, from its workers' cgroups
+# At a narrow width power, temperature, the job's own use, the model and the job's name go first
+# (alerts say when a GPU runs hot); node, GPU, utilisation, memory and whose job it is stay.
+GPU_COLUMNS = (
+    Col("NODE"),
+    Col("GPU", justify="right"),
+    Col("MODEL", wrap=True, drop=2),
+    Col("UTIL"),
+    Col("MEMORY", justify="right"),
+    Col("TEMP", justify="right", drop=4),
+    Col("POWER", justify="right", drop=5),
+    Col("JOB", justify="right"),
+    Col("USER", wrap=True),
+    Col("NAME", wrap=True, drop=1),
+    Col("USE", justify="right", drop=3),  # the job's, from its workers' cgroups
+)
+
+
+def gpu_table(nodes: list[dict[str, Any]]) -> Listing:
+    table = Listing(GPU_COLUMNS)
     for n in nodes:
         name = Text(n["name"], style="bold")
         if n["state"] != NodeState.UP:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago, until
+from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.users import Role, Scope
 
@@ -143,10 +143,27 @@ def revoke(token_id: int, url: UrlOpt = _URL) -> None:
     console.print(f"token {token_id} revoked")
 
 
-def users_table(listing: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("USER", "ROLE", "UNIX USER", "PROJECTS", "CREATED", "STATE"):
-        table.add_column(column)
+USER_COLUMNS = (
+    Col("USER"),
+    Col("ROLE"),
+    Col("UNIX USER", drop=1),
+    Col("PROJECTS", wrap=True),
+    Col("CREATED", drop=2),
+    Col("STATE"),
+)
+TOKEN_COLUMNS = (
+    Col("ID", justify="right"),
+    Col("NAME", wrap=True),
+    Col("USER"),
+    Col("SCOPE", wrap=True),
+    Col("CREATED", drop=1),
+    Col("EXPIRES", wrap=True),
+    Col("LAST USED", wrap=True, drop=2),
+)
+
+
+def users_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(USER_COLUMNS)
     for u in listing:
         table.add_row(
             u["name"],
@@ -159,10 +176,8 @@ def users_table(listing: list[dict[str, Any]]) -> Table:
     return table
 
 
-def tokens_table(listing: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "NAME", "USER", "SCOPE", "CREATED", "EXPIRES", "LAST USED"):
-        table.add_column(column, justify="right" if column == "ID" else "left")
+def tokens_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(TOKEN_COLUMNS)
     for t in listing:
         expires = t["expires_at"]
         table.add_row(

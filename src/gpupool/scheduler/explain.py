@@ -1,7 +1,10 @@
 """A reason a person understands for every job a cycle leaves pending.
 
 Computed against the free resources as the cycle leaves them, so the message names the
-numbers the user would see in ``gpupool nodes`` right now.
+numbers the user would see in ``gpupool nodes`` right now. A job that the nodes that are up could
+not run even idle is ``unsatisfiable``, and its reason names the nodes it waits for (down,
+draining, drained, or with GPUs out of service): "waiting for 2 slots" would be a promise the
+cluster as it is cannot keep.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.domain.nodes import NodeState
 from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.capacity import holds, idle_slots, shape, such
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_with
@@ -30,7 +35,7 @@ def explain(
         return Reason(ReasonCode.NO_NODES, "no node is up: start or undrain a node (gpupool nodes)")
     never = _never_fits(demand, cluster)
     if never is not None:
-        return never
+        return Reason(never.code, never.message + waits_for(demand, workers, cluster, known))
     total_slots = 0
     for free, gpus in _gpu_slots(demand, cluster, known):
         total_slots += slots_with(free, demand, gpus)
@@ -38,6 +43,13 @@ def explain(
             break
     if total_slots >= workers:
         return Reason(ReasonCode.PRIORITY, "resources were given to jobs ahead in the queue this cycle")
+    most = _up_holds(demand, workers, cluster, known)
+    if most < workers:
+        return Reason(
+            ReasonCode.UNSATISFIABLE,
+            f"needs {shape(demand, workers)}; the nodes that are up hold {such(most)} even when idle"
+            + waits_for(demand, workers, cluster, known),
+        )
     if total_slots > 0 and workers > 1:
         return Reason(
             ReasonCode.GANG,
@@ -45,6 +57,45 @@ def explain(
             f"{'' if total_slots == 1 else 's'} free",
         )
     return _why_no_slot(demand, workers, cluster, known)
+
+
+NAMED = 5  # nodes a reason names at most, then how many more
+
+
+def waits_for(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> str:
+    """``; it waits for node-3 (down), node-4 (drained)``: the nodes whose return would add room
+    for this shape, or, when even all of them back would not do, that it never can run here."""
+    key = ("waits for", demand, workers)
+    found = known.get(key)
+    if found is not None:
+        return str(found[0])
+    named = []
+    for node in cluster.all_nodes:
+        if node.state is not NodeState.UP and idle_slots(node, demand) > 0:
+            named.append(f"{node.name} ({node.state.value})")
+        elif any(not g.healthy for g in node.gpus) and idle_slots(node, demand) > idle_slots(
+            node, demand, in_service_only=True
+        ):
+            named.append(f"{node.name} (GPUs out of service)")
+    if holds(demand, cluster.all_nodes, workers) < workers:
+        note = "; even with every node back and idle it could not run: cancel it and ask for less"
+    elif named:
+        more = f" and {len(named) - NAMED} more" if len(named) > NAMED else ""
+        note = f"; it waits for {', '.join(named[:NAMED])}{more} to be back in service"
+    else:
+        note = ""
+    known[key] = [note]
+    return note
+
+
+def _up_holds(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> int:
+    """Workers of this shape the nodes that are up hold when idle, counted up to ``workers``."""
+    key = ("up holds", demand, workers)
+    found = known.get(key)
+    if found is None:
+        up = (free.node for free in cluster.nodes.values())
+        found = known[key] = [holds(demand, up, workers, in_service_only=True)]
+    return int(found[0])
 
 
 def _could_host(demand: WorkerDemand, cluster: ClusterState, known: Known) -> list[NodeFree]:

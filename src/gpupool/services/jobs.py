@@ -13,6 +13,7 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
+from gpupool.scheduler.capacity import holds, shape, such
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.services.access import Visibility, require_job, require_submit
@@ -182,6 +183,8 @@ class Why:
 def why(ctx: HeadContext, job_id: int) -> Why:
     job = get(ctx, job_id)
     if job.state is JobState.PENDING:
+        if job.reason_code == ReasonCode.UNSATISFIABLE:  # no replay of job ends can start it
+            return Why(job, job.reason_code, job.reason or "")
         with ctx.db.read() as s:
             snapshot = load_snapshot(s, ctx.clock.now())
         return Why(
@@ -269,4 +272,14 @@ def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
         raise Unsatisfiable(
             f"{spec.memory_mib} MiB memory per worker is more than any node has "
             f"(at most {max(n.memory_mib for n in nodes)} MiB)"
+        )
+    # Each part fits some node: do they fit together, and does the gang fit the whole cluster?
+    # Every node counts, whatever its state: one down or drained may come back (a Ray node
+    # rejoins), and until then the job waits as ``unsatisfiable``, its reason naming it.
+    room = holds(demand, nodes, spec.workers)
+    if room < spec.workers:
+        fewer = f"ask for at most {room} workers, or less for each" if room else "ask for less per worker"
+        raise Unsatisfiable(
+            f"{shape(demand, spec.workers)} can never run here: all {len(nodes)} nodes together, idle, hold "
+            f"{such(room)}; {fewer}"
         )
