@@ -209,6 +209,8 @@ def test_a_project_within_quota_is_not_left_waiting_while_others_borrow_what_it_
         mine = sum(r.spec.total_gpus for r in held if r.spec.project == p)
         if job.spec.gpus < 1 or mine + job.spec.total_gpus > quotas.get(p, 0.0):
             continue
+        if schedule(snapshot(nodes, [job], held)).starts:
+            continue  # it fits in what is free now: it waits behind a job ahead of it, not for a borrower
         freed = _reclaimable(held, quotas, exclude=p) | {r.id for r in held if r.stopping}
         alone = snapshot(nodes, [job], [r for r in held if r.id not in freed])
         if schedule(alone).starts:

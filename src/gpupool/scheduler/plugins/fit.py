@@ -78,14 +78,16 @@ def fit_worker(free: NodeFree, demand: WorkerDemand, worker: int) -> Placement |
 
 
 def pick_shared_gpu(free: NodeFree, demand: WorkerDemand) -> int | None:
-    """Best fit among GPUs already shared (fill them up first), else the lowest free GPU."""
+    """Best fit among GPUs already shared (fill them up first; of equals, the lowest index, so
+    that the choice does not hang on the order the shares were recorded in, which differs between
+    a cold cycle and one with the carried CycleMemory), else the lowest free GPU."""
     best: tuple[int, int] | None = None
     for index, used in free.shared.items():
         if (
             share_fits(used, demand.share)
             and gpu_ok(free, index, demand)
             and _memory_left(free, index) >= share_memory(free, index, demand)
-            and (best is None or used > best[1])
+            and (best is None or used > best[1] or (used == best[1] and index < best[0]))
         ):
             best = (index, used)
     if best is not None:
