@@ -20,6 +20,7 @@ from gpupool.api.routers import (
     metrics,
     nodes,
     projects,
+    services,
     telemetry,
     users,
 )
@@ -61,6 +62,8 @@ def create_app(
     app.include_router(alerts.router)
     app.include_router(users.router)
     app.include_router(audit_router.router)
+    app.include_router(services.router)
+    app.include_router(services.gateway_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from gpupool.clock import Clock
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.services.accounts import JobAccounts
+from gpupool.services.load import LoadBoard
 from gpupool.store.db import Database
 
 
@@ -30,3 +31,4 @@ class HeadContext:
     ray: RayCluster | None = None  # None on the local backend
     idle: IdleSettings = field(default_factory=IdleSettings)  # what the head counts as an idle GPU
     accounts: JobAccounts = field(default_factory=JobAccounts)  # whose Unix account each job runs as
+    load: LoadBoard = field(default_factory=LoadBoard)  # the gateway's reports of replica load, in memory
