@@ -58,6 +58,7 @@ class ServiceSpec:
     cpus: int = 0
     memory_mib: int = 0
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    workdir: str | None = None
     min_replicas: int = 1
     max_replicas: int = 1
     max_concurrency: int = 16
@@ -95,6 +96,7 @@ class ServiceSpec:
             memory=self.memory_mib or None,
             priority="inference",
             env=self.env,
+            workdir=self.workdir,
         )
         return dataclasses.replace(job, service=self.name, port_env=self.port_env)
 
@@ -125,6 +127,7 @@ class ServiceSpec:
         cpus: int = 0,
         memory: str | int | None = None,
         env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
         max_concurrency: int = 16,
         target_concurrency: int | None = None,
         health_path: str = "/healthz",
@@ -159,6 +162,7 @@ class ServiceSpec:
             cpus=cpus,
             memory_mib=0,
             env=dict(env or {}),
+            workdir=workdir,
             min_replicas=low,
             max_replicas=high,
             max_concurrency=max_concurrency,

@@ -30,6 +30,7 @@ class ServeRequest(BaseModel):
     cpus: int = 0
     memory: str | int | None = Field(None, description="per replica, e.g. 8G, or MiB as a number")
     env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = Field(None, description="the replicas' working directory")
     max_concurrency: int = Field(16, description="requests one replica is sent at once (1 to 10000)")
     target_concurrency: int | None = Field(None, description="the autoscaler's aim per replica; default max")
     health_path: str = Field("/healthz", description="GET on each replica; ready once it answers 2xx")
