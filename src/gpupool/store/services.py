@@ -102,7 +102,7 @@ def replicas(session: Session, templates: Mapping[str, JobSpec]) -> dict[str, li
         for found in session.scalars(query):
             if found.attempt == wanted[found.job_id]:
                 workers[found.job_id] = found
-    addresses = dict(session.execute(select(NodeRow.name, NodeRow.address)).tuples())
+    addresses = {name: address for name, address in session.execute(select(NodeRow.name, NodeRow.address))}
     out: dict[str, list[Replica]] = {name: [] for name in templates}
     for row in rows:
         assert row.service is not None
