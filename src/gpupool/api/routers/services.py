@@ -13,7 +13,12 @@ router = APIRouter(prefix="/api/v1/services", tags=["services"])
 gateway_router = APIRouter(prefix="/api/v1/gateway", tags=["gateway"])
 
 
-@router.post("", response_model=ServiceOut, status_code=200)
+@router.post(
+    "",
+    response_model=ServiceOut,
+    status_code=200,
+    responses={201: {"model": ServiceOut, "description": "the service was created"}},
+)
 def serve(body: ServeRequest, request: Request, response: Response, ctx: Ctx, who: Caller) -> ServiceOut:
     """Create the service (201), or update it (200): a changed replica job rolls its replicas one
     at a time, a new one ready before an old one stops."""
