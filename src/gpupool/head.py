@@ -28,6 +28,7 @@ from gpupool.backends import Topology
 from gpupool.client.http import is_loopback
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.controller.services import ServiceReconciler
 from gpupool.domain.alerts import AlertRules
 from gpupool.domain.errors import Unavailable
 from gpupool.domain.idle import IdleSettings
@@ -39,6 +40,7 @@ from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
 from gpupool.services.accounts import JobAccounts
 from gpupool.services.context import HeadContext, RayCluster
+from gpupool.services.load import LoadBoard
 from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
 from gpupool.store import workers as worker_repo
@@ -90,8 +92,10 @@ class Head:
         if backend.watch_exits is not None:
             backend.watch_exits(self.controller.exit_rang)
             self.controller.rings_at_exits()
+        load = LoadBoard()  # the gateway's load reports, read by the autoscaler
+        self.services = ServiceReconciler(self.db, clock, load, self.controller.wake)
         self.ctx = HeadContext(
-            self.db, clock, self.executor, self.controller.wake, self.ray, idle, job_accounts(self.executor)
+            self.db, clock, self.executor, self._wake, self.ray, idle, job_accounts(self.executor), load=load
         )
         if not self.ctx.accounts.owners:
             self.notes.append(
@@ -99,6 +103,11 @@ class Head:
                 " (run gpupool as root for jobs to run as their owners' Unix accounts)"
             )
         self.app = create_app(self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s)
+
+    def _wake(self) -> None:
+        """A request changed jobs or services: the controller and the service reconciler look now."""
+        self.controller.wake()
+        self.services.wake()
 
     def _ensure_token(self, path: Path, role: str) -> str | None:
         """Create the admin (or join) token at first start, and again if its file was deleted;
@@ -154,6 +163,7 @@ class Head:
         if self.settings.port == 0:
             self.settings = _with_port(self.settings, sock.getsockname()[1])
         self.controller.start()
+        self.services.start()
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -169,6 +179,7 @@ class Head:
             server.run(sockets=[sock])
         finally:
             auditing.close(self.app)  # the requests answered are all in the audit log
+            self.services.stop()
             self.controller.stop()
             self.executor.close()
             said = self._stop_backend()

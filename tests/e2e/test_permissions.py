@@ -58,6 +58,15 @@ class World:
         assert made.status_code == 201, made.text
         return int(made.json()["id"])
 
+    def max_service(self) -> str:
+        """A service of max's in lab with no replica: nothing runs, so the walk stays cheap."""
+        name = f"svc{next(_fresh)}"
+        made = self.call(
+            "max", "POST", "/api/v1/services", {"name": name, "command": ["true"], "project": "lab", "replicas": 0}
+        )
+        assert made.status_code == 201, made.text
+        return name
+
     def admin(self, method: str, path: str, body: object = None) -> httpx.Response:
         response = self.call("admin", method, path, body)
         assert response.status_code < 300, (method, path, response.text)
@@ -134,7 +143,12 @@ def _target(w: World, method: str, path: str) -> tuple[str, object]:
         ("PUT", "/api/v1/users/{name}/unix-user"): {"unix_user": pwd.getpwuid(os.geteuid()).pw_name},
         ("POST", "/api/v1/tokens"): {"name": f"t{n}", "scope": "read"},
         ("PUT", "/api/v1/projects/{name}"): {"quota": 0},
+        ("POST", "/api/v1/services"): {"name": f"new{n}", "command": ["true"], "project": "lab", "replicas": 0},
+        ("POST", "/api/v1/services/{name}/scale"): {"replicas": 0},
+        ("POST", "/api/v1/gateway/stats"): {"window_s": 1, "replicas": []},
     }
+    if path.startswith("/api/v1/services/"):
+        params["name"] = w.max_service()
     if path.startswith("/api/v1/projects/"):
         params["name"] = f"tmp{n}" if path == "/api/v1/projects/{name}" and method != "GET" else "lab"
         if method == "DELETE" and path == "/api/v1/projects/{name}":
@@ -173,6 +187,12 @@ def test_the_table_says_what_the_issue_says() -> None:
         ("GET", "/metrics"): Who.ANYONE,
         ("GET", "/api/v1/report"): Who.ANYONE,
         ("GET", "/api/v1/nodes"): Who.ANYONE,
+        ("POST", "/api/v1/services"): Who.MEMBER,
+        ("GET", "/api/v1/services"): Who.ANYONE,
+        ("POST", "/api/v1/services/{name}/scale"): Who.OWNER,
+        ("DELETE", "/api/v1/services/{name}"): Who.OWNER,
+        ("GET", "/api/v1/gateway/routes"): Who.ADMIN,
+        ("POST", "/api/v1/gateway/stats"): Who.ADMIN,
     }
     assert {key: TABLE[key].who for key in named} == named
 

@@ -21,6 +21,7 @@ from gpupool.api.routers import (
     metrics,
     nodes,
     projects,
+    services,
     telemetry,
     users,
 )
@@ -63,6 +64,8 @@ def create_app(
     app.include_router(users.router)
     app.include_router(audit_router.router)
     app.include_router(gateway_auth.router)
+    app.include_router(services.router)
+    app.include_router(services.gateway_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

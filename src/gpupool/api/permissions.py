@@ -76,6 +76,16 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("DELETE", "/api/v1/tokens/{token_id}"): Rule(Who.SELF, Scope.SUBMIT),
     # the gateway asks whether a caller's token may use a route (the route's rule is checked inside)
     ("GET", "/api/v1/gateway/authorize"): ANYONE,
+    # inference services: public like the queue (command and environment only to those who may act);
+    # serving is a member's, scaling and deleting the owner's (or a manager's of its project)
+    ("POST", "/api/v1/services"): Rule(Who.MEMBER, Scope.SUBMIT),
+    ("GET", "/api/v1/services"): ANYONE,
+    ("GET", "/api/v1/services/{name}"): ANYONE,
+    ("POST", "/api/v1/services/{name}/scale"): Rule(Who.OWNER, Scope.SUBMIT),
+    ("DELETE", "/api/v1/services/{name}"): Rule(Who.OWNER, Scope.SUBMIT),
+    # the gateway (it runs with an admin token): replicas' endpoints out, their load in
+    ("GET", "/api/v1/gateway/routes"): ADMIN,
+    ("POST", "/api/v1/gateway/stats"): ADMIN,
     # who changed what (api/auditing.py records it)
     ("GET", "/api/v1/audit"): ADMIN,
 }

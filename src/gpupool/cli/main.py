@@ -54,6 +54,8 @@ COMMANDS = (
     _Entry("audit", "audit", "audit"),
     _Entry("idle", "alerts", "idle"),
     _Entry("projects", "projects", "projects"),
+    _Entry("serve", "services", "serve"),
+    _Entry("services", "services", "services"),
     _Entry("login", "login", "login"),
     _Entry("logout", "login", "logout"),
     _Entry("whoami", "login", "whoami"),
@@ -62,6 +64,7 @@ COMMANDS = (
     _Entry("plan", "simulate", "plan"),
     # Typer lists groups of subcommands after the commands.
     _Entry("project", "projects", "project_app", group=True),
+    _Entry("service", "services", "service_app", group=True),
     _Entry("user", "users", "user_app", group=True),
     _Entry("token", "users", "token_app", group=True),
 )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from urllib.parse import urlsplit
 
 from gpupool.client import transport as plain
+from gpupool.client.services import ServiceCalls
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec, Submission
 
@@ -109,7 +110,7 @@ class _Response(Protocol):
     def json(self) -> Any: ...
 
 
-class GpupoolClient:
+class GpupoolClient(ServiceCalls):
     def __init__(
         self,
         url: str,

@@ -61,7 +61,7 @@ class Applier:
             log.info("not starting job %s: %s", decision.job_id, exc)
             return None
         attempt, job_id = ticket.attempt, decision.job_id
-        launched: list[tuple[int, dict[str, Any]]] = []
+        launched: list[tuple[int, dict[str, Any], int | None]] = []
         failed: list[tuple[int, str]] = []
         try:
             rendezvous = self._executor.rendezvous(decision.placements[0].node)
@@ -81,6 +81,14 @@ class Applier:
                 checkpoint_dir=spec.checkpoint_dir,
                 array=ticket.array,
             )
+            port = None
+            if spec.port_env:  # a service replica: a free port on its own node, in the variable it named
+                try:
+                    port = self._executor.rendezvous(p.node).master_port
+                except Exception as exc:
+                    failed.append((worker_id, f"no free port on {p.node} for worker {p.worker}: {exc}"))
+                    continue
+                env[spec.port_env] = str(port)
             gpus = ",".join(map(str, p.gpus)) or "none"
             request = LaunchRequest(
                 job_id=job_id,
@@ -98,7 +106,7 @@ class Applier:
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
             )
             try:
-                launched.append((worker_id, self._executor.launch(p.node, request)))
+                launched.append((worker_id, self._executor.launch(p.node, request), port))
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
@@ -142,7 +150,11 @@ class Applier:
         self._signalled.difference_update(worker_ids)
 
     def _finish_start(
-        self, job_id: int, attempt: int, launched: list[tuple[int, dict[str, Any]]], failed: list[tuple[int, str]]
+        self,
+        job_id: int,
+        attempt: int,
+        launched: list[tuple[int, dict[str, Any], int | None]],
+        failed: list[tuple[int, str]],
     ) -> None:
         """Record handles and failed launches, then starting -> running, in one commit. The job
         may have been asked to stop meanwhile: that leaves its state alone (only the controller
@@ -162,10 +174,14 @@ class Applier:
 
     @staticmethod
     def _record_launches(
-        s: Tx, job_id: int, launched: list[tuple[int, dict[str, Any]]], failed: list[tuple[int, str]], now: datetime
+        s: Tx,
+        job_id: int,
+        launched: list[tuple[int, dict[str, Any], int | None]],
+        failed: list[tuple[int, str]],
+        now: datetime,
     ) -> None:
-        for worker_id, handle in launched:
-            worker_repo.mark_launched(s, worker_id, handle, now)
+        for worker_id, handle, port in launched:
+            worker_repo.mark_launched(s, worker_id, handle, now, port)
         for worker_id, message in failed:
             worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
             job_repo.add_job_event(s, job_id, now, "launch_failed", message)

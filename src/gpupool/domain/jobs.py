@@ -147,6 +147,10 @@ class JobSpec:
     # Absolute; every worker gets it as GPUPOOL_CHECKPOINT_DIR. The job owns it: gpupool neither
     # creates it nor touches what is in it.
     checkpoint_dir: str | None = None
+    # A replica of a service (domain.services): the service's name, and the variable its port is
+    # passed in (a free port on its node, picked at each start). Set by the service layer only.
+    service: str | None = None
+    port_env: str | None = None
 
     @property
     def total_gpus(self) -> float:

@@ -48,6 +48,7 @@ class Session:
     _by_project: dict[str, list[RunningJob]] | None = None
     _stopping: list[RunningJob] | None = None
     _failed: dict[tuple[WorkerDemand, int, bool], int] = field(default_factory=dict)  # shape -> generation
+    _service_nodes: dict[str, set[str]] | None = None  # nodes each service's replicas hold (spread)
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
@@ -136,8 +137,12 @@ class Session:
             return None
         plugin = registry.placement(self.config.placement)
         statement = Statement(self.cluster)
+        avoid = self.service_nodes(job.spec.service)
         for worker in range(job.spec.workers):
-            chosen = self._best_node(demand, plugin)
+            # A service's replicas spread: a node without one is preferred, any node will do.
+            chosen = self._best_node(demand, plugin, avoid) if avoid else None
+            if chosen is None:
+                chosen = self._best_node(demand, plugin)
             if chosen is None:
                 statement.discard()
                 self._failed[shape] = self.cluster.generation
@@ -151,7 +156,21 @@ class Session:
             self.cluster.generation = generation
         return placed
 
-    def _best_node(self, demand: WorkerDemand, plugin: registry.PlacementPlugin) -> NodeFree | None:
+    def service_nodes(self, service: str | None) -> frozenset[str]:
+        """The nodes where replicas of ``service`` run or were started this cycle (none for a job
+        that is not a replica, so placement of every other job is as before)."""
+        if service is None:
+            return frozenset()
+        if self._service_nodes is None:
+            self._service_nodes = {}
+            for r in self.snapshot.running:
+                if r.spec.service is not None and not r.stopping:
+                    self._service_nodes.setdefault(r.spec.service, set()).update(p.node for p in r.placements)
+        return frozenset(self._service_nodes.get(service, ()))
+
+    def _best_node(
+        self, demand: WorkerDemand, plugin: registry.PlacementPlugin, avoid: frozenset[str] = frozenset()
+    ) -> NodeFree | None:
         """The best node for one worker, by the plugin's score, looking only where it could fit.
 
         Phases of buckets are scanned in order; a phase may end the search once it found a fit
@@ -169,7 +188,7 @@ class Session:
         for buckets, stop_after, first_wins in phases:
             for bucket in buckets:
                 for free in bucket.values():
-                    if not can_fit(free, demand):
+                    if not can_fit(free, demand) or free.name in avoid:
                         continue
                     key = (plugin.score(free, demand), free.name)
                     if best is None or key < best[0]:
@@ -202,6 +221,10 @@ class Session:
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))
         self.start_specs[job.id] = job.spec
+        if job.spec.service is not None:
+            self.service_nodes(job.spec.service)  # built from the snapshot before this start is added
+            assert self._service_nodes is not None
+            self._service_nodes.setdefault(job.spec.service, set()).update(p.node for p in placements)
         self.allocated[job.spec.project] += job.spec.total_gpus
         mine = (job.spec.project, job.owner)
         self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus

@@ -10,6 +10,7 @@ from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.services.accounts import JobAccounts
 from gpupool.services.grants import SubmitGrants
+from gpupool.services.load import LoadBoard
 from gpupool.store.db import Database
 
 
@@ -32,3 +33,4 @@ class HeadContext:
     idle: IdleSettings = field(default_factory=IdleSettings)  # what the head counts as an idle GPU
     accounts: JobAccounts = field(default_factory=JobAccounts)  # whose Unix account each job runs as
     grants: SubmitGrants = field(default_factory=SubmitGrants)  # who may submit where, for a second
+    load: LoadBoard = field(default_factory=LoadBoard)  # the gateway's reports of replica load, in memory

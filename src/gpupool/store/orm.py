@@ -83,6 +83,9 @@ class JobRow(Base):
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)  # %N: at most N at once
+    # A replica of a service (0014): the service's name and the variable its port is passed in.
+    service: Mapped[str | None] = mapped_column(String(63), nullable=True, index=True)
+    port_env: Mapped[str | None] = mapped_column(String(64), nullable=True)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared
@@ -124,6 +127,9 @@ class WorkerRow(Base):
     cpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     cpu_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
     usage_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # A service replica's (0014): the port it was given, and since when it answers its health check.
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ready_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
@@ -356,3 +362,20 @@ class IdempotencyKeyRow(Base):
     fingerprint: Mapped[str] = mapped_column(String(64))  # SHA-256 of the submitted spec
     job_id: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class ServiceRow(Base):
+    """An inference service (0014): its spec as ``ServiceSpec.to_dict``, how many replicas it wants
+    now, and the autoscaler's memory. Its replicas are jobs whose ``service`` names it."""
+
+    __tablename__ = "services"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    run_as: Mapped[str | None] = mapped_column(String(32), nullable=True)  # its replicas' Unix account
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    desired: Mapped[int] = mapped_column(Integer)
+    autoscale: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column()

@@ -83,9 +83,13 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
     return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array)
 
 
-def mark_launched(session: Session, worker_id: int, handle: dict[str, Any], now: datetime) -> None:
+def mark_launched(
+    session: Session, worker_id: int, handle: dict[str, Any], now: datetime, port: int | None = None
+) -> None:
+    """``port``: the one a service replica was given (``JobSpec.port_env``)."""
     row = session.get_one(WorkerRow, worker_id)
     row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle, now
+    row.port = port
 
 
 def live_workers(session: Session) -> list[WorkerRecord]:

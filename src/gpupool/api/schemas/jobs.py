@@ -110,6 +110,8 @@ class JobOut(BaseModel):
     )
     array_id: int | None = Field(None, description="a task of an array: the array's id (its first task's job id)")
     array_index: int | None = Field(None, description="a task of an array: its index (GPUPOOL_ARRAY_INDEX)")
+    service: str | None = Field(None, description="a replica of a service: the service's name")
+    port_env: str | None = Field(None, description="a replica: the variable its port is passed in")
     usage: list[UsageOut] = Field(
         default_factory=list,
         description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",

@@ -1,0 +1,210 @@
+"""Service request/response models, and the gateway's contract (routes out, load reports in).
+Field names here are a contract scripts and the gateway depend on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpupool.domain.services import Replica, ServiceSpec
+from gpupool.services.load import ReplicaLoad
+from gpupool.services.services import Route, ServiceView
+
+MAX_REPORT_LINES = 10_000
+
+
+class ServeRequest(BaseModel):
+    """``ServiceSpec.create``'s keywords; it checks every bound. ``replicas`` alone fixes the count;
+    ``min_replicas``/``max_replicas`` let the autoscaler choose within them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="1 to 63 lower-case letters, digits and '-' (a DNS label)")
+    command: list[str] = Field(description="argument vector of the server; never run through a shell")
+    project: str | None = None
+    replicas: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus: float = Field(1.0, description="per replica")
+    cpus: int = 0
+    memory: str | int | None = Field(None, description="per replica, e.g. 8G, or MiB as a number")
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = Field(None, description="the replicas' working directory")
+    max_concurrency: int = Field(16, description="requests one replica is sent at once (1 to 10000)")
+    target_concurrency: int | None = Field(None, description="the autoscaler's aim per replica; default max")
+    health_path: str = Field("/healthz", description="GET on each replica; ready once it answers 2xx")
+    port_env: str = Field("PORT", description="the variable each replica is told its port in")
+    public: bool = Field(False, description="the gateway serves it without a token")
+    scale_to_zero: bool = Field(False, description="with min_replicas 0: no replica while there is no traffic")
+    queue_limit: int = Field(100, description="requests the gateway queues beyond the replicas' capacity")
+    timeout_s: float = Field(60.0, description="the gateway's limit on one request, waiting for a replica included")
+    scale_down_delay_s: float = Field(60.0, description="load must ask for fewer replicas this long first")
+    ready_timeout_s: float = Field(120.0, description="a replica not ready this long gets an event saying why")
+
+    def spec(self) -> ServiceSpec:
+        return ServiceSpec.create(**self.model_dump())
+
+
+class ScaleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(description="0 to 64: pins the count (autoscaling off until the next serve)")
+
+
+class ReplicaCounts(BaseModel):
+    desired: int
+    ready: int
+    starting: int
+
+
+class ReplicaOut(BaseModel):
+    job_id: int
+    state: str = Field(description="its job's state")
+    ready: bool
+    current: bool = Field(description="runs the service's current version (false while an update rolls)")
+    stopping: bool
+    node: str | None
+    host: str | None
+    port: int | None
+
+    @classmethod
+    def of(cls, r: Replica) -> ReplicaOut:
+        return cls(
+            job_id=r.job_id,
+            state=r.state,
+            ready=r.ready,
+            current=r.current,
+            stopping=r.stopping,
+            node=r.node,
+            host=r.host,
+            port=r.port,
+        )
+
+
+class EndpointOut(BaseModel):
+    replica: str = Field(description="the replica's job id")
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, r: Replica) -> EndpointOut:
+        assert r.host is not None and r.port is not None
+        return cls(replica=str(r.job_id), host=r.host, port=r.port)
+
+
+class ServiceOut(BaseModel):
+    name: str
+    project: str
+    owner: str
+    state: str = Field(description="starting, ready, degraded or idle: read from its replicas")
+    replicas: ReplicaCounts
+    endpoints: list[EndpointOut] = Field(description="ready replicas, where the gateway sends requests")
+    max_concurrency: int
+    url: str = Field(description="where the gateway serves it")
+    created_at: datetime
+    updated_at: datetime
+    min_replicas: int
+    max_replicas: int
+    target_concurrency: int
+    scale_to_zero: bool
+    public: bool
+    health_path: str
+    port_env: str
+    gpus: float
+    cpus: int
+    memory_mib: int
+    queue_limit: int
+    timeout_s: float
+    command: list[str] | None = Field(description="null where hidden: only its owner, a manager or an admin sees it")
+    env: dict[str, str] | None
+    replica_list: list[ReplicaOut]
+
+    @classmethod
+    def of(cls, v: ServiceView, base_url: str) -> ServiceOut:
+        spec = v.record.spec
+        return cls(
+            name=spec.name,
+            project=spec.project,
+            owner=v.record.owner,
+            state=v.state.value,
+            replicas=ReplicaCounts(desired=v.record.desired, ready=v.ready, starting=v.starting),
+            endpoints=[EndpointOut.of(r) for r in v.endpoints],
+            max_concurrency=spec.max_concurrency,
+            url=f"{base_url.rstrip('/')}{service_path(spec.name)}",
+            created_at=v.record.created_at,
+            updated_at=v.record.updated_at,
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            target_concurrency=spec.target_concurrency,
+            scale_to_zero=spec.scale_to_zero,
+            public=spec.public,
+            health_path=spec.health_path,
+            port_env=spec.port_env,
+            gpus=spec.gpus,
+            cpus=spec.cpus,
+            memory_mib=spec.memory_mib,
+            queue_limit=spec.queue_limit,
+            timeout_s=spec.timeout_s,
+            command=list(spec.command) if v.full else None,
+            env=dict(spec.env) if v.full else None,
+            replica_list=[ReplicaOut.of(r) for r in v.replicas],
+        )
+
+
+def service_path(name: str) -> str:
+    """Where the gateway serves a service on the head (the integrator may move it: one place)."""
+    return f"/svc/{name}/"
+
+
+class RouteOut(BaseModel):
+    name: str
+    kind: str = "service"
+    project: str
+    public: bool
+    max_concurrency: int
+    queue_limit: int
+    timeout_s: float
+    endpoints: list[EndpointOut]
+
+    @classmethod
+    def of(cls, r: Route) -> RouteOut:
+        spec = r.record.spec
+        return cls(
+            name=spec.name,
+            project=spec.project,
+            public=spec.public,
+            max_concurrency=spec.max_concurrency,
+            queue_limit=spec.queue_limit,
+            timeout_s=spec.timeout_s,
+            endpoints=[EndpointOut.of(e) for e in r.endpoints],
+        )
+
+
+class RoutesOut(BaseModel):
+    routes: list[RouteOut]
+
+
+class ReplicaLoadIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    service: str = Field(max_length=63)
+    replica: str = Field(max_length=32, description="the replica's job id; '' for requests waiting for any")
+    in_flight: int = Field(ge=0, le=1_000_000)
+    queued: int = Field(ge=0, le=1_000_000)
+    requests: int = Field(ge=0, le=2**53)
+    errors: int = Field(ge=0, le=2**53)
+
+    def line(self) -> ReplicaLoad:
+        return ReplicaLoad(self.service, self.replica, self.in_flight, self.queued, self.requests, self.errors)
+
+
+class StatsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(gt=0, le=3600, description="the span the counts cover")
+    replicas: list[ReplicaLoadIn] = Field(max_length=MAX_REPORT_LINES)
+
+
+class StatsOut(BaseModel):
+    kept: int = Field(description="lines kept (a report for more services than the head tracks is cut)")

@@ -1,0 +1,159 @@
+"""Service commands: `gpupool serve NAME -- CMD`, `gpupool services`, `gpupool service show|scale|delete`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.render import ago
+from gpupool.domain.durations import parse_duration
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.services import ServiceSpec
+
+service_app = typer.Typer(help="Show, scale or delete an inference service.", no_args_is_help=True)
+
+
+def serve(
+    name: Annotated[str, typer.Argument(help="the service's name: lower-case letters, digits and '-'")],
+    command: Annotated[list[str] | None, typer.Argument(help="the server's command, after --")] = None,
+    project: Annotated[str | None, typer.Option(help="project (queue) to charge")] = None,
+    replicas: Annotated[int | None, typer.Option(help="a fixed number of replicas (0 to 64)")] = None,
+    min_replicas: Annotated[int | None, typer.Option(help="with --max-replicas: the autoscaler's floor")] = None,
+    max_replicas: Annotated[int | None, typer.Option(help="the autoscaler's ceiling")] = None,
+    gpus: Annotated[float, typer.Option(help="GPUs per replica: 0, a fraction below 1, or whole")] = 1.0,
+    cpus: Annotated[int, typer.Option(help="CPU cores per replica (pinned)")] = 0,
+    memory: Annotated[str | None, typer.Option(help="memory per replica, e.g. 8G")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable")] = None,
+    max_concurrency: Annotated[int, typer.Option(help="requests one replica is sent at once")] = 16,
+    target_concurrency: Annotated[
+        int | None, typer.Option(help="requests per replica the autoscaler aims at [default: max concurrency]")
+    ] = None,
+    health: Annotated[
+        str, typer.Option(help="health path: a replica is ready once GET on it answers 2xx")
+    ] = "/healthz",
+    port_env: Annotated[str, typer.Option(help="the variable each replica is told its port in")] = "PORT",
+    public: Annotated[bool, typer.Option(help="the gateway serves it without a token")] = False,
+    scale_to_zero: Annotated[bool, typer.Option(help="with --min-replicas 0: no replica while idle")] = False,
+    scale_down_delay: Annotated[str, typer.Option(help="quiet this long before scaling down, e.g. 1m")] = "60s",
+    ready_timeout: Annotated[str, typer.Option(help="say why a replica is not ready after this long")] = "2m",
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Create or update a service; an update that changes the replicas rolls them one at a time."""
+    if not command:
+        raise InvalidInput(
+            "empty command: give the server's command after --, e.g. gpupool serve web -- python serve.py"
+        )
+    env_map: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--env {item!r} is not K=V")
+        env_map[key] = value
+    body: dict[str, Any] = {
+        "name": name,
+        "command": list(command),
+        "project": project,
+        "replicas": replicas,
+        "min_replicas": min_replicas,
+        "max_replicas": max_replicas,
+        "gpus": gpus,
+        "cpus": cpus,
+        "memory": memory,
+        "env": env_map,
+        "workdir": str(Path.cwd()),
+        "max_concurrency": max_concurrency,
+        "target_concurrency": target_concurrency,
+        "health_path": health,
+        "port_env": port_env,
+        "public": public,
+        "scale_to_zero": scale_to_zero,
+        "scale_down_delay_s": parse_duration(scale_down_delay),
+        "ready_timeout_s": parse_duration(ready_timeout),
+    }
+    ServiceSpec.create(**body)  # refused here, before anything is sent
+    with client(url) as c:
+        made = c.serve(body)
+    if output is Output.JSON:
+        print_json(made)
+        return
+    console.print(
+        f"service {made['name']} ({made['project']}): {_counts(made)}; see it with gpupool service show {name}"
+    )
+
+
+def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """Every service with its replica counts."""
+    with client(url) as c:
+        listing = c.services()
+    if output is Output.JSON:
+        print_json(listing)
+        return
+    table = Table("NAME", "PROJECT", "OWNER", "STATE", "REPLICAS", "CONCURRENCY", "URL", "AGE")
+    for s in listing:
+        table.add_row(
+            s["name"],
+            s["project"],
+            s["owner"],
+            s["state"],
+            _counts(s),
+            str(s["max_concurrency"]),
+            s["url"],
+            ago(s["created_at"]),
+        )
+    console.print(table)
+
+
+@service_app.command("show")
+def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """One service: its settings and each replica (its job, node, port, readiness)."""
+    with client(url) as c:
+        s = c.service(name)
+    if output is Output.JSON:
+        print_json(s)
+        return
+    console.print(f"[bold]{s['name']}[/bold] ({s['project']}, {s['owner']}): {s['state']}, {_counts(s)}")
+    console.print(f"url {s['url']}  health {s['health_path']}  port in ${s['port_env']}  ")
+    console.print(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}")
+    if s["command"] is not None:
+        console.print("command " + " ".join(s["command"]))
+    table = Table("JOB", "STATE", "READY", "VERSION", "NODE", "ENDPOINT")
+    for r in s["replica_list"]:
+        endpoint = f"{r['host']}:{r['port']}" if r["host"] and r["port"] else "-"
+        version = "current" if r["current"] else "old"
+        ready = "yes" if r["ready"] else ("stopping" if r["stopping"] else "no")
+        table.add_row(str(r["job_id"]), r["state"], ready, version, r["node"] or "-", endpoint)
+    console.print(table)
+
+
+@service_app.command("scale")
+def scale(
+    name: str,
+    replicas: Annotated[int, typer.Option(help="the number of replicas (0 to 64); autoscaling stops")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Pin the number of replicas."""
+    with client(url) as c:
+        s = c.scale_service(name, replicas)
+    if output is Output.JSON:
+        print_json(s)
+        return
+    console.print(f"service {name}: {_counts(s)}")
+
+
+@service_app.command("delete")
+def delete(name: str, url: UrlOpt = "http://127.0.0.1:7070") -> None:
+    """Delete the service; its replicas are cancelled."""
+    with client(url) as c:
+        c.delete_service(name)
+    console.print(f"service {name} deleted; its replicas are being stopped")
+
+
+def _counts(s: dict[str, Any]) -> str:
+    r = s["replicas"]
+    return f"{r['ready']}/{r['desired']} ready" + (f", {r['starting']} starting" if r["starting"] else "")

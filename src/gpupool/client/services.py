@@ -1,0 +1,36 @@
+"""The client's service calls, apart from ``http.py`` so that each module stays small; mixed into
+``GpupoolClient``, which supplies ``_call`` and ``_send``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceCalls:
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def serve(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create or update a service (the body of ``POST /api/v1/services``)."""
+        return dict(self._call("POST", "/api/v1/services", json=body))
+
+    def services(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/services"))
+
+    def service(self, name: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/services/{name}"))
+
+    def scale_service(self, name: str, replicas: int) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/services/{name}/scale", json={"replicas": replicas}))
+
+    def delete_service(self, name: str) -> None:
+        self._send("DELETE", f"/api/v1/services/{name}")
+
+    def gateway_routes(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/api/v1/gateway/routes"))
+
+    def gateway_stats(self, window_s: float, replicas: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(self._call("POST", "/api/v1/gateway/stats", json={"window_s": window_s, "replicas": replicas}))

@@ -1,0 +1,193 @@
+"""Service use cases: serve (create or update), list, show, scale, delete; and what the gateway
+reads (routes) and writes (load reports).
+
+``serve NAME`` creates the service, or updates it where the caller may act on it (its owner, a
+manager of its project, an admin): an update that changes the replica's job rolls the replicas,
+one that changes only counts or gateway settings does not. A name taken in another project is a
+409 ``service_exists``; a service of the same project that is someone else's is a 403.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpupool.domain.errors import Conflict, Forbidden
+from gpupool.domain.permissions import Rule, Who, may_act_on_job
+from gpupool.domain.services import (
+    Replica,
+    ServiceRecord,
+    ServiceSpec,
+    ServiceState,
+    check_replicas,
+    check_service_name,
+    service_state,
+)
+from gpupool.services.access import require_submit
+from gpupool.services.context import HeadContext
+from gpupool.services.jobs import check_satisfiable
+from gpupool.services.load import ReplicaLoad
+from gpupool.store import jobs as job_repo
+from gpupool.store import members as member_repo
+from gpupool.store import nodes as node_repo
+from gpupool.store import services as service_repo
+from gpupool.store.db import Tx
+from gpupool.store.tokens import Principal
+
+_OWNER = Rule(Who.OWNER)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    record: ServiceRecord
+    replicas: tuple[Replica, ...]
+    full: bool  # the caller may see its command and environment
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for r in self.replicas if r.ready and not r.stopping)
+
+    @property
+    def starting(self) -> int:
+        return sum(1 for r in self.replicas if r.starting)
+
+    @property
+    def state(self) -> ServiceState:
+        return service_state(self.record.desired, self.ready)
+
+    @property
+    def endpoints(self) -> list[Replica]:
+        """Ready replicas that are not being stopped: where the gateway may send requests."""
+        return [r for r in self.replicas if r.ready and not r.stopping and r.host and r.port]
+
+
+def initial_desired(spec: ServiceSpec) -> int:
+    return spec.floor if spec.autoscaled else spec.min_replicas
+
+
+def serve(ctx: HeadContext, spec: ServiceSpec, who: Principal) -> tuple[ServiceView, bool]:
+    """Create or update; True when it was created."""
+    now = ctx.clock.now()
+    with ctx.db.tx() as s:
+        require_submit(s, who, spec.project)
+        if spec.max_replicas:
+            check_satisfiable(spec.replica_spec(), node_repo.load_nodes(s))
+        row = service_repo.find_service(s, spec.name, lock=True)
+        if row is None:
+            run_as = ctx.accounts.run_as(who.user, who.unix_user)
+            service_repo.insert_service(s, spec, who.user, run_as, initial_desired(spec), now)
+            created = True
+        else:
+            if row.project != spec.project:
+                raise Conflict(
+                    f"service name {spec.name} is taken: it belongs to project {row.project} (owner {row.owner});"
+                    " choose another name",
+                    code="service_exists",
+                )
+            _require_act(s, who, service_repo.record(row), "update")
+            old = service_repo.record(row)
+            desired = initial_desired(spec)
+            if spec.autoscaled:  # keep what the autoscaler chose, within the new bounds
+                desired = max(spec.floor, min(spec.max_replicas, old.desired))
+            service_repo.update_service(s, row, spec, desired, now)
+            created = False
+        view = _view(s, who, service_repo.get_service(s, spec.name))
+    ctx.wake_controller()
+    return view, created
+
+
+def listing(ctx: HeadContext, who: Principal) -> list[ServiceView]:
+    with ctx.db.read() as s:
+        records = service_repo.list_services(s)
+        return _views(s, who, records)
+
+
+def show(ctx: HeadContext, name: str, who: Principal) -> ServiceView:
+    check_service_name(name)
+    with ctx.db.read() as s:
+        return _view(s, who, service_repo.get_service(s, name))
+
+
+def scale(ctx: HeadContext, name: str, replicas: int, who: Principal) -> ServiceView:
+    """Pin the count: min = max = ``replicas`` (autoscaling off until the next ``serve``). The
+    replica's job is unchanged, so nothing rolls."""
+    check_service_name(name)
+    check_replicas("replicas", replicas)
+    with ctx.db.tx() as s:
+        record = service_repo.get_service(s, name)
+        row = service_repo.find_service(s, name, lock=True)
+        assert row is not None
+        _require_act(s, who, record, "scale")
+        zero = record.spec.scale_to_zero and not replicas
+        spec = dataclasses.replace(record.spec, min_replicas=replicas, max_replicas=replicas, scale_to_zero=zero)
+        service_repo.update_service(s, row, spec, replicas, ctx.clock.now())
+        view = _view(s, who, service_repo.get_service(s, name))
+    ctx.wake_controller()
+    return view
+
+
+def delete(ctx: HeadContext, name: str, who: Principal) -> None:
+    """The service goes at once; its replicas are cancelled (their processes are stopped by the
+    controller as any cancelled job's are)."""
+    check_service_name(name)
+    now = ctx.clock.now()
+    with ctx.db.tx() as s:
+        record = service_repo.get_service(s, name)
+        _require_act(s, who, record, "delete")
+        for replica in service_repo.replicas(s, {name: record.spec.replica_spec()})[name]:
+            row = job_repo.job_row(s, replica.job_id, lock=True)
+            if replica.stopping and row.stop_reason == "cancel":
+                continue
+            job_repo.request_cancel(s, replica.job_id, now, f"{who.user} (service {name} deleted)")
+        service_repo.delete_service(s, name)
+    ctx.wake_controller()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    record: ServiceRecord
+    endpoints: tuple[Replica, ...]
+
+
+def routes(ctx: HeadContext) -> list[Route]:
+    """Every service with its ready replicas: what the gateway routes to."""
+    with ctx.db.read() as s:
+        records = service_repo.list_services(s)
+        found = service_repo.replicas(s, {r.spec.name: r.spec.replica_spec() for r in records})
+    views = [ServiceView(r, tuple(found.get(r.spec.name, ())), False) for r in records]
+    return [Route(v.record, tuple(v.endpoints)) for v in views]
+
+
+def record_load(ctx: HeadContext, window_s: float, lines: Sequence[ReplicaLoad]) -> int:
+    """Keep a gateway report for the autoscaler; how many lines were kept."""
+    return ctx.load.record(ctx.clock.now(), window_s, lines)
+
+
+def _require_act(s: Tx, who: Principal, record: ServiceRecord, what: str) -> None:
+    if who.is_admin or who.user == record.owner:
+        return
+    role = member_repo.role_in(s, record.spec.project, who.user)
+    if not may_act_on_job(who.user, who.is_admin, record.owner, role):
+        raise Forbidden(
+            f"{who.user} may not {what} service {record.spec.name}: it is {record.owner}'s, and only"
+            f" {_OWNER.describe()} may (project {record.spec.project})",
+            code="not_your_service",
+        )
+
+
+def _view(s: Tx, who: Principal, record: ServiceRecord) -> ServiceView:
+    return _views(s, who, [record])[0]
+
+
+def _views(s: Tx, who: Principal, records: list[ServiceRecord]) -> list[ServiceView]:
+    found = service_repo.replicas(s, {r.spec.name: r.spec.replica_spec() for r in records})
+    managed = set() if who.is_admin else member_repo.managed_by(s, who.user)
+    return [
+        ServiceView(
+            r,
+            tuple(found.get(r.spec.name, ())),
+            who.is_admin or who.user == r.owner or r.spec.project in managed,
+        )
+        for r in records
+    ]

@@ -1,0 +1,190 @@
+"""Inference services end to end (issue 17, part A): a real head on the local backend, replicas
+that are real HTTP servers (tests/e2e/replica_server.py), health checked over real HTTP.
+
+One head for the module; the tests run in order on the service ``web`` and each leaves it as the
+next expects: two ready replicas on two nodes; a killed replica replaced; a rolling update that
+never leaves fewer than desired - 1 ready (the plan's own bound, desired, is proven in
+tests/unit/test_services_domain.py; here a slow health check on a loaded machine may cost one);
+scaling; a health path that never answers; a taken name; deletion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpupool.client import GpupoolClient
+from tests.e2e.headproc import HeadProcess, pid_alive, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SERVER = str(Path(__file__).with_name("replica_server.py"))
+WAIT = 60
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
+    made = HeadProcess(tmp_path_factory.mktemp("services") / "data").start()
+    yield made
+    made.kill_everything()
+
+
+@pytest.fixture(scope="module")
+def client(head: HeadProcess) -> Iterator[GpupoolClient]:
+    with head.client() as c:
+        yield c
+
+
+def serve(head: HeadProcess, *args: str) -> dict[str, Any]:
+    out = head.cli("serve", "-o", "json", *args)
+    assert out.returncode == 0, out.stderr + "".join(head.output[-30:])
+    return dict(json.loads(out.stdout))
+
+
+def ready(client: GpupoolClient, name: str, count: int) -> dict[str, Any] | None:
+    """The service once exactly ``count`` replicas are ready and none other is alive."""
+    s = client.service(name)
+    live = [r for r in s["replica_list"] if not r["stopping"]]
+    return s if s["replicas"]["ready"] == count and len(live) == count and len(s["endpoints"]) == count else None
+
+
+def get(endpoint: dict[str, Any], path: str) -> str:
+    return httpx.get(f"http://{endpoint['host']}:{endpoint['port']}{path}", timeout=5).text
+
+
+def test_two_replicas_become_ready_on_two_nodes_and_answer(head: HeadProcess, client: GpupoolClient) -> None:
+    made = serve(head, "web", "--replicas", "2", "--max-concurrency", "4", "--", sys.executable, SERVER)
+    assert (made["name"], made["project"], made["replicas"]["desired"]) == ("web", "default", 2)
+    assert made["url"].endswith("/svc/web/") and made["max_concurrency"] == 4
+    s = wait_for(lambda: ready(client, "web", 2), WAIT, 0.2, "web to have 2 ready replicas")
+    assert s["state"] == "ready"
+    assert {r["node"] for r in s["replica_list"]} == {"node-1", "node-2"}  # spread
+    assert [get(e, "/healthz") for e in s["endpoints"]] == ["ok", "ok"]
+    for r in s["replica_list"]:
+        job = client.job(r["job_id"])
+        assert (job["priority"], job["service"], job["port_env"]) == ("inference", "web", "PORT")
+    routes = client.gateway_routes()["routes"]
+    assert [(r["name"], r["kind"], len(r["endpoints"])) for r in routes] == [("web", "service", 2)]
+    assert {e["host"] for e in routes[0]["endpoints"]} == {"127.0.0.1"}
+    listed = json.loads(head.cli("services", "-o", "json").stdout)
+    assert [(x["name"], x["state"], x["replicas"]) for x in listed] == [
+        ("web", "ready", {"desired": 2, "ready": 2, "starting": 0})
+    ]
+
+
+def test_a_killed_replica_is_replaced(head: HeadProcess, client: GpupoolClient) -> None:
+    before = client.service("web")
+    victim = before["endpoints"][0]
+    pid = int(get(victim, "/pid"))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 10, what="the replica's process to die")
+    after = wait_for(
+        lambda: (
+            (s := ready(client, "web", 2)) and victim["replica"] not in {e["replica"] for e in s["endpoints"]} and s
+        ),
+        WAIT,
+        0.2,
+        "the killed replica to be replaced",
+    )
+    assert client.job(int(victim["replica"]))["state"] == "failed"
+    assert [get(e, "/healthz") for e in after["endpoints"]] == ["ok", "ok"]
+
+
+def test_an_update_rolls_without_losing_ready_capacity(head: HeadProcess, client: GpupoolClient) -> None:
+    old = {r["job_id"] for r in client.service("web")["replica_list"]}
+    updated = serve(head, "web", "--replicas", "2", "--env", "VERSION=2", "--", sys.executable, SERVER)
+    assert updated["replicas"]["desired"] == 2
+    lowest = 2
+
+    def rolled() -> dict[str, Any] | None:
+        nonlocal lowest
+        s = client.service("web")
+        lowest = min(lowest, s["replicas"]["ready"])
+        live = [r for r in s["replica_list"] if not r["stopping"]]
+        done = (
+            len(live) == 2 and all(r["current"] and r["ready"] for r in live) and not old & {r["job_id"] for r in live}
+        )
+        return s if done and len(s["endpoints"]) == 2 else None
+
+    s = wait_for(rolled, WAIT * 2, 0.05, "the update to roll")
+    assert lowest >= 2 - 1
+    assert [get(e, "/version") for e in s["endpoints"]] == ["2", "2"]
+    events = [e["kind"] for j in old for e in client.events(j)]
+    assert events.count("cancelled") == 2  # each old replica was stopped, none failed
+
+
+def test_scale_changes_the_count(head: HeadProcess, client: GpupoolClient) -> None:
+    out = head.cli("service", "scale", "web", "--replicas", "3", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["replicas"]["desired"] == 3
+    wait_for(lambda: ready(client, "web", 3), WAIT, 0.2, "3 ready replicas")
+    assert head.cli("service", "scale", "web", "--replicas", "1").returncode == 0
+    s = wait_for(lambda: ready(client, "web", 1), WAIT, 0.2, "1 ready replica")
+    assert (s["min_replicas"], s["max_replicas"]) == (1, 1)
+
+
+def test_a_health_path_that_never_answers_keeps_the_replica_not_ready(head: HeadProcess, client: GpupoolClient) -> None:
+    serve(head, "bad", "--gpus", "0", "--health", "/nope", "--ready-timeout", "1s", "--", sys.executable, SERVER)
+
+    def told() -> list[dict[str, Any]]:
+        replicas = client.service("bad")["replica_list"]
+        return [e for r in replicas for e in client.events(r["job_id"]) if e["kind"] == "replica_not_ready"]
+
+    said = wait_for(told, WAIT, 0.2, "an event saying why the replica is not ready")
+    assert "GET http://127.0.0.1:" in said[0]["message"] and "/nope: HTTP 404" in said[0]["message"]
+    s = client.service("bad")
+    assert (s["state"], s["replicas"]["ready"], s["endpoints"]) == ("starting", 0, [])
+    assert head.cli("service", "delete", "bad").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["Web", "--", "true"], "invalid service name"),
+        (["x", "--max-concurrency", "0", "--", "true"], "max concurrency"),
+        (["x", "--replicas", "65", "--", "true"], "replicas must be"),
+        (["x", "--health", "healthz", "--", "true"], "health path"),
+        (["x", "--port-env", "9X", "--", "true"], "--port-env"),
+        (["x"], "empty command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(head: HeadProcess, args: list[str], says: str) -> None:
+    out = head.cli("serve", *args)
+    assert out.returncode == 2 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_taken_name_is_a_conflict(head: HeadProcess, client: GpupoolClient) -> None:
+    client.set_project("other", quota=1, limit=None, weight=1)
+    out = head.cli("serve", "web", "--project", "other", "--", sys.executable, SERVER)
+    assert out.returncode == 2 and "service name web is taken" in out.stderr, out.stderr
+    admin = {"Authorization": f"Bearer {head.token()}"}
+    body = {"name": "web", "project": "other", "command": ["true"]}
+    response = httpx.post(f"{head.url}/api/v1/services", json=body, headers=admin)
+    assert response.status_code == 409 and response.json()["code"] == "service_exists"
+
+
+def test_the_gateway_reports_load(head: HeadProcess, client: GpupoolClient) -> None:
+    line = {"service": "web", "replica": "", "in_flight": 1, "queued": 0, "requests": 3, "errors": 0}
+    assert client.gateway_stats(5.0, [line]) == {"kept": 1}
+    admin = {"Authorization": f"Bearer {head.token()}"}
+    body = {"window_s": 5, "replicas": [{**line, "in_flight": -1}]}
+    bad = httpx.post(f"{head.url}/api/v1/gateway/stats", json=body, headers=admin)
+    assert bad.status_code == 422 and set(bad.json()) == {"code", "message"}
+
+
+def test_delete_cancels_the_replicas(head: HeadProcess, client: GpupoolClient) -> None:
+    jobs = [r["job_id"] for r in client.service("web")["replica_list"]]
+    assert head.cli("service", "delete", "web").returncode == 0
+    for job_id in jobs:
+        wait_for(lambda j=job_id: client.job(j)["state"] == "cancelled", WAIT, 0.2, f"replica {job_id} cancelled")
+    gone = head.cli("service", "show", "web")
+    assert gone.returncode == 2 and "no service web" in gone.stderr
+    assert client.gateway_routes() == {"routes": []}
