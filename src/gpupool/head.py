@@ -95,7 +95,15 @@ class Head:
         load = LoadBoard()  # the gateway's load reports, read by the autoscaler
         self.services = ServiceReconciler(self.db, clock, load, self.controller.wake)
         self.ctx = HeadContext(
-            self.db, clock, self.executor, self._wake, self.ray, idle, job_accounts(self.executor), load=load
+            self.db,
+            clock,
+            self.executor,
+            self.controller.wake,
+            self.ray,
+            idle,
+            job_accounts(self.executor),
+            wake_services=self._wake,
+            load=load,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(
@@ -105,7 +113,7 @@ class Head:
         self.app = create_app(self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s)
 
     def _wake(self) -> None:
-        """A request changed jobs or services: the controller and the service reconciler look now."""
+        """A request changed a service: the service reconciler and the controller look now."""
         self.controller.wake()
         self.services.wake()
 

@@ -93,7 +93,7 @@ def serve(ctx: HeadContext, spec: ServiceSpec, who: Principal) -> tuple[ServiceV
             service_repo.update_service(s, row, spec, desired, now)
             created = False
         view = _view(s, who, service_repo.get_service(s, spec.name))
-    ctx.wake_controller()
+    ctx.wake_services()
     return view, created
 
 
@@ -123,7 +123,7 @@ def scale(ctx: HeadContext, name: str, replicas: int, who: Principal) -> Service
         spec = dataclasses.replace(record.spec, min_replicas=replicas, max_replicas=replicas, scale_to_zero=zero)
         service_repo.update_service(s, row, spec, replicas, ctx.clock.now())
         view = _view(s, who, service_repo.get_service(s, name))
-    ctx.wake_controller()
+    ctx.wake_services()
     return view
 
 
@@ -141,7 +141,7 @@ def delete(ctx: HeadContext, name: str, who: Principal) -> None:
                 continue
             job_repo.request_cancel(s, replica.job_id, now, f"{who.user} (service {name} deleted)")
         service_repo.delete_service(s, name)
-    ctx.wake_controller()
+    ctx.wake_services()
 
 
 @dataclass(frozen=True, slots=True)
