@@ -32,7 +32,7 @@ WAIT = 60
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
-    made = HeadProcess(tmp_path_factory.mktemp("services") / "data").start()
+    made = HeadProcess(tmp_path_factory.mktemp("services") / "data", gateway=True).start()
     yield made
     made.kill_everything()
 
@@ -63,7 +63,7 @@ def get(endpoint: dict[str, Any], path: str) -> str:
 def test_two_replicas_become_ready_on_two_nodes_and_answer(head: HeadProcess, client: GpupoolClient) -> None:
     made = serve(head, "web", "--replicas", "2", "--max-concurrency", "4", "--", sys.executable, SERVER)
     assert (made["name"], made["project"], made["replicas"]["desired"]) == ("web", "default", 2)
-    assert made["url"].endswith("/svc/web/") and made["max_concurrency"] == 4
+    assert made["url"] == f"{head.gateway_url}/web/" and made["max_concurrency"] == 4
     s = wait_for(lambda: ready(client, "web", 2), WAIT, 0.2, "web to have 2 ready replicas")
     assert s["state"] == "ready"
     assert {r["node"] for r in s["replica_list"]} == {"node-1", "node-2"}  # spread
@@ -154,6 +154,8 @@ def test_a_health_path_that_never_answers_keeps_the_replica_not_ready(head: Head
         (["x", "--health", "healthz", "--", "true"], "health path"),
         (["x", "--port-env", "9X", "--", "true"], "--port-env"),
         (["x"], "empty command"),
+        (["jobs", "--", "true"], "is reserved"),
+        (["metrics", "--", "true"], "is reserved"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(head: HeadProcess, args: list[str], says: str) -> None:

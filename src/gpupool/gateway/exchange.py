@@ -161,7 +161,7 @@ async def forward(state: RouteState, req: Request, client: Downstream, target: b
         target,
         req.headers,
         client=req.client,
-        prefix=route.prefix.encode(),
+        prefix=b"" if route.kind == "job" else route.prefix.encode(),  # a job's path keeps its prefix
         framing=framing,
         drop_auth=not route.public,
         upgrade=req.upgrade,

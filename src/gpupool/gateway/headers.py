@@ -83,7 +83,8 @@ def upstream_head(
     drop_auth: bool,
     upgrade: bool = False,
 ) -> bytes:
-    """The request head sent to a replica: ``target`` already has the route's prefix removed."""
+    """The request head sent to a replica: ``target`` already has the route's prefix removed
+    (``prefix``, sent as ``X-Forwarded-Prefix``), or ``prefix`` is empty where it was kept."""
     skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED
     if drop_auth:
         skip = skip | {b"authorization"}
@@ -99,7 +100,9 @@ def upstream_head(
         if lower not in skip:
             lines += [name, b": ", value, b"\r\n"]
     lines += [b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\n"]
-    lines += [b"X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: ", prefix, b"\r\n"]
+    lines.append(b"X-Forwarded-Proto: http\r\n")
+    if prefix:  # the prefix taken off the path; none where the path keeps it (a job's port)
+        lines += [b"X-Forwarded-Prefix: ", prefix, b"\r\n"]
     if host:
         lines += [b"X-Forwarded-Host: ", host, b"\r\n"]
     if framing is Framing.CHUNKED:

@@ -112,6 +112,17 @@ def load_report(table: Table, window_s: float) -> dict[str, Any]:
 def _replica_reports(state: RouteState) -> Iterable[dict[str, Any]]:
     n = len(state.replicas)
     queued = len(state.queue)
+    if n == 0:  # scaled to zero: the waiting requests are what asks the autoscaler for a replica
+        if queued:
+            yield {
+                "service": state.route.name,
+                "replica": "",
+                "in_flight": 0,
+                "queued": queued,
+                "requests": 0,
+                "errors": 0,
+            }
+        return
     for i, replica in enumerate(state.replicas):
         requests, errors = replica.stats.totals()
         before = replica.stats.reported

@@ -122,7 +122,8 @@ class RouteState:
         if replica is not None:
             return replica
         ready = sum(1 for r in self.replicas if r.ejected_until <= now)
-        verdict = overflow(ready, len(self.queue), self.route.queue_limit)
+        waking = self.route.scale_to_zero and not self.replicas
+        verdict = overflow(ready, len(self.queue), self.route.queue_limit, waking=waking)
         if verdict is Overflow.UNAVAILABLE:
             raise Refused(503, "no_replica", f"{self.route.name} has no ready replica", retry_after=1)
         if verdict is Overflow.REJECT:

@@ -22,7 +22,7 @@ from gpupool.gateway.access import Access
 from gpupool.gateway.exchange import Limits, Truncated, forward
 from gpupool.gateway.pool import Refused, RouteState, Table
 from gpupool.gateway.request import Request
-from gpupool.gateway.routes import route_name
+from gpupool.gateway.routes import Route, route_name
 from gpupool.gateway.upstream import UpstreamConnection
 
 log = logging.getLogger("gpupool.gateway")
@@ -73,8 +73,7 @@ class Gateway:
                 if self.access is None:
                     raise Refused(403, "not_public", f"{route.name} is not public and this gateway has no head")
                 await self.access.check(h.bearer(req.headers), route)
-            rest = path[len(route.prefix) :]
-            target = (rest if rest.startswith(b"/") else b"/" + rest) + (b"?" + query if query else b"")
+            target = _target(route, path) + (b"?" + query if query else b"")
             return await forward(state, req, client, target, self.limits)
         except Refused as e:
             if state is not None:
@@ -279,6 +278,17 @@ class ClientConnection(asyncio.Protocol):
             transport.write_eof()
         transport.resume_reading()
         asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+
+
+def _target(route: Route, path: bytes) -> bytes:
+    """The path a replica is sent. A service's loses its route prefix (``/chat/v1/x`` -> ``/v1/x``):
+    a model server knows nothing of the gateway. A job's published port keeps it (``/jobs/7/tree``
+    as is): a notebook builds its links from its own base URL (``jupyter lab
+    --ServerApp.base_url=/jobs/7/``), and a stripped prefix would send its pages' links astray."""
+    if route.kind == "job":
+        return path
+    rest = path[len(route.prefix) :]
+    return rest if rest.startswith(b"/") else b"/" + rest
 
 
 def _page(body: bytes, content_type: str, extra: list[tuple[str, str]]) -> bytes:

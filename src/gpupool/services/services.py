@@ -159,6 +159,21 @@ def routes(ctx: HeadContext) -> list[Route]:
     return [Route(v.record, tuple(v.endpoints)) for v in views]
 
 
+@dataclass(frozen=True, slots=True)
+class JobRoute:
+    """A running job's published port (``--expose``): where the gateway sends ``/jobs/<id>/``."""
+
+    job_id: int
+    project: str
+    host: str
+    port: int
+
+
+def job_routes(ctx: HeadContext) -> list[JobRoute]:
+    with ctx.db.read() as s:
+        return [JobRoute(*found) for found in service_repo.published_ports(s)]
+
+
 def record_load(ctx: HeadContext, window_s: float, lines: Sequence[ReplicaLoad]) -> int:
     """Keep a gateway report for the autoscaler; how many lines were kept."""
     return ctx.load.record(ctx.clock.now(), window_s, lines)

@@ -8,10 +8,14 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.domain.services import Replica, ServiceSpec
+from gpupool.services.context import GatewayPlace
 from gpupool.services.load import ReplicaLoad
-from gpupool.services.services import Route, ServiceView
+from gpupool.services.services import JobRoute, Route, ServiceView
 
 MAX_REPORT_LINES = 10_000
+# A job's published port (a notebook: pages, kernels' WebSockets, long polls) is one person's:
+# many requests at once, a short queue, and a long wait for an answer's first byte.
+JOB_CONCURRENCY, JOB_QUEUE, JOB_TIMEOUT_S = 256, 64, 300.0
 
 
 class ServeRequest(BaseModel):
@@ -101,7 +105,9 @@ class ServiceOut(BaseModel):
     replicas: ReplicaCounts
     endpoints: list[EndpointOut] = Field(description="ready replicas, where the gateway sends requests")
     max_concurrency: int
-    url: str = Field(description="where the gateway serves it")
+    url: str | None = Field(
+        description="where the gateway serves it: http://<gateway>/<name>/ (null: the head runs no gateway)"
+    )
     created_at: datetime
     updated_at: datetime
     min_replicas: int
@@ -121,7 +127,8 @@ class ServiceOut(BaseModel):
     replica_list: list[ReplicaOut]
 
     @classmethod
-    def of(cls, v: ServiceView, base_url: str) -> ServiceOut:
+    def of(cls, v: ServiceView, base_url: str, gateway: GatewayPlace) -> ServiceOut:
+        """``base_url``: the head's, as the caller reached it; the gateway is on that host."""
         spec = v.record.spec
         return cls(
             name=spec.name,
@@ -131,7 +138,7 @@ class ServiceOut(BaseModel):
             replicas=ReplicaCounts(desired=v.record.desired, ready=v.ready, starting=v.starting),
             endpoints=[EndpointOut.of(r) for r in v.endpoints],
             max_concurrency=spec.max_concurrency,
-            url=f"{base_url.rstrip('/')}{service_path(spec.name)}",
+            url=gateway.url(base_url, service_path(spec.name)),
             created_at=v.record.created_at,
             updated_at=v.record.updated_at,
             min_replicas=spec.min_replicas,
@@ -153,19 +160,39 @@ class ServiceOut(BaseModel):
 
 
 def service_path(name: str) -> str:
-    """Where the gateway serves a service on the head (the integrator may move it: one place)."""
-    return f"/svc/{name}/"
+    """Where the gateway serves a service: its first path segment (``gateway/routes.route_name``),
+    stripped before a replica sees the request."""
+    return f"/{name}/"
+
+
+def job_path(job_id: int) -> str:
+    """Where the gateway serves a job's published port (``--expose``): the path keeps it."""
+    return f"/jobs/{job_id}/"
 
 
 class RouteOut(BaseModel):
-    name: str
-    kind: str = "service"
+    name: str = Field(description="a service's name, or jobs/<id> for a job's published port")
+    kind: str = Field("service", description="service or job")
     project: str
     public: bool
     max_concurrency: int
     queue_limit: int
     timeout_s: float
     endpoints: list[EndpointOut]
+    scale_to_zero: bool = Field(False, description="with no endpoint, a request waits for the replica it wakes")
+
+    @classmethod
+    def of_job(cls, r: JobRoute) -> RouteOut:
+        return cls(
+            name=job_path(r.job_id).strip("/"),
+            kind="job",
+            project=r.project,
+            public=False,
+            max_concurrency=JOB_CONCURRENCY,
+            queue_limit=JOB_QUEUE,
+            timeout_s=JOB_TIMEOUT_S,
+            endpoints=[EndpointOut(replica=str(r.job_id), host=r.host, port=r.port)],
+        )
 
     @classmethod
     def of(cls, r: Route) -> RouteOut:
@@ -178,6 +205,7 @@ class RouteOut(BaseModel):
             queue_limit=spec.queue_limit,
             timeout_s=spec.timeout_s,
             endpoints=[EndpointOut.of(e) for e in r.endpoints],
+            scale_to_zero=spec.scale_to_zero and spec.min_replicas == 0 < spec.max_replicas,
         )
 
 
