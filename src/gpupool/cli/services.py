@@ -39,6 +39,12 @@ def serve(
     public: Annotated[bool, typer.Option(help="the gateway serves it without a token")] = False,
     scale_to_zero: Annotated[bool, typer.Option(help="with --min-replicas 0: no replica while idle")] = False,
     scale_down_delay: Annotated[str, typer.Option(help="quiet this long before scaling down, e.g. 1m")] = "60s",
+    queue_limit: Annotated[
+        int, typer.Option(help="requests the gateway queues when every replica is at its cap; then 429")
+    ] = 100,
+    timeout: Annotated[
+        str, typer.Option(help="the gateway's limit on a request's wait for an answer, queue included, e.g. 60s")
+    ] = "60s",
     ready_timeout: Annotated[str, typer.Option(help="say why a replica is not ready after this long")] = "2m",
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
@@ -73,6 +79,8 @@ def serve(
         "public": public,
         "scale_to_zero": scale_to_zero,
         "scale_down_delay_s": parse_duration(scale_down_delay),
+        "queue_limit": queue_limit,
+        "timeout_s": parse_duration(timeout),
         "ready_timeout_s": parse_duration(ready_timeout),
     }
     ServiceSpec.create(**body)  # refused here, before anything is sent
