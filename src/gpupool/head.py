@@ -223,6 +223,15 @@ class Head:
         be up before the head says it is ready, and a port it cannot take stops the head now."""
         settings = self.settings
         assert settings.gateway_port is not None
+        if settings.gateway_port:  # a port taken is said in one line here, not by the gateway's own error
+            try:
+                _bind(settings.host, settings.gateway_port).close()
+            except Unavailable:
+                raise Unavailable(
+                    f"cannot listen on {settings.host}:{settings.gateway_port} for the gateway: the port is taken;"
+                    " pass another --gateway-port, or --no-gateway",
+                    code="port_in_use",
+                ) from None
         local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
         head = f"{'https' if settings.tls_cert else 'http'}://{f'[{local}]' if ':' in local else local}"
         extra = ["--head-ca", str(settings.tls_cert)] if settings.tls_cert else []

@@ -257,6 +257,15 @@ def test_a_bad_expose_port_is_refused(head: HeadProcess, value: str, says: str) 
     assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
+def test_a_gateway_port_taken_stops_a_head_in_one_line(head: HeadProcess, tmp_path: Path) -> None:
+    taken = head.gateway_url.rsplit(":", 1)[1]
+    args = ("up", "--port", str(free_port()), "--gateway-port", taken, "--data-dir", str(tmp_path / "other"))
+    result = head.cli(*args, "--fake-nodes", "1", timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "for the gateway: the port is taken" in lines[0], result.stderr
+
+
 def test_the_gateway_goes_with_its_head(head: HeadProcess) -> None:
     """Last: a head killed with SIGKILL cannot stop its gateway; the gateway stops by itself."""
     gateways = [p for p in _gateway_pids() if str(head.data_dir) in _cmdline(p)]
