@@ -110,7 +110,7 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
             s["state"],
             _counts(s),
             str(s["max_concurrency"]),
-            s["url"],
+            s["url"] or "- (no gateway)",
             ago(s["created_at"]),
         )
     console.print(table)
