@@ -8,6 +8,7 @@ import contextlib
 import json
 
 from gpupool.gateway import observe
+from gpupool.gateway.pool import BUCKETS
 from tests.gateway.replicas import Call, Replica, gateway, route, run, until
 
 
@@ -272,11 +273,16 @@ def test_metrics_and_health_pages() -> None:
         assert 'gpupool_gateway_in_flight{replica="a",route="svc"} 0.0' in text
         assert 'gpupool_gateway_request_duration_seconds_count{replica="a",route="svc"} 1.0' in text
         report = observe.load_report(gw.table, 1.0)
-        assert report == {
-            "window_s": 1.0,
-            "replicas": [{"service": "svc", "replica": "a", "in_flight": 0, "queued": 0, "requests": 1, "errors": 0}],
-        }
-        assert observe.load_report(gw.table, 1.0)["replicas"][0]["requests"] == 0  # counted once
+        line = dict(report["replicas"][0])
+        counts, took = line.pop("latency_counts"), line.pop("latency_sum_s")
+        assert line == {"service": "svc", "replica": "a", "in_flight": 0, "queued": 0, "requests": 1, "errors": 0}
+        assert report["window_s"] == 1.0 and report["latency_bounds"] == list(BUCKETS)
+        assert sum(counts) == 1 and len(counts) == len(BUCKETS) + 1 and took > 0
+        observe._undo(gw.table, report)  # the head did not take it: the next report carries it all again
+        resent = observe.load_report(gw.table, 1.0)["replicas"][0]
+        assert (resent["requests"], resent["latency_counts"], resent["latency_sum_s"]) == (1, counts, took)
+        again = observe.load_report(gw.table, 1.0)["replicas"][0]
+        assert (again["requests"], sum(again["latency_counts"]), again["latency_sum_s"]) == (0, 0, 0)  # counted once
         assert json.loads(json.dumps(report)) == report
         await gw.close()
 

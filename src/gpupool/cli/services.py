@@ -10,6 +10,7 @@ from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago
+from gpupool.cli.service_load import load_line, replica_table
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.services import ServiceSpec
@@ -118,7 +119,8 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
 
 @service_app.command("show")
 def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
-    """One service: its settings and each replica (its job, node, port, readiness)."""
+    """One service: its settings, its load, and each replica (its job, node, port, readiness, and
+    the gateway's figures: requests a second, in flight, queued, latency p50/p99, errors)."""
     with client(url) as c:
         s = c.service(name)
     if output is Output.JSON:
@@ -129,13 +131,8 @@ def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = O
     console.print(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}")
     if s["command"] is not None:
         console.print("command " + " ".join(s["command"]))
-    table = Table("JOB", "STATE", "READY", "VERSION", "NODE", "ENDPOINT")
-    for r in s["replica_list"]:
-        endpoint = f"{r['host']}:{r['port']}" if r["host"] and r["port"] else "-"
-        version = "current" if r["current"] else "old"
-        ready = "yes" if r["ready"] else ("stopping" if r["stopping"] else "no")
-        table.add_row(str(r["job_id"]), r["state"], ready, version, r["node"] or "-", endpoint)
-    console.print(table)
+    console.print(load_line(s))
+    console.print(replica_table(s))
 
 
 @service_app.command("scale")

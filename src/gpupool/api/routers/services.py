@@ -60,4 +60,5 @@ def routes(ctx: Ctx, who: Caller) -> RoutesOut:
 @gateway_router.post("/stats", response_model=StatsOut)
 def stats(body: StatsIn, ctx: Ctx, who: Caller) -> StatsOut:
     """The gateway's load report, kept in memory for the autoscaler."""
-    return StatsOut(kept=service_layer.record_load(ctx, body.window_s, [r.line() for r in body.replicas]))
+    lines = [r.line() for r in body.replicas]
+    return StatsOut(kept=service_layer.record_load(ctx, body.window_s, lines, body.latency_bounds or ()))
