@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="example inference server (a torch MLP on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--port-env", default="PORT", help="the variable that holds the port")
-    p.add_argument("--host", default="127.0.0.1")
+    # gpupool tells a replica its node's address: what the gateway dials, on any node.
+    p.add_argument("--host", default=os.environ.get("GPUPOOL_NODE_ADDRESS", "127.0.0.1"))
     a = p.parse_args(argv)
     try:
         port = int(os.environ[a.port_env])

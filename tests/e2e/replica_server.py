@@ -41,4 +41,5 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     port = int(os.environ[os.environ.get("PORT_VAR", "PORT")])
     ThreadingHTTPServer.daemon_threads = True
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    # Its node's address, which the gateway dials (127.0.0.1 on the local backend's nodes).
+    ThreadingHTTPServer((os.environ.get("GPUPOOL_NODE_ADDRESS", "127.0.0.1"), port), Handler).serve_forever()

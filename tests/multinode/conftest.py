@@ -97,6 +97,7 @@ class RayCluster:
             nodes=None,
             gpus=0,
             extra=["--backend", "ray", "--node-name", "head", "--placement", "spread", "--node-timeout", NODE_TIMEOUT],
+            gateway=True,  # issue 17: services on joined nodes, reached through the head's gateway
         )
         self.nodes: dict[str, Join] = {}
 

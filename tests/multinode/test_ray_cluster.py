@@ -94,6 +94,39 @@ def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) 
         assert not [k for k in env if k.startswith("RAY_")], "Ray's variables must not leak into jobs"
 
 
+REPLICA_SERVER = str(Path(__file__).resolve().parents[1] / "e2e" / "replica_server.py")
+
+
+def test_a_services_replicas_on_two_joined_nodes_answer_through_the_gateway(cluster: RayCluster) -> None:
+    """Issue 17 on Ray: two replicas spread over the joined nodes, each reached at its node's
+    address by the gateway the head started; the requests through one URL reach both."""
+    import httpx
+
+    token = cluster.head.token()
+    with cluster.head.client() as c:
+        body = {"name": "echo", "command": [sys.executable, REPLICA_SERVER], "replicas": 2, "gpus": 1}
+        made = c.serve({**body, "env": ENV, "workdir": str(Path.cwd())})
+        assert made["url"] and made["url"].endswith("/echo/")
+        wait_for(lambda: c.service("echo")["replicas"]["ready"] == 2, timeout=90, interval=0.5, what="2 ready replicas")
+        replicas = c.service("echo")["replica_list"]
+        addresses = {n["name"]: n["address"] for n in c.nodes()}
+    assert sorted(r["node"] for r in replicas) == ["w1", "w2"]
+    assert all(r["host"] == addresses[r["node"]] for r in replicas)
+    seen: set[str] = set()
+    with httpx.Client(base_url=cluster.head.gateway_url, headers={"Authorization": f"Bearer {token}"}) as http:
+
+        def both_answered() -> bool:
+            answer = http.get("/echo/pid", timeout=10)
+            assert answer.status_code == 200, answer.text
+            seen.add(answer.text)
+            return len(seen) == 2
+
+        wait_for(both_answered, timeout=60, interval=0.05, what="requests through the gateway to reach both replicas")
+    with cluster.head.client() as c:
+        c.delete_service("echo")
+        wait_for(lambda: not c.services(), timeout=60, interval=0.5, what="the service to be gone")
+
+
 # Prints its uid, then leaves three processes outside its process group: setsid, nohup and a double fork.
 ESCAPE = (
     'echo "UID $(id -u)"; setsid sleep 300 & echo "ESCAPED $!"; '

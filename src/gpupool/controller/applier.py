@@ -21,7 +21,7 @@ from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.records import WorkerRecord
-from gpupool.domain.worker_env import worker_env
+from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
 from gpupool.executors.base import Executor
 from gpupool.node.runtime import LaunchRequest
 from gpupool.store import jobs as job_repo
@@ -84,11 +84,15 @@ class Applier:
             port = None
             if spec.port_env:  # a service replica: a free port on its own node, in the variable it named
                 try:
-                    port = self._executor.rendezvous(p.node).master_port
+                    there = self._executor.rendezvous(p.node)
                 except Exception as exc:
                     failed.append((worker_id, f"no free port on {p.node} for worker {p.worker}: {exc}"))
                     continue
+                port = there.master_port
                 env[spec.port_env] = str(port)
+                # Where the gateway and the health checks reach it: a server that listens only on
+                # 127.0.0.1 is out of their reach on any node but the head's own.
+                env[NODE_ADDRESS_ENV] = there.master_addr
             gpus = ",".join(map(str, p.gpus)) or "none"
             request = LaunchRequest(
                 job_id=job_id,

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.jobs import JobSpec, Placement
 
+# A service replica's node address, to listen on (with its port in the variable --port-env names):
+# what the gateway and the health checks dial.
+NODE_ADDRESS_ENV = "GPUPOOL_NODE_ADDRESS"
+
 # What a job gets of the environment of the process that starts it (the head, or a Ray node's
 # raylet) -- README "What a job sees". Nothing else passes: not GPUPOOL_TOKEN or GPUPOOL_DATA_DIR,
 # not RAY_* (the cluster's auth token), not a cloud key the head's user happened to export. A job
