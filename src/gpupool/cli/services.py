@@ -127,7 +127,8 @@ def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = O
         print_json(s)
         return
     console.print(f"[bold]{s['name']}[/bold] ({s['project']}, {s['owner']}): {s['state']}, {_counts(s)}")
-    console.print(f"url {s['url']}  health {s['health_path']}  port in ${s['port_env']}  ")
+    where = s["url"] or "- (the head runs no gateway)"
+    console.print(f"url {where}  health {s['health_path']}  port in ${s['port_env']}  ")
     console.print(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}")
     if s["command"] is not None:
         console.print("command " + " ".join(s["command"]))
