@@ -24,6 +24,7 @@ from typing import Protocol
 
 from gpupool.gateway import headers as h
 from gpupool.gateway.balance import may_retry
+from gpupool.gateway.lasthead import RequestHeads
 from gpupool.gateway.pool import Refused, Replica, RouteState
 from gpupool.gateway.request import Request
 from gpupool.gateway.sweep import Sweeper
@@ -34,6 +35,8 @@ log = logging.getLogger("gpupool.gateway")
 
 class Downstream(Protocol):
     """The client's connection, as a trip writes to it and tells it how the request ended."""
+
+    heads: RequestHeads
 
     def write(self, data: bytes) -> None: ...
     def pause_reading(self) -> None: ...
@@ -108,7 +111,7 @@ class Trip:
         self._idle_s = route.timeout_s
         self._head_request = req.method == b"HEAD"
         self._chunked_body = req.framing is h.Framing.CHUNKED
-        self._head = h.upstream_head(
+        self._head = client.heads.head(
             req.method,
             target,
             req.headers,
@@ -122,7 +125,7 @@ class Trip:
         self.replica: Replica | None = None
         self.conn: UpstreamConnection | None = None
         self._task: asyncio.Task[None] | None = None
-        self._reset()
+        self.status = 0
 
     def start(self) -> None:
         """Send at once when a replica has a free slot and an idle connection; else wait in a task."""
@@ -156,7 +159,8 @@ class Trip:
             )
             self.started = True
             return
-        head, self.framing = h.response_head(
+        assert self.conn is not None
+        head, self.framing = self.conn.heads.head(
             status, reason, headers, head_request=self._head_request, http11=req.http11, keep_alive=req.keep_alive
         )
         self._out.append(head)
@@ -266,9 +270,12 @@ class Trip:
         self._send(replica, conn)
 
     def _send(self, replica: Replica, conn: UpstreamConnection) -> None:
+        self._reset()
         self.replica, self.conn = replica, conn
         conn.begin(self, self._head, head_request=self._head_request, chunked_body=self._chunked_body)
-        self.req.attach(conn, again=self.attempt > 0)
+        req = self.req
+        if req.framing is not h.Framing.NONE:  # a request without a body has nothing to attach
+            req.attach(conn, again=self.attempt > 0)
         self.client.bind(conn)
         self.sweeper.watch(self)
 
@@ -319,7 +326,9 @@ class Trip:
         replica, conn = self.replica, self.conn
         assert replica is not None and conn is not None
         self.sweeper.forget(self)
-        self.req.detach()
+        req = self.req
+        if req.framing is not h.Framing.NONE:
+            req.detach()
         self.client.bind(None)
         conn.release()
         if close:
@@ -327,12 +336,10 @@ class Trip:
         self.replica = self.conn = None
         self.state.release(replica)
         if self.status:
-            stats = replica.stats
-            stats.answered(self.status)
-            stats.latency(self.head_at - self.req.started)
-        self._reset()
+            replica.stats.replied(self.status, self.head_at - req.started)
 
     def _reset(self) -> None:
+        """Each attempt starts afresh (a retry after a replica failed)."""
         self.status = 0
         self.head_at = 0.0
         self.started = False  # the head went to the client

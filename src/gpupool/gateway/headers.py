@@ -30,6 +30,7 @@ HOP_BY_HOP = frozenset(
 )
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
 NO_BODY_STATUS = frozenset({204, 304})
+_PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b"upgrade", b"Upgrade"})
 _SKIP_UP = HOP_BY_HOP | _FORWARDED
 _SKIP_UP_AUTH = _SKIP_UP | {b"authorization"}
 
@@ -105,13 +106,23 @@ def upstream_head(
     drop_auth: bool,
     upgrade: bool = False,
 ) -> bytes:
-    """The request head sent to a replica: ``target`` already has the route's prefix removed.
+    """The request head sent to a replica: ``target`` already has the route's prefix removed."""
+    fields = upstream_fields(
+        headers, client=client, prefix=prefix, framing=framing, drop_auth=drop_auth, upgrade=upgrade
+    )
+    return b"".join((method, b" ", target, b" HTTP/1.1\r\n", fields))
+
+
+def upstream_fields(
+    headers: Headers, *, client: str, prefix: bytes, framing: Framing, drop_auth: bool, upgrade: bool
+) -> bytes:
+    """The header lines of ``upstream_head``, through the blank line that ends the head.
 
     One pass over the headers, each lowered once: this runs for every request. A ``Connection``
     header that names a header beyond the hop-by-hop ones (rare) sends the head through
-    ``_upstream_head_named``, which drops the named ones wherever they stand."""
+    ``_upstream_fields_named``, which drops the named ones wherever they stand."""
     skip = _SKIP_UP_AUTH if drop_auth else _SKIP_UP
-    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    lines: list[bytes] = []
     forwarded_for = host = b""
     for name, value in headers:
         lower = name.lower()
@@ -119,7 +130,7 @@ def upstream_head(
             if lower == b"x-forwarded-for":
                 forwarded_for = value.strip() + b", "
             elif lower == b"connection" and _names_others(value):
-                return _upstream_head_named(method, target, headers, client, prefix, framing, drop_auth, upgrade)
+                return _upstream_fields_named(headers, client, prefix, framing, drop_auth, upgrade)
             continue
         if lower == b"host":
             host = value
@@ -136,9 +147,7 @@ def upstream_head(
     return b"".join(lines)
 
 
-def _upstream_head_named(
-    method: bytes,
-    target: bytes,
+def _upstream_fields_named(
     headers: Headers,
     client: str,
     prefix: bytes,
@@ -146,11 +155,11 @@ def _upstream_head_named(
     drop_auth: bool,
     upgrade: bool,
 ) -> bytes:
-    """``upstream_head`` when ``Connection`` names more headers to drop."""
+    """``upstream_fields`` when ``Connection`` names more headers to drop."""
     skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED
     if drop_auth:
         skip = skip | {b"authorization"}
-    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    lines: list[bytes] = []
     forwarded_for = b""
     host = b""
     for name, value in headers:
@@ -292,6 +301,8 @@ def _connection_named(headers: Headers) -> frozenset[bytes]:
 
 def _names_others(value: bytes) -> bool:
     """Whether a ``Connection`` header's value names a header that is not hop-by-hop anyway."""
+    if value in _PLAIN_CONNECTION:
+        return False
     return any(t.strip().lower() not in HOP_BY_HOP for t in value.split(b",") if t.strip())
 
 

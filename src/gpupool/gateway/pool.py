@@ -53,6 +53,12 @@ class Stats:
         self.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
         self.latency_sum += seconds
 
+    def replied(self, status: int, seconds: float) -> None:
+        """``answered`` and ``latency`` in one call: a replica's answer."""
+        self.codes[min(status // 100, 5)] += 1
+        self.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.latency_sum += seconds
+
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
@@ -146,7 +152,8 @@ class RouteState:
     def release(self, replica: Replica) -> None:
         """Free a slot: hand the longest waiting request a replica, if any is free now."""
         replica.in_flight -= 1
-        self.wake()
+        if self.queue:
+            self.wake()
 
     def wake(self) -> None:
         now = time.monotonic()
@@ -227,7 +234,7 @@ def _draw_from(rand: Callable[[], float]) -> Callable[[int], int]:
     per draw, twice per request)."""
 
     def draw(n: int) -> int:
-        return min(int(rand() * n), n - 1)
+        return int(rand() * n)  # below n: random() < 1
 
     return draw
 

@@ -20,6 +20,7 @@ import httptools
 from gpupool.gateway import headers as h
 from gpupool.gateway.access import Access
 from gpupool.gateway.exchange import Limits, Trip
+from gpupool.gateway.lasthead import RequestHeads
 from gpupool.gateway.pool import Refused, RouteState, Table
 from gpupool.gateway.request import Request
 from gpupool.gateway.routes import route_name
@@ -141,6 +142,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.responded = False  # a byte of the active request's answer was written
         self.trip: Trip | None = None  # the active request's, while it runs
+        self.heads = RequestHeads()
         self._peer = ""
         self._parser = httptools.HttpRequestParser(self)
         self._building: Request | None = None

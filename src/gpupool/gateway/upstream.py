@@ -15,10 +15,12 @@ from typing import Protocol, cast
 import httptools
 
 from gpupool.gateway.headers import LAST_CHUNK, chunk
+from gpupool.gateway.lasthead import ResponseHeads
 
 
 class Receiver(Protocol):
-    """What a connection reports to: the exchange it carries (``exchange.Exchange``)."""
+    """What a connection reports to: the trip it carries (``exchange.Trip``). What a read brought
+    is flushed at its end; ``on_complete`` and ``on_lost`` flush what they have themselves."""
 
     def on_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None: ...
     def on_body(self, data: bytes) -> None: ...
@@ -39,6 +41,7 @@ async def connect(host: str, port: int) -> UpstreamConnection:
 class UpstreamConnection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.heads = ResponseHeads()
         self._receiver: Receiver | None = None
         self._parser: httptools.HttpResponseParser | None = None
         self._clean = False  # the parser ended its last answer where the next one may begin
@@ -121,7 +124,8 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(f"bad answer from the replica: {e}")
         finally:
-            receiver.flush()
+            if self._receiver is receiver:  # an answer that ended was flushed by its end
+                receiver.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
