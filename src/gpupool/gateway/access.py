@@ -58,6 +58,7 @@ class Access:
                 asking.set_result(verdict)
             except Refused as e:  # the head could not answer: said to everyone waiting, not kept
                 asking.set_exception(e)
+                asking.exception()  # retrieved here: else, with no one else waiting, asyncio warns
                 raise
             finally:
                 self._asking.pop(key, None)
