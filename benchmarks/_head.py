@@ -83,6 +83,8 @@ def running_head(
         str(interval),
         "--kill-grace",
         str(kill_grace),
+        # no gateway unless the benchmark asks for one (--gateway-port 0): never a fight over 7071
+        *([] if any(a.startswith("--gateway") for a in extra_args) else ["--no-gateway"]),
         *extra_args,
     ]
     env = dict(os.environ)

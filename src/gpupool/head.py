@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Generator
@@ -28,13 +29,14 @@ from gpupool.backends import Topology
 from gpupool.client.http import is_loopback
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
-from gpupool.controller.services import ServiceReconciler
+from gpupool.controller.services import ReconcilerSettings, ServiceReconciler
 from gpupool.domain.alerts import AlertRules
 from gpupool.domain.errors import Unavailable
 from gpupool.domain.idle import IdleSettings
 from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
+from gpupool.gateway import launch as gateway_launch
 from gpupool.node import accounts
 from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
@@ -93,7 +95,14 @@ class Head:
             backend.watch_exits(self.controller.exit_rang)
             self.controller.rings_at_exits()
         load = LoadBoard()  # the gateway's load reports, read by the autoscaler
-        self.services = ServiceReconciler(self.db, clock, load, self.controller.wake)
+        self.services = ServiceReconciler(
+            self.db,
+            clock,
+            load,
+            self.controller.wake,
+            ReconcilerSettings(autoscale_window_s=settings.autoscale_window_s),
+        )
+        self._gateway: subprocess.Popen[bytes] | None = None
         self.ctx = HeadContext(
             self.db,
             clock,
@@ -143,6 +152,11 @@ class Head:
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
         line += f"\ndashboard: {url}/ui/ (gpupool dashboard prints a signed-in link)"
+        if self.ctx.gateway.port is not None:
+            line += (
+                f"\ngateway: http://{self.settings.host}:{self.ctx.gateway.port} (services at /NAME/: gpupool serve;"
+                " published job ports at /jobs/ID/: gpupool submit --expose)"
+            )
         if self.executor.capabilities.node_join and self.ray is not None:
             line += (
                 f"\nRay backend: Ray cluster at {self.ray.address}; other machines join with"
@@ -170,6 +184,8 @@ class Head:
         sock = _bind(self.settings.host, self.settings.port)
         if self.settings.port == 0:
             self.settings = _with_port(self.settings, sock.getsockname()[1])
+        if self.settings.gateway_port is not None:
+            self._start_gateway()
         self.controller.start()
         self.services.start()
         config = uvicorn.Config(
@@ -187,6 +203,7 @@ class Head:
             server.run(sockets=[sock])
         finally:
             auditing.close(self.app)  # the requests answered are all in the audit log
+            self._stop_gateway()
             self.services.stop()
             self.controller.stop()
             self.executor.close()
@@ -199,6 +216,45 @@ class Head:
                 file=out,
                 flush=True,
             )
+
+    def _start_gateway(self) -> None:
+        """Start the gateway process (``gateway/``) and wait for its ready line: it reads the
+        route table from this head with the admin token, by file (0600) as the CLI does. It must
+        be up before the head says it is ready, and a port it cannot take stops the head now."""
+        settings = self.settings
+        assert settings.gateway_port is not None
+        if settings.gateway_port:  # a port taken is said in one line here, not by the gateway's own error
+            try:
+                _bind(settings.host, settings.gateway_port).close()
+            except Unavailable:
+                raise Unavailable(
+                    f"cannot listen on {settings.host}:{settings.gateway_port} for the gateway: the port is taken;"
+                    " pass another --gateway-port, or --no-gateway",
+                    code="port_in_use",
+                ) from None
+        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
+        head = f"{'https' if settings.tls_cert else 'http'}://{f'[{local}]' if ':' in local else local}"
+        extra = ["--head-ca", str(settings.tls_cert)] if settings.tls_cert else []
+        proc = gateway_launch.start_gateway(
+            settings.gateway_port, f"{head}:{settings.port}", settings.token_file, host=settings.host, extra=extra
+        )
+        try:
+            url = gateway_launch.ready_url(proc)
+        except RuntimeError as exc:
+            raise Unavailable(f"{exc}: pass another --gateway-port, or --no-gateway", code="gateway_failed") from None
+        self._gateway = proc
+        self.ctx.gateway.port = int(url.rsplit(":", 1)[1])
+
+    def _stop_gateway(self) -> None:
+        proc, self._gateway = self._gateway, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
     def _announce(self, out: IO[str]) -> None:
         print(self.summary(), file=out, flush=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gpupool.scheduler.config import SchedulerConfig
 
 DEFAULT_PORT = 7070
+DEFAULT_GATEWAY_PORT = 7071
 TOKEN_FILE = "admin-token"
 JOIN_TOKEN_FILE = "join-token"
 
@@ -79,6 +80,10 @@ class Settings:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     max_connections: int = 1000
+    # The gateway to services and jobs' published ports, a process the head starts (0: any free
+    # port; None: none), and the span of its load reports the autoscaler averages over.
+    gateway_port: int | None = DEFAULT_GATEWAY_PORT
+    autoscale_window_s: float = 30.0
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

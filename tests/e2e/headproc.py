@@ -35,9 +35,12 @@ class HeadProcess:
         gpus: int = 4,
         extra: list[str] | None = None,
         extra_env: dict[str, str] | None = None,
+        gateway: bool = False,
     ) -> None:
         """``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join). ``extra_env``: more
-        variables in the head's environment (and the CLI's)."""
+        variables in the head's environment (and the CLI's). ``gateway``: start the head's gateway
+        on any free port (``gateway_url``); without it none, so heads side by side never fight
+        over the default port and tests that need none pay for none."""
         self.data_dir = data_dir
         self.extra_env = dict(extra_env or {})
         self.port = free_port()
@@ -52,8 +55,11 @@ class HeadProcess:
             "2",
             "--restart-backoff",  # short: tests of restarts wait for them; test_restart_backoff.py uses its own
             "0.2s",
+            *(["--gateway-port", "0"] if gateway else ["--no-gateway"]),
             *(extra or []),
         ]
+        self.gateway = gateway
+        self.gateway_url = ""
         self.proc: subprocess.Popen[str] | None = None
         self.ready_line = ""
         self.output: list[str] = []
@@ -88,8 +94,11 @@ class HeadProcess:
                 said = "".join(self.output[-20:])
                 raise RuntimeError(f"head exited early with {self.proc.wait()}: {said}")
             self.output.append(line)
+            if line.startswith("gateway: "):
+                self.gateway_url = line.split()[1]
             if line.startswith("gpupool head ready"):
                 self.ready_line = line.strip()
+            if self.ready_line and (self.gateway_url or not self.gateway):
                 self._drain = threading.Thread(target=self._read_rest, args=(self.proc,), daemon=True)
                 self._drain.start()
                 return self

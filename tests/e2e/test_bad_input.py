@@ -162,6 +162,8 @@ UP_CASES = [
     (["--db", "bogus://x"], "unknown database driver"),
     (["--db", "postgresql://nobody@127.0.0.1:1/x"], "cannot open the database"),
     (["--port", "99999"], "Invalid value for '--port'"),
+    (["--gateway-port", "99999"], "Invalid value for '--gateway-port'"),
+    (["--autoscale-window", "0s"], "--autoscale-window must be between"),
     (["--fake-nodes", "0"], "--fake-nodes must be >= 1"),
     (["--placement", "magic"], "unknown placement 'magic'"),
     (["--fair-share-half-life", "soon"], "malformed duration"),

@@ -46,6 +46,7 @@ OPTIONAL = ("/api/v1/gpus/idle", "/api/v1/alerts", "/ui/vendor/")
 PRINTER = "import time\nfor i in range(600):\n    print(f'dashboard line {i}', flush=True)\n    time.sleep(0.1)\n"
 DONE = "import os\nprint(f'rank {os.environ[\"RANK\"]} done')\n"
 LINE = re.compile(r"dashboard line (\d+)")
+REPLICA_SERVER = ROOT / "tests" / "e2e" / "replica_server.py"
 
 
 def need(what: str, how: str) -> None:
@@ -147,6 +148,7 @@ def test_dashboard_shows_cluster_queue_and_live_job_log(head: HeadProcess, brows
         expect(row.get_by_test_id("reason-code")).to_have_text(pending["reason_code"])
         project = page.locator(f'[data-testid="project-row"][data-project="{running["project"]}"]')
         expect(project.get_by_test_id("project-facts")).to_contain_text("1 held")
+        expect(page.get_by_test_id("section-services")).to_be_hidden()  # no service yet
 
         # A click on the tile opens the GPU's history: three charts with the readings so far.
         tile.click()
@@ -353,6 +355,46 @@ def test_the_dashboard_offers_each_user_only_the_actions_they_may_take(
     assert urls
     for token in (mia, otto, wall, head.token()):
         assert not any(token in u for u in urls), "the token must never be in a request URL"
+
+
+def test_the_services_panel_shows_each_service_and_replica_with_the_gateways_load(
+    head: HeadProcess, browser: Any, playwright_api: Any
+) -> None:
+    """A service of one real replica (tests/e2e/replica_server.py), and a load report for it as the
+    gateway sends one: the panel shows the service's replicas and load, and the replica's row its
+    own requests a second, in flight and latency."""
+    expect = playwright_api.expect
+    made = head.cli("serve", "web", "--gpus", "0", "--replicas", "1", "--", sys.executable, str(REPLICA_SERVER))
+    assert made.returncode == 0, made.stderr
+    with head.client() as c:
+        s = wait_for(lambda: (x := c.service("web"))["replicas"]["ready"] == 1 and x, 60, 0.2, "web ready")
+        job = s["replica_list"][0]["job_id"]
+        line = {"service": "web", "replica": str(job), "in_flight": 3, "queued": 2, "requests": 50, "errors": 0}
+        line |= {"latency_counts": [0, 50, 0, 0], "latency_sum_s": 1.0}
+    body = {"window_s": 5, "latency_bounds": [0.01, 0.025, 0.05], "replicas": [line]}
+    admin = {"Authorization": f"Bearer {head.token()}"}
+    assert httpx.post(f"{head.url}/api/v1/gateway/stats", json=body, headers=admin).json() == {"kept": 1}
+
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{head.url}/ui/#token={head.token()}")
+        panel = page.get_by_test_id("section-services")
+        expect(panel).to_be_visible()
+        row = page.locator('[data-testid="service-row"][data-service="web"]')
+        expect(row.get_by_test_id("service-state")).to_have_text("ready")
+        expect(row.get_by_test_id("service-replicas")).to_have_text("1/1")
+        expect(row.get_by_test_id("svc-in-flight")).to_have_text("3")
+        expect(row.get_by_test_id("svc-queued")).to_have_text("2")
+        replica = page.locator(f'[data-testid="replica-row"][data-job-id="{job}"]')
+        expect(replica).to_contain_text(f"#{job}")
+        expect(replica.get_by_test_id("svc-p50")).to_have_text("18 ms")
+        expect(replica.get_by_test_id("svc-p99")).to_have_text("25 ms")
+        expect(replica.get_by_test_id("svc-rps")).to_have_text("10.0")  # 50 answers over the report's 5 s
+        panel.screenshot(path=str(ARTIFACTS / "dashboard-services.png"))
+    finally:
+        context.close()
+        assert head.cli("service", "delete", "web").returncode == 0
 
 
 def test_the_head_serves_the_dashboard_files_without_a_token_and_the_data_only_with_one(head: HeadProcess) -> None:

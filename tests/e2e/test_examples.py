@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.e2e.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = [
     pytest.mark.e2e,
@@ -110,3 +111,29 @@ def split_attempts(log: str) -> list[str]:
     """A worker's log holds every attempt, each after a ``--- gpupool: job N attempt A ...`` header."""
     parts = re.split(r"^--- gpupool: job \d+ attempt \d+ .*$", log, flags=re.MULTILINE)
     return parts[1:]
+
+
+def test_the_inference_example_serves_its_model_with_the_threads_gpupool_gives_it(head: HeadProcess) -> None:
+    """examples/inference/server.py as a service of one replica with --cpus 1: gpupool's
+    OMP_NUM_THREADS=1 is what torch uses (its /healthz says so), GET /predict classifies the
+    held-out set as well as training promised, and POST /predict gives a class and probabilities
+    per row; a malformed body is a 400."""
+    server = str(EXAMPLES / "inference" / "server.py")
+    made = head.cli("serve", "mlp", "--gpus", "0", "--cpus", "1", "--replicas", "1", "--", sys.executable, server)
+    assert made.returncode == 0, made.stderr
+    with head.client() as c:
+        s = wait_for(lambda: (x := c.service("mlp"))["endpoints"] and x, 120, 0.5, "the example's replica ready")
+        (endpoint,) = s["endpoints"]
+        base = f"http://{endpoint['host']}:{endpoint['port']}"
+        health = httpx.get(f"{base}/healthz", timeout=10).json()
+        assert (health["threads"], health["omp_num_threads"], health["status"]) == (1, 1, "ok"), health
+        assert health["accuracy"] > 0.8, health
+        got = httpx.get(f"{base}/predict?rows=512", timeout=30).json()
+        assert got["rows"] == 512 and got["accuracy"] > 0.8 and all(0 <= k < 10 for k in got["classes"])
+        rows = [[0.0] * 64, [1.0] * 64]
+        answer = httpx.post(f"{base}/predict", json={"inputs": rows}, timeout=30).json()
+        assert len(answer["classes"]) == 2 and all(abs(sum(p) - 1) < 1e-3 for p in answer["scores"]), answer
+        bad = httpx.post(f"{base}/predict", json={"inputs": [[1.0, 2.0]]}, timeout=10)
+        assert bad.status_code == 400 and "64 numbers" in bad.json()["error"]
+        assert httpx.get(f"{base}/predict?rows=0", timeout=10).status_code == 400
+    assert head.cli("service", "delete", "mlp").returncode == 0

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.client import GpupoolClient
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for
@@ -32,6 +33,8 @@ WAIT = 60
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
+    # No gateway: these tests post the gateway's load reports themselves (test_gateway_flow.py
+    # runs the real one), and a real one's reports would interleave with theirs.
     made = HeadProcess(tmp_path_factory.mktemp("services") / "data").start()
     yield made
     made.kill_everything()
@@ -63,7 +66,7 @@ def get(endpoint: dict[str, Any], path: str) -> str:
 def test_two_replicas_become_ready_on_two_nodes_and_answer(head: HeadProcess, client: GpupoolClient) -> None:
     made = serve(head, "web", "--replicas", "2", "--max-concurrency", "4", "--", sys.executable, SERVER)
     assert (made["name"], made["project"], made["replicas"]["desired"]) == ("web", "default", 2)
-    assert made["url"].endswith("/svc/web/") and made["max_concurrency"] == 4
+    assert made["url"] is None and made["max_concurrency"] == 4  # no gateway, no URL
     s = wait_for(lambda: ready(client, "web", 2), WAIT, 0.2, "web to have 2 ready replicas")
     assert s["state"] == "ready"
     assert {r["node"] for r in s["replica_list"]} == {"node-1", "node-2"}  # spread
@@ -154,6 +157,8 @@ def test_a_health_path_that_never_answers_keeps_the_replica_not_ready(head: Head
         (["x", "--health", "healthz", "--", "true"], "health path"),
         (["x", "--port-env", "9X", "--", "true"], "--port-env"),
         (["x"], "empty command"),
+        (["jobs", "--", "true"], "is reserved"),
+        (["metrics", "--", "true"], "is reserved"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(head: HeadProcess, args: list[str], says: str) -> None:
@@ -178,6 +183,52 @@ def test_the_gateway_reports_load(head: HeadProcess, client: GpupoolClient) -> N
     body = {"window_s": 5, "replicas": [{**line, "in_flight": -1}]}
     bad = httpx.post(f"{head.url}/api/v1/gateway/stats", json=body, headers=admin)
     assert bad.status_code == 422 and set(bad.json()) == {"code", "message"}
+
+
+def test_service_show_and_metrics_give_the_gateways_load(head: HeadProcess, client: GpupoolClient) -> None:
+    """Two reports with latency for web's one replica, as the gateway sends them: the replica's
+    figures in show (table and JSON) and its series in /metrics."""
+    (replica,) = [r for r in client.service("web")["replica_list"] if not r["stopping"]]
+    job = str(replica["job_id"])
+    admin = {"Authorization": f"Bearer {head.token()}"}
+    for requests, counts, in_flight in ((30, [0, 30, 0, 0], 1), (10, [0, 10, 0, 0], 2)):
+        line = {"service": "web", "replica": job, "in_flight": in_flight, "queued": 1, "requests": requests}
+        line |= {"errors": 1, "latency_counts": counts, "latency_sum_s": requests * 0.02}
+        body = {"window_s": 2, "latency_bounds": [0.01, 0.025, 0.05], "replicas": [line]}
+        sent = httpx.post(f"{head.url}/api/v1/gateway/stats", json=body, headers=admin)
+        assert sent.json() == {"kept": 1}, sent.text
+    body["replicas"] = [{**line, "latency_counts": [1, 2]}]  # one count short of the bounds
+    short = httpx.post(f"{head.url}/api/v1/gateway/stats", json=body, headers=admin)
+    assert short.status_code == 422 and "latency_counts needs 4 entries" in short.json()["message"]
+
+    shown = json.loads(head.cli("service", "show", "web", "-o", "json").stdout)
+    (mine,) = [r for r in shown["replica_list"] if r["job_id"] == replica["job_id"]]
+    load = mine["load"]
+    assert (load["in_flight"], load["queued"]) == (2, 1)  # the newest report's
+    assert load["requests_per_s"] > 0 and load["errors_per_s"] > 0
+    assert load["latency_p50_s"] == pytest.approx(0.0175) and load["latency_p99_s"] == pytest.approx(0.02485)
+    assert shown["load"]["in_flight"] == 2 and shown["load"]["latency_p50_s"] == pytest.approx(0.0175)
+    text = head.cli("service", "show", "web").stdout  # 80 columns: the load columns stay
+    row = next(line for line in text.splitlines() if line.lstrip().startswith(job))
+    assert "18ms" in row and "25ms" in row, text
+    assert "REQ/S" in text and "IN-FLIGHT" in text and "2 in flight, 1 queued" in text, text
+
+    metrics = httpx.get(f"{head.url}/metrics", headers=admin)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.text)
+        for s in family.samples
+    }
+    at = (("replica", job), ("service", "web"))
+    assert samples[("gpupool_service_replicas", (("service", "web"), ("state", "ready")))] == 1
+    assert samples[("gpupool_service_desired_replicas", (("service", "web"),))] == 1
+    assert samples[("gpupool_service_requests_total", at)] == 40
+    assert samples[("gpupool_service_errors_total", at)] == 2
+    assert samples[("gpupool_service_in_flight", at)] == 2
+    assert samples[("gpupool_service_queued", (("service", "web"),))] == 1
+    assert samples[("gpupool_service_request_duration_seconds_count", at)] == 40
+    assert samples[("gpupool_service_request_duration_seconds_bucket", (("le", "0.01"), *at))] == 0
+    assert samples[("gpupool_service_request_duration_seconds_bucket", (("le", "0.025"), *at))] == 40
 
 
 def test_delete_cancels_the_replicas(head: HeadProcess, client: GpupoolClient) -> None:

@@ -81,6 +81,7 @@ def test_top_shows_the_job_on_its_busy_gpu(head_factory: type[HeadProcess], monk
 
     snap = json.loads(ok(head.cli("top", "-o", "json")))
     assert snap["totals"]["gpus"] == 4 and snap["totals"]["gpus_allocated"] == 1
+    assert snap["services"] == []  # a services section, empty on this head
     assert [n["name"] for n in snap["nodes"]] == ["node-1", "node-2"]
     assert all(n["state"] == "up" and len(n["gpus"]) == 2 for n in snap["nodes"])
     by_gpu = {(n["name"], g["index"]): g for n in snap["nodes"] for g in n["gpus"]}

@@ -8,10 +8,11 @@ import contextlib
 import json
 
 from gpupool.gateway import observe
+from gpupool.gateway.pool import BUCKETS
 from tests.gateway.replicas import Call, Replica, gateway, route, run, until
 
 
-def test_routes_by_prefix_and_strips_it() -> None:
+def test_routes_by_prefix_and_strips_a_services_but_not_a_jobs() -> None:
     async def scenario() -> None:
         a, b = await Replica("a").start(), await Replica("b").start()
         gw = await gateway(route("llm", [a]), route("jobs/7", [b]))
@@ -24,8 +25,11 @@ def test_routes_by_prefix_and_strips_it() -> None:
         assert doc["headers"]["x-forwarded-prefix"] == "/llm"
         assert doc["headers"]["authorization"] == "Bearer public-ok"  # a public route's own business
         assert (await gw.http.get("/llm")).json()["target"] == "/"
-        assert (await gw.http.get("/jobs/7/lab/tree")).json()["target"] == "/lab/tree"
-        assert (await gw.http.get("/jobs/7/lab/tree")).json()["replica"] == "b"
+        job = (await gw.http.get("/jobs/7/lab/tree")).json()
+        # a job's port keeps the prefix (a notebook serves under its base URL), and is told no
+        # prefix was taken off
+        assert (job["target"], job["replica"]) == ("/jobs/7/lab/tree", "b")
+        assert "x-forwarded-prefix" not in job["headers"]
         missing = await gw.http.get("/jobs/8/x")
         assert missing.status_code == 404 and missing.json()["code"] == "no_route"
         assert (await gw.http.get("/nope/x")).status_code == 404
@@ -269,11 +273,16 @@ def test_metrics_and_health_pages() -> None:
         assert 'gpupool_gateway_in_flight{replica="a",route="svc"} 0.0' in text
         assert 'gpupool_gateway_request_duration_seconds_count{replica="a",route="svc"} 1.0' in text
         report = observe.load_report(gw.table, 1.0)
-        assert report == {
-            "window_s": 1.0,
-            "replicas": [{"service": "svc", "replica": "a", "in_flight": 0, "queued": 0, "requests": 1, "errors": 0}],
-        }
-        assert observe.load_report(gw.table, 1.0)["replicas"][0]["requests"] == 0  # counted once
+        line = dict(report["replicas"][0])
+        counts, took = line.pop("latency_counts"), line.pop("latency_sum_s")
+        assert line == {"service": "svc", "replica": "a", "in_flight": 0, "queued": 0, "requests": 1, "errors": 0}
+        assert report["window_s"] == 1.0 and report["latency_bounds"] == list(BUCKETS)
+        assert sum(counts) == 1 and len(counts) == len(BUCKETS) + 1 and took > 0
+        observe._undo(gw.table, report)  # the head did not take it: the next report carries it all again
+        resent = observe.load_report(gw.table, 1.0)["replicas"][0]
+        assert (resent["requests"], resent["latency_counts"], resent["latency_sum_s"]) == (1, counts, took)
+        again = observe.load_report(gw.table, 1.0)["replicas"][0]
+        assert (again["requests"], sum(again["latency_counts"]), again["latency_sum_s"]) == (0, 0, 0)  # counted once
         assert json.loads(json.dumps(report)) == report
         await gw.close()
 
@@ -290,6 +299,25 @@ def test_a_new_table_takes_effect_and_keeps_replicas_listed_in_both() -> None:
         assert {(await gw.http.get("/svc/")).json()["replica"] for _ in range(6)} == {"b"}
         gw.apply()
         assert (await gw.http.get("/svc/")).status_code == 404
+        await gw.close()
+
+    run(scenario)
+
+
+def test_a_service_scaled_to_zero_holds_the_first_request_until_a_replica_is_listed() -> None:
+    async def scenario() -> None:
+        gw = await gateway(route("cold", [], scale_to_zero=True, queue_limit=0), route("warm", []))
+        assert (await gw.http.get("/warm/")).json()["code"] == "no_replica"  # none coming: 503 at once
+        first = asyncio.create_task(gw.http.get("/cold/x"))
+        await until(lambda: len(gw.table.routes["cold"].queue) == 1)
+        second = await gw.http.get("/cold/x")  # queue_limit 0: one waits for the wake, no more
+        assert second.status_code == 429
+        report = observe.load_report(gw.table, 1.0)["replicas"]
+        assert report == [{"service": "cold", "replica": "", "in_flight": 0, "queued": 1, "requests": 0, "errors": 0}]
+        a = await Replica("a").start()
+        gw.apply(route("cold", [a], scale_to_zero=True, queue_limit=0), route("warm", []))
+        got = await first
+        assert got.status_code == 200 and got.json()["target"] == "/x"
         await gw.close()
 
     run(scenario)

@@ -46,6 +46,10 @@ def test_pick_two_never_overfills_and_refuses_only_when_all_are_full(loads: list
 
 def test_overflow_and_retry_after() -> None:
     assert overflow(0, 0, 10) is Overflow.UNAVAILABLE
+    assert overflow(0, 0, 10, waking=True) is Overflow.QUEUE  # scaled to zero: wait for the first replica
+    assert overflow(0, 0, 0, waking=True) is Overflow.QUEUE  # one waits even without a queue
+    assert overflow(0, 1, 0, waking=True) is Overflow.REJECT
+    assert overflow(0, 10, 10, waking=True) is Overflow.REJECT
     assert overflow(2, 9, 10) is Overflow.QUEUE
     assert overflow(2, 10, 10) is Overflow.REJECT
     assert overflow(2, 0, 0) is Overflow.REJECT

@@ -159,3 +159,27 @@ def test_idle_gpus_and_active_alerts_are_marked() -> None:
     assert "2 allocated (1 idle)" in header and "· 1 alert ·" in header
     assert busy.rstrip().endswith("train idle 12m  95% 3.0G"), busy
     assert last == "! node node-2 is down: lost; its jobs were requeued or failed"
+
+
+def test_services_and_their_load_follow_the_gpus() -> None:
+    load = {"requests_per_s": 12.5, "errors_per_s": 0.0, "in_flight": 3, "queued": 1}
+    load |= {"latency_p50_s": 0.0175, "latency_p99_s": 0.2, "window_s": 30.0, "age_s": 1.0}
+    web = {"name": "web", "project": "default", "state": "ready", "replicas": {"desired": 2, "ready": 2}, "load": load}
+    idle = {**web, "name": "quiet", "state": "idle", "replicas": {"desired": 0, "ready": 0}, "load": None}
+    lines = render({**snapshot(NODES, JOBS, SAMPLES, NOW), "services": [web, idle]})
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["SERVICE"])
+    assert lines[at].split() == [
+        "SERVICE",
+        "PROJECT",
+        "STATE",
+        "REPLICAS",
+        "REQ/S",
+        "IN-FLIGHT",
+        "QUEUED",
+        "P50",
+        "P99",
+        "ERR/S",
+    ]
+    assert lines[at + 1].split() == ["web", "default", "ready", "2/2", "12.5", "3", "1", "18ms", "200ms", "0.0"]
+    assert lines[at + 2].split() == ["quiet", "default", "idle", "0/0", "-", "-", "-", "-", "-", "-"]
+    assert not any(line.split()[:1] == ["SERVICE"] for line in render(snapshot(NODES, JOBS, SAMPLES, NOW)))

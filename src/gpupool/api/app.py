@@ -10,6 +10,7 @@ from gpupool import __version__
 from gpupool.api import auditing, errors, guard, permissions
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
+from gpupool.api.prometheus_services import ServiceCollector
 from gpupool.api.routers import (
     accounting,
     alerts,
@@ -28,6 +29,7 @@ from gpupool.api.routers import (
 from gpupool.api.routers import audit as audit_router
 from gpupool.api.schemas.users import WhoAmI
 from gpupool.services import nodes as node_service
+from gpupool.services import services as service_layer
 from gpupool.services import users as user_service
 from gpupool.services.context import HeadContext
 from gpupool.services.group_commit import GroupCommit
@@ -48,6 +50,7 @@ def create_app(
     app.state.ctx = ctx
     app.state.submissions = GroupCommit(ctx)  # POST /jobs: requests arriving together share a commit
     app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
+    app.state.metrics.register(ServiceCollector(lambda: service_layer.replica_states(ctx), ctx.load))
     errors.install(app)
     # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in.
     app.add_middleware(guard.BodyGuard, ctx=ctx, max_body=max_body, body_timeout_s=body_timeout_s)

@@ -59,6 +59,14 @@ def submit(
             "once. Each task gets GPUPOOL_ARRAY_INDEX"
         ),
     ] = None,
+    expose: Annotated[
+        int | None,
+        typer.Option(
+            help="a port worker 0 listens on, published by the gateway at /jobs/ID/ (the path kept, e.g. jupyter"
+            " --ServerApp.base_url=/jobs/$GPUPOOL_JOB_ID/) to you, your project's managers and admins; any class"
+            " (1 to 65535)",
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -87,6 +95,7 @@ def submit(
         max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
         gpu_memory=gpu_memory,
         checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
+        expose=expose,
     )
     if array is not None:
         ArraySpec.parse(array)  # refused here, before anything is sent

@@ -164,6 +164,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         *([("in use", usage_text(job))] if job.get("usage") else []),
         *([("runs as", job["run_as"])] if job.get("run_as") else []),
         *([("checkpoint dir", job["checkpoint_dir"])] if job.get("checkpoint_dir") else []),
+        *([("url", _published(job))] if job.get("expose") else []),
         ("restarts", f"{job['restarts']} of {job['max_restarts']} (starts: {job['starts']})"),
         ("exit code", _exit(job)),
         ("submitted", job["submitted_at"]),
@@ -175,6 +176,12 @@ def job_detail(job: dict[str, Any]) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _published(job: dict[str, Any]) -> str:
+    """Where the gateway serves the job's --expose port (authenticated: gpupool login's token)."""
+    where = job.get("url") or "(the head runs no gateway)"
+    return f"{where} (port {job['expose']} of worker 0, once it runs; send Authorization: Bearer <token>)"
 
 
 def usage_text(job: dict[str, Any]) -> str:

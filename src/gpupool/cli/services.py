@@ -10,6 +10,7 @@ from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago
+from gpupool.cli.service_load import load_line, replica_table
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.services import ServiceSpec
@@ -39,6 +40,12 @@ def serve(
     public: Annotated[bool, typer.Option(help="the gateway serves it without a token")] = False,
     scale_to_zero: Annotated[bool, typer.Option(help="with --min-replicas 0: no replica while idle")] = False,
     scale_down_delay: Annotated[str, typer.Option(help="quiet this long before scaling down, e.g. 1m")] = "60s",
+    queue_limit: Annotated[
+        int, typer.Option(help="requests the gateway queues when every replica is at its cap; then 429")
+    ] = 100,
+    timeout: Annotated[
+        str, typer.Option(help="the gateway's limit on a request's wait for an answer, queue included, e.g. 60s")
+    ] = "60s",
     ready_timeout: Annotated[str, typer.Option(help="say why a replica is not ready after this long")] = "2m",
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
@@ -73,6 +80,8 @@ def serve(
         "public": public,
         "scale_to_zero": scale_to_zero,
         "scale_down_delay_s": parse_duration(scale_down_delay),
+        "queue_limit": queue_limit,
+        "timeout_s": parse_duration(timeout),
         "ready_timeout_s": parse_duration(ready_timeout),
     }
     ServiceSpec.create(**body)  # refused here, before anything is sent
@@ -102,7 +111,7 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
             s["state"],
             _counts(s),
             str(s["max_concurrency"]),
-            s["url"],
+            s["url"] or "- (no gateway)",
             ago(s["created_at"]),
         )
     console.print(table)
@@ -110,7 +119,8 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
 
 @service_app.command("show")
 def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
-    """One service: its settings and each replica (its job, node, port, readiness)."""
+    """One service: its settings, its load, and each replica (its job, node, port, readiness, and
+    the gateway's figures: requests a second, in flight, queued, latency p50/p99, errors)."""
     with client(url) as c:
         s = c.service(name)
     if output is Output.JSON:
@@ -121,13 +131,8 @@ def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = O
     console.print(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}")
     if s["command"] is not None:
         console.print("command " + " ".join(s["command"]))
-    table = Table("JOB", "STATE", "READY", "VERSION", "NODE", "ENDPOINT")
-    for r in s["replica_list"]:
-        endpoint = f"{r['host']}:{r['port']}" if r["host"] and r["port"] else "-"
-        version = "current" if r["current"] else "old"
-        ready = "yes" if r["ready"] else ("stopping" if r["stopping"] else "no")
-        table.add_row(str(r["job_id"]), r["state"], ready, version, r["node"] or "-", endpoint)
-    console.print(table)
+    console.print(load_line(s))
+    console.print(replica_table(s))
 
 
 @service_app.command("scale")

@@ -1,8 +1,9 @@
 """`gpupool top`: the cluster-wide nvitop, a live view of every node and GPU — utilisation,
 memory, temperature, power, and the job and user on each GPU.
 
-Three head calls make one snapshot: the nodes listing (each GPU's jobs), the active jobs (their
-names and owners) and the latest reading of every GPU. ``snapshot`` joins them into plain data
+Head calls make one snapshot: the nodes listing (each GPU's jobs), the active jobs (their names
+and owners), the latest reading of every GPU, the idle GPUs, the alerts and the services (their
+replicas and the gateway's load figures). ``snapshot`` joins them into plain data
 (what ``-o json`` prints) and ``top_view`` draws that data, so both are testable without a head.
 A reading older than ``STALE`` (its node stopped answering) or of a node that is down counts as
 no reading: it shows "-" rather than numbers that are no longer true.
@@ -22,6 +23,7 @@ from rich.text import Text
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import STATE_STYLE, span
+from gpupool.cli.service_load import services_table
 from gpupool.cli.tables import Col, Listing
 from gpupool.client import ClientError, GpupoolClient, HeadUnreachable
 from gpupool.domain.nodes import NodeState
@@ -54,7 +56,21 @@ def fetch(c: GpupoolClient) -> dict[str, Any]:
     nodes = c.nodes()
     jobs = c.jobs()
     samples = c.latest_telemetry(since=STALE)
-    return snapshot(nodes, jobs, samples, datetime.now(UTC), c.idle_gpus(), c.alerts())
+    snap = snapshot(nodes, jobs, samples, datetime.now(UTC), c.idle_gpus(), c.alerts())
+    snap["services"] = _services(c)
+    return snap
+
+
+def _services(c: GpupoolClient) -> list[dict[str, Any]]:
+    """Each service with its replica counts and load; none from a head without services (404)."""
+    try:
+        listing = c.services()
+    except ClientError as e:
+        if e.status == 404:
+            return []
+        raise
+    keys = ("name", "project", "state", "replicas", "load")
+    return [{k: s.get(k) for k in keys} for s in listing]
 
 
 def snapshot(
@@ -133,9 +149,12 @@ def _totals(nodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def top_view(snap: dict[str, Any]) -> RenderableType:
-    """The header line of totals, then one table: a row per GPU, grouped by node."""
+    """The header line of totals, then one table: a row per GPU, grouped by node; then the
+    services and their load, where there are any."""
     alerts = [Text(f"! {a['message']}", style="red") for a in snap.get("alerts", [])[:5]]
-    return Group(header(snap), gpu_table(snap["nodes"]), *alerts)
+    services = snap.get("services") or []
+    below: list[RenderableType] = [Text(""), services_table(services)] if services else []
+    return Group(header(snap), gpu_table(snap["nodes"]), *below, *alerts)
 
 
 def header(snap: dict[str, Any]) -> Text:

@@ -14,7 +14,7 @@ from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
 from gpupool.scheduler.policies import POLICIES, preset
-from gpupool.settings import DEFAULT_PORT, Settings
+from gpupool.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORT, Settings
 
 
 class Backend(enum.StrEnum):
@@ -114,9 +114,26 @@ def up(
     max_connections: Annotated[
         int, typer.Option(help="connections served at once; more get 503 (16 to 100000)", min=16, max=100_000)
     ] = 1000,
+    gateway_port: Annotated[
+        int,
+        typer.Option(
+            help="port of the gateway to services (/NAME/) and jobs' published ports (/jobs/ID/), a process the"
+            " head starts and stops (0: any free port)",
+            min=0,
+            max=65535,
+        ),
+    ] = DEFAULT_GATEWAY_PORT,
+    gateway: Annotated[
+        bool, typer.Option("--gateway/--no-gateway", help="--no-gateway: start none (services then have no URL)")
+    ] = True,
+    autoscale_window: Annotated[
+        str, typer.Option(help="the span of recent load the autoscaler averages over (1s to 10m)")
+    ] = "30s",
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
     preset(policy)  # an unknown name is refused before anything starts
+    if gateway and gateway_port and gateway_port == port:
+        raise InvalidInput(f"--gateway-port {gateway_port} is the API's --port: give the gateway another one")
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -152,6 +169,8 @@ def up(
         tls_key=_readable("--tls-key", tls_key, tls_cert),
         header_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
         body_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
+        gateway_port=gateway_port if gateway else None,
+        autoscale_window_s=_bounded("--autoscale-window", autoscale_window, 1, 600),
     )
     Head(settings).serve()
 

@@ -124,6 +124,7 @@ class Submission(TypedDict, total=False):
     max_runtime_s: int | None
     gpu_memory: str | int | None
     checkpoint_dir: str | None
+    expose: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,9 @@ class JobSpec:
     # passed in (a free port on its node, picked at each start). Set by the service layer only.
     service: str | None = None
     port_env: str | None = None
+    # A port worker 0 listens on, published by the head's gateway at /jobs/<id>/ to its owner, its
+    # project's managers and admins (a notebook one link away). Any class may publish one.
+    expose: int | None = None
 
     @property
     def total_gpus(self) -> float:
@@ -213,6 +217,7 @@ class JobSpec:
         max_runtime_s: int | None = None,
         gpu_memory: str | int | None = None,
         checkpoint_dir: str | None = None,
+        expose: int | None = None,
     ) -> JobSpec:
         argv = tuple(command)
         if not argv or not argv[0].strip():
@@ -245,6 +250,8 @@ class JobSpec:
         if gpu_model is not None:
             bounds.readable("the GPU model", gpu_model, bounds.MAX_MODEL)
         checkpoint_dir = _checkpoint_dir(checkpoint_dir, workdir)
+        if expose is not None:
+            bounds.whole("expose (a port)", expose, 1, 65535)
         return cls(
             command=argv,
             name=name,
@@ -261,6 +268,7 @@ class JobSpec:
             max_runtime_s=max_runtime_s,
             gpu_memory_mib=gpu_memory_mib,
             checkpoint_dir=checkpoint_dir,
+            expose=expose,
         )
 
 

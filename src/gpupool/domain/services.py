@@ -33,6 +33,9 @@ MAX_HEALTH_PATH = 256
 MAX_PORT_ENV = 64
 MAX_TIMEOUT_S = 3600.0
 MAX_DELAY_S = 86400.0
+# First path segments the gateway answers itself (``/jobs/<id>/`` is a job's published port,
+# ``/metrics`` its own series, ``/-/healthz`` its health): no service may take them.
+RESERVED_NAMES = frozenset({"jobs", "metrics", "-"})
 _HEALTH_RE = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*$")  # RFC 3986 path and query characters
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -187,6 +190,12 @@ def check_service_name(name: object) -> str:
         raise InvalidInput(
             f"invalid service name {bounds.shown(name)}: 1 to 63 lower-case letters, digits and '-',"
             " starting and ending with a letter or digit"
+        )
+    if name in RESERVED_NAMES:
+        raise InvalidInput(
+            f"service name {name!r} is reserved: the gateway serves /{name}/ itself"
+            f" ({', '.join(sorted(RESERVED_NAMES))} are taken); choose another name",
+            code="reserved_name",
         )
     return name
 

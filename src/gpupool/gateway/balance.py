@@ -51,13 +51,18 @@ def pick_two(loads: Sequence[int], cap: int, draw: Callable[[int], int]) -> int 
     return free[draw(len(free))] if len(free) > 1 else free[0]
 
 
-def overflow(replicas: int, queued: int, queue_limit: int) -> Overflow:
+def overflow(replicas: int, queued: int, queue_limit: int, *, waking: bool = False) -> Overflow:
     """What to do with a request no replica can take now: with no replica to wait for it is
     refused at once (503), else it waits in the route's queue while the queue holds fewer than
-    ``queue_limit``, else it is refused with 429 and a ``Retry-After``."""
-    if replicas == 0:
+    ``queue_limit``, else it is refused with 429 and a ``Retry-After``.
+
+    ``waking``: the route is a service scaled to zero (no replica listed at all): the request
+    waits for the one its wait makes the autoscaler start; at least one may wait, even with a
+    ``queue_limit`` of 0, or the first request could never wake it."""
+    if replicas == 0 and not waking:
         return Overflow.UNAVAILABLE
-    return Overflow.QUEUE if queued < queue_limit else Overflow.REJECT
+    limit = max(1, queue_limit) if replicas == 0 else queue_limit
+    return Overflow.QUEUE if queued < limit else Overflow.REJECT
 
 
 def retry_after_s(queued: int, replicas: int, max_concurrency: int, timeout_s: float) -> int:

@@ -116,7 +116,7 @@ class Trip:
             target,
             req.headers,
             client=req.client,
-            prefix=state.prefix,
+            prefix=b"" if route.kind == "job" else state.prefix,  # a job's path keeps its prefix
             framing=req.framing,
             drop_auth=not route.public,
             upgrade=req.upgrade,

@@ -35,6 +35,23 @@ _SKIP_UP = HOP_BY_HOP | _FORWARDED
 _SKIP_UP_AUTH = _SKIP_UP | {b"authorization"}
 
 
+# The gateway's own answers' reason phrases (a replica's pass on as it gave them).
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
 class Framing(enum.Enum):
     NONE = "none"  # no body
     LENGTH = "length"  # Content-Length bytes follow
@@ -106,7 +123,8 @@ def upstream_head(
     drop_auth: bool,
     upgrade: bool = False,
 ) -> bytes:
-    """The request head sent to a replica: ``target`` already has the route's prefix removed."""
+    """The request head sent to a replica: ``target`` already has the route's prefix removed
+    (``prefix``, sent as ``X-Forwarded-Prefix``), or ``prefix`` is empty where it was kept."""
     fields = upstream_fields(
         headers, client=client, prefix=prefix, framing=framing, drop_auth=drop_auth, upgrade=upgrade
     )
@@ -135,8 +153,9 @@ def upstream_fields(
         if lower == b"host":
             host = value
         lines += (name, b": ", value, b"\r\n")
-    lines += (b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\nX-Forwarded-Proto: http")
-    lines += (b"\r\nX-Forwarded-Prefix: ", prefix, b"\r\n")
+    lines += (b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\nX-Forwarded-Proto: http\r\n")
+    if prefix:  # the prefix taken off the path; none where the path keeps it (a job's port)
+        lines += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
     if host:
         lines += (b"X-Forwarded-Host: ", host, b"\r\n")
     if framing is Framing.CHUNKED:
@@ -171,7 +190,9 @@ def _upstream_fields_named(
         if lower not in skip:
             lines += [name, b": ", value, b"\r\n"]
     lines += [b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\n"]
-    lines += [b"X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: ", prefix, b"\r\n"]
+    lines.append(b"X-Forwarded-Proto: http\r\n")
+    if prefix:  # the prefix taken off the path; none where the path keeps it (a job's port)
+        lines += [b"X-Forwarded-Prefix: ", prefix, b"\r\n"]
     if host:
         lines += [b"X-Forwarded-Host: ", host, b"\r\n"]
     if framing is Framing.CHUNKED:

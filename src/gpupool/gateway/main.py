@@ -52,6 +52,8 @@ class Options:
     max_body: int
     limits: Limits
     uvloop: bool
+    parent: int | None = None
+    head_ca: Path | None = None
 
 
 def parse(argv: list[str], env: dict[str, str]) -> Options:
@@ -67,6 +69,8 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
     p.add_argument("--max-body", default="64M", help="the largest request body passed on")
     p.add_argument("--eject", default="1s", help="how long a replica that refused a connection is left out (doubling)")
     p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
+    p.add_argument("--parent", type=int, help="stop when this process (the head that started it) is gone")
+    p.add_argument("--head-ca", type=Path, help="the certificate (PEM) to trust for an HTTPS head")
     a = p.parse_args(argv)
     if (a.head is None) == (a.routes is None):
         raise UsageError("give either --head URL or --routes FILE")
@@ -92,11 +96,14 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         max_body=max_body,
         limits=Limits(eject_s=eject, eject_most_s=max(eject, 10 * eject)),
         uvloop=_uvloop(a.loop),
+        parent=a.parent,
+        head_ca=a.head_ca,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per poll of the head
     try:
         options = parse(sys.argv[1:] if argv is None else argv, dict(os.environ))
     except UsageError as e:
@@ -123,7 +130,10 @@ async def serve(options: Options) -> None:
     source: RouteSource
     if options.head is not None:
         head = httpx.AsyncClient(
-            base_url=options.head, headers={"Authorization": f"Bearer {options.token}"}, timeout=5.0
+            base_url=options.head,
+            headers={"Authorization": f"Bearer {options.token}"},
+            timeout=5.0,
+            verify=str(options.head_ca) if options.head_ca else True,
         )
         source = HeadRoutes(head)
     else:
@@ -146,6 +156,8 @@ async def serve(options: Options) -> None:
     tasks = [loop.create_task(_poll(source, table, options.poll_s))]
     if head is not None:
         tasks.append(loop.create_task(observe.report_loop(head, table, options.report_s)))
+    if options.parent is not None:
+        tasks.append(loop.create_task(_orphaned(options.parent, stop)))
     origin = f"head {options.head}" if options.head else f"file {options.routes}"
     print(f"gpupool gateway ready at http://{options.host}:{port} (routes from {origin})", flush=True)
     try:
@@ -172,6 +184,16 @@ async def _poll(source: RouteSource, table: Table, every_s: float) -> None:
                 log.warning("gateway: keeping the last route table: %s", e)
                 said = str(e)
         await asyncio.sleep(every_s)
+
+
+async def _orphaned(parent: int, stop: asyncio.Event) -> None:
+    """Stop once the head that started this gateway is gone (``--parent``). The head stops its
+    gateway when it stops; a head killed by SIGKILL cannot, and the gateway, in a session of its
+    own, gets no signal then: it finds itself adopted by another process (``getppid`` changes)."""
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    log.warning("gateway: the head (pid %d) is gone; stopping", parent)
+    stop.set()
 
 
 def _token(path: Path | None, env: dict[str, str]) -> str:

@@ -99,23 +99,39 @@ def _buckets(stats: Stats) -> list[tuple[str, float]]:
 
 def load_report(table: Table, window_s: float) -> dict[str, Any]:
     """The body of ``POST /api/v1/gateway/stats``: per replica, what runs and waits now and what
-    was answered since the last report. A route's queue is shared by its replicas: it is split
-    among them so that the sum over a service is the route's queue."""
+    was answered since the last report, with those answers' latency histogram (counts per bucket of
+    ``latency_bounds``, the last bucket past them, and their sum): the head shows latency per
+    replica and exports it without scraping this process. A route's queue is shared by its
+    replicas: it is split among them so that the sum over a service is the route's queue."""
     replicas: list[dict[str, Any]] = []
     for state in table.routes.values():
         if state.route.kind != "service":
             continue
         replicas.extend(_replica_reports(state))
-    return {"window_s": round(window_s, 3), "replicas": replicas}
+    return {"window_s": round(window_s, 3), "latency_bounds": list(BUCKETS), "replicas": replicas}
 
 
 def _replica_reports(state: RouteState) -> Iterable[dict[str, Any]]:
     n = len(state.replicas)
     queued = len(state.queue)
+    if n == 0:  # scaled to zero: the waiting requests are what asks the autoscaler for a replica
+        if queued:
+            yield {
+                "service": state.route.name,
+                "replica": "",
+                "in_flight": 0,
+                "queued": queued,
+                "requests": 0,
+                "errors": 0,
+            }
+        return
     for i, replica in enumerate(state.replicas):
-        requests, errors = replica.stats.totals()
-        before = replica.stats.reported
-        replica.stats.reported = (requests, errors)
+        stats = replica.stats
+        requests, errors = stats.totals()
+        before = stats.reported
+        stats.reported = (requests, errors)
+        counts_before, sum_before = stats.reported_latency
+        stats.reported_latency = (tuple(stats.buckets), stats.latency_sum)
         yield {
             "service": state.route.name,
             "replica": replica.endpoint.replica,
@@ -123,6 +139,8 @@ def _replica_reports(state: RouteState) -> Iterable[dict[str, Any]]:
             "queued": queued // n + (1 if i < queued % n else 0),
             "requests": requests - before[0],
             "errors": errors - before[1],
+            "latency_counts": [now - then for now, then in zip(stats.buckets, counts_before, strict=True)],
+            "latency_sum_s": round(max(0.0, stats.latency_sum - sum_before), 6),
         }
 
 
@@ -150,10 +168,14 @@ async def report_loop(client: httpx.AsyncClient, table: Table, interval_s: float
 
 def _undo(table: Table, body: dict[str, Any]) -> None:
     """A report that did not arrive: its counts go into the next one."""
-    sent = {(r["service"], r["replica"]): (r["requests"], r["errors"]) for r in body["replicas"]}
+    sent = {(r["service"], r["replica"]): r for r in body["replicas"]}
     for state in table.routes.values():
         for replica in state.replicas:
             got = sent.get((state.route.name, replica.endpoint.replica))
             if got is not None:
-                before = replica.stats.reported
-                replica.stats.reported = (before[0] - got[0], before[1] - got[1])
+                stats = replica.stats
+                before = stats.reported
+                stats.reported = (before[0] - got["requests"], before[1] - got["errors"])
+                counts, total = stats.reported_latency
+                back = tuple(c - g for c, g in zip(counts, got["latency_counts"], strict=True))
+                stats.reported_latency = (back, total - got["latency_sum_s"])

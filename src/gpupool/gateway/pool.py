@@ -37,7 +37,7 @@ class Refused(Exception):
 class Stats:
     """Counters of one replica (or of a route's own answers): plain integers, read at scrape."""
 
-    __slots__ = ("buckets", "codes", "errors", "latency_sum", "reported")
+    __slots__ = ("buckets", "codes", "errors", "latency_sum", "reported", "reported_latency")
 
     def __init__(self) -> None:
         self.codes = [0] * 6  # by status // 100; 0: no status (client went away)
@@ -45,6 +45,7 @@ class Stats:
         self.buckets = [0] * (len(BUCKETS) + 1)
         self.latency_sum = 0.0
         self.reported = (0, 0)  # requests and errors at the last report to the head
+        self.reported_latency: tuple[tuple[int, ...], float] = ((0,) * len(self.buckets), 0.0)  # the same, latency
 
     def answered(self, status: int) -> None:
         self.codes[min(status // 100, 5)] += 1
@@ -129,7 +130,8 @@ class RouteState:
         if replica is not None:
             return replica
         ready = sum(1 for r in self.replicas if r.ejected_until <= now)
-        verdict = overflow(ready, len(self.queue), self.route.queue_limit)
+        waking = self.route.scale_to_zero and not self.replicas
+        verdict = overflow(ready, len(self.queue), self.route.queue_limit, waking=waking)
         if verdict is Overflow.UNAVAILABLE:
             raise Refused(503, "no_replica", f"{self.route.name} has no ready replica", retry_after=1)
         if verdict is Overflow.REJECT:

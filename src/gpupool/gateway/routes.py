@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from gpupool.domain.services import RESERVED_NAMES
+
 KINDS = ("service", "job")
 MAX_NAME = 200
 
@@ -42,6 +44,9 @@ class Route:
     queue_limit: int
     timeout_s: float
     endpoints: tuple[Endpoint, ...]
+    # A service that may run no replica: a request finding none waits (its timeout) while the
+    # head's autoscaler, told of it by the load report, starts one; else it gets 503 at once.
+    scale_to_zero: bool = False
 
     @property
     def prefix(self) -> str:
@@ -140,6 +145,9 @@ def _route(item: object, where: str) -> Route:
     public = item.get("public")
     if not isinstance(public, bool):
         raise RouteTableError(f"route table: {where}: public must be true or false")
+    scale_to_zero = item.get("scale_to_zero", False)
+    if not isinstance(scale_to_zero, bool):
+        raise RouteTableError(f"route table: {where}: scale_to_zero must be true or false")
     return Route(
         name=name,
         kind=kind,
@@ -149,6 +157,7 @@ def _route(item: object, where: str) -> Route:
         queue_limit=_count(item, "queue_limit", where, 0),
         timeout_s=float(timeout),
         endpoints=tuple(_endpoint(e, f"{where}.endpoints[{j}]") for j, e in enumerate(endpoints)),
+        scale_to_zero=scale_to_zero,
     )
 
 
@@ -168,7 +177,7 @@ def _check_name(name: str, kind: str, where: str) -> None:
         if not ok:
             raise RouteTableError(f"route table: {where}: a job's route is named jobs/<id>, not {name!r}")
         return
-    if len(parts) != 1 or name in ("jobs", "metrics", "-") or not all(c.isalnum() or c in "-_." for c in name):
+    if len(parts) != 1 or name in RESERVED_NAMES or not all(c.isalnum() or c in "-_." for c in name):
         raise RouteTableError(f"route table: {where}: {name!r} is not a service name (letters, digits, - _ .)")
 
 

@@ -23,7 +23,7 @@ from gpupool.gateway.exchange import Limits, Trip
 from gpupool.gateway.lasthead import RequestHeads
 from gpupool.gateway.pool import Refused, RouteState, Table
 from gpupool.gateway.request import Request
-from gpupool.gateway.routes import route_name
+from gpupool.gateway.routes import Route, route_name
 from gpupool.gateway.sweep import Sweeper
 from gpupool.gateway.upstream import UpstreamConnection
 
@@ -103,8 +103,7 @@ class Gateway:
         return None
 
     def _go(self, state: RouteState, req: Request, client: ClientConnection, path: bytes, query: bytes) -> None:
-        rest = path[len(state.prefix) :]
-        target = (rest if rest.startswith(b"/") else b"/" + rest) + (b"?" + query if query else b"")
+        target = _target(state.route, path) + (b"?" + query if query else b"")
         trip = Trip(state, req, client, target, self.limits, self.sweeper)
         client.trip = trip
         trip.start()
@@ -117,7 +116,7 @@ class Gateway:
 
     def _local(self, client: ClientConnection, req: Request, status: int, body: str) -> bool:
         keep = req.keep_alive and req.complete
-        client.write(h.simple_response(status, _REASONS[status], body, extra=_connection(req, keep)))
+        client.write(h.simple_response(status, h.REASONS[status], body, extra=_connection(req, keep)))
         return keep
 
 
@@ -128,7 +127,7 @@ def answer_refused(e: Refused, req: Request, client: ClientConnection) -> bool:
     keep = req.keep_alive and req.complete and not req.upgrade and e.status != 500
     extra = [("Retry-After", str(e.retry_after))] if e.retry_after is not None else []
     body = json.dumps({"code": e.code, "message": e.message})
-    client.write(h.simple_response(e.status, _REASONS[e.status], body, extra=extra + _connection(req, keep)))
+    client.write(h.simple_response(e.status, h.REASONS[e.status], body, extra=extra + _connection(req, keep)))
     return keep
 
 
@@ -356,13 +355,24 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._active is None or not self.responded:  # else an answer is half-written: just close
             body = json.dumps({"code": code, "message": message})
-            self.write(h.simple_response(status, _REASONS[status], body, extra=[("Connection", "close")]))
+            self.write(h.simple_response(status, h.REASONS[status], body, extra=[("Connection", "close")]))
         self.transport = None  # reads are dropped, nothing more is written
         self._stop()
         if transport.can_write_eof():
             transport.write_eof()
         transport.resume_reading()
         asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+
+
+def _target(route: Route, path: bytes) -> bytes:
+    """The path a replica is sent. A service's loses its route prefix (``/chat/v1/x`` -> ``/v1/x``):
+    a model server knows nothing of the gateway. A job's published port keeps it (``/jobs/7/tree``
+    as is): a notebook builds its links from its own base URL (``jupyter lab
+    --ServerApp.base_url=/jobs/7/``), and a stripped prefix would send its pages' links astray."""
+    if route.kind == "job":
+        return path
+    rest = path[len(route.prefix) :]
+    return rest if rest.startswith(b"/") else b"/" + rest
 
 
 def _page(body: bytes, content_type: str, extra: list[tuple[str, str]]) -> bytes:
@@ -376,19 +386,3 @@ def _connection(req: Request, keep: bool) -> list[tuple[str, str]]:
     if not keep:
         return [("Connection", "close")]
     return [] if req.http11 else [("Connection", "keep-alive")]
-
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from gpupool.clock import Clock
 from gpupool.domain.idle import IdleSettings
@@ -23,6 +24,23 @@ class RayCluster:
     node_timeout_s: float
 
 
+@dataclass(slots=True)
+class GatewayPlace:
+    """Where the head's gateway listens: its port is known only once it is ready (``gpupool up
+    --gateway-port 0`` takes any free one), after the context is built, so this one is mutable and
+    set once. ``port`` None: the head runs no gateway (``--no-gateway``)."""
+
+    port: int | None = None
+
+    def url(self, base_url: str, path: str) -> str | None:
+        """The gateway's URL for ``path``, on the host the caller reached the head by (the
+        gateway listens on the head's address): what a person can open from where they are."""
+        if self.port is None:
+            return None
+        host = urlsplit(base_url).hostname or "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}{path}"
+
+
 @dataclass(frozen=True, slots=True)
 class HeadContext:
     db: Database
@@ -37,3 +55,4 @@ class HeadContext:
     # Not called for every job: a submission waking the reconciler cost ~0.4 ms of each one.
     wake_services: Callable[[], None] = field(default=lambda: None)
     load: LoadBoard = field(default_factory=LoadBoard)  # the gateway's reports of replica load, in memory
+    gateway: GatewayPlace = field(default_factory=GatewayPlace)  # where services and jobs' ports are served

@@ -70,6 +70,7 @@ class GroupCommit:
         self._queue: list[_Submission] = []
         self._leading = False
         self._committer: threading.Thread | None = None  # commits submit_async's groups
+        self._committer_waits = False  # it waits for a submission (under _cond): notify it
         self._nodes = _NodeCache()
         self.groups = 0  # transactions committed, for tests and benchmarks
         self.submissions = 0
@@ -114,8 +115,8 @@ class GroupCommit:
             if self._committer is None:
                 self._committer = threading.Thread(target=self._commit_queued, name="gpupool-submits", daemon=True)
                 self._committer.start()
-            else:
-                self._cond.notify_all()
+            elif self._committer_waits:  # a busy committer looks at the queue again when it is done
+                self._cond.notify_all()  # (a notify costs the loop a tenth of a request in a burst)
         assert mine.answer is not None
         return await mine.answer
 
@@ -125,7 +126,10 @@ class GroupCommit:
         while True:
             with self._cond:
                 while not self._queue or self._leading:
-                    if not self._cond.wait(IDLE_COMMITTER_S) and not self._queue:
+                    self._committer_waits = True
+                    woken = self._cond.wait(IDLE_COMMITTER_S)
+                    self._committer_waits = False
+                    if not woken and not self._queue:
                         self._committer = None
                         return
                 self._leading = True

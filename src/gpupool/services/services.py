@@ -27,7 +27,7 @@ from gpupool.domain.services import (
 from gpupool.services.access import require_submit
 from gpupool.services.context import HeadContext
 from gpupool.services.jobs import check_satisfiable
-from gpupool.services.load import ReplicaLoad
+from gpupool.services.load import ReplicaLoad, ServiceLoad
 from gpupool.store import jobs as job_repo
 from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo
@@ -43,6 +43,7 @@ class ServiceView:
     record: ServiceRecord
     replicas: tuple[Replica, ...]
     full: bool  # the caller may see its command and environment
+    load: ServiceLoad | None = None  # the gateway's recent reports (listing and show only)
 
     @property
     def ready(self) -> int:
@@ -100,13 +101,30 @@ def serve(ctx: HeadContext, spec: ServiceSpec, who: Principal) -> tuple[ServiceV
 def listing(ctx: HeadContext, who: Principal) -> list[ServiceView]:
     with ctx.db.read() as s:
         records = service_repo.list_services(s)
-        return _views(s, who, records)
+        views = _views(s, who, records)
+    return [_with_load(ctx, v) for v in views]
 
 
 def show(ctx: HeadContext, name: str, who: Principal) -> ServiceView:
     check_service_name(name)
     with ctx.db.read() as s:
-        return _view(s, who, service_repo.get_service(s, name))
+        view = _view(s, who, service_repo.get_service(s, name))
+    return _with_load(ctx, view)
+
+
+def replica_states(ctx: HeadContext) -> list[tuple[str, int, dict[str, int]]]:
+    """(service, desired, replicas by state) for ``/metrics``; a replica is ``stopping``, else
+    ``ready`` (it answers its health check), else ``starting``."""
+    with ctx.db.read() as s:
+        records = service_repo.list_services(s)
+        found = service_repo.replicas(s, {r.spec.name: r.spec.replica_spec() for r in records})
+    out = []
+    for record in records:
+        states = {"ready": 0, "starting": 0, "stopping": 0}
+        for r in found.get(record.spec.name, ()):
+            states["stopping" if r.stopping else "ready" if r.ready else "starting"] += 1
+        out.append((record.spec.name, record.desired, states))
+    return out
 
 
 def scale(ctx: HeadContext, name: str, replicas: int, who: Principal) -> ServiceView:
@@ -159,9 +177,26 @@ def routes(ctx: HeadContext) -> list[Route]:
     return [Route(v.record, tuple(v.endpoints)) for v in views]
 
 
-def record_load(ctx: HeadContext, window_s: float, lines: Sequence[ReplicaLoad]) -> int:
-    """Keep a gateway report for the autoscaler; how many lines were kept."""
-    return ctx.load.record(ctx.clock.now(), window_s, lines)
+@dataclass(frozen=True, slots=True)
+class JobRoute:
+    """A running job's published port (``--expose``): where the gateway sends ``/jobs/<id>/``."""
+
+    job_id: int
+    project: str
+    host: str
+    port: int
+
+
+def job_routes(ctx: HeadContext) -> list[JobRoute]:
+    with ctx.db.read() as s:
+        return [JobRoute(*found) for found in service_repo.published_ports(s)]
+
+
+def record_load(
+    ctx: HeadContext, window_s: float, lines: Sequence[ReplicaLoad], latency_bounds: Sequence[float] = ()
+) -> int:
+    """Keep a gateway report for the autoscaler and the faces; how many lines were kept."""
+    return ctx.load.record(ctx.clock.now(), window_s, lines, latency_bounds)
 
 
 def _require_act(s: Tx, who: Principal, record: ServiceRecord, what: str) -> None:
@@ -174,6 +209,10 @@ def _require_act(s: Tx, who: Principal, record: ServiceRecord, what: str) -> Non
             f" {_OWNER.describe()} may (project {record.spec.project})",
             code="not_your_service",
         )
+
+
+def _with_load(ctx: HeadContext, view: ServiceView) -> ServiceView:
+    return dataclasses.replace(view, load=ctx.load.figures(view.record.spec.name, ctx.clock.now()))
 
 
 def _view(s: Tx, who: Principal, record: ServiceRecord) -> ServiceView:

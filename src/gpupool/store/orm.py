@@ -86,6 +86,7 @@ class JobRow(Base):
     # A replica of a service (0014): the service's name and the variable its port is passed in.
     service: Mapped[str | None] = mapped_column(String(63), nullable=True, index=True)
     port_env: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    expose: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 0015: a port the gateway publishes
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared

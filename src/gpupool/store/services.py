@@ -127,3 +127,18 @@ def replicas(session: Session, templates: Mapping[str, JobSpec]) -> dict[str, li
 
 def set_ready(session: Session, worker_id: int, ready_at: datetime | None) -> None:
     session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(ready_at=ready_at))
+
+
+def published_ports(session: Session) -> list[tuple[int, str, str, int]]:
+    """Running jobs that publish a port (``JobSpec.expose``): job id, project, and worker 0's node
+    address and that port, of the current attempt (a requeued job is published again where it
+    runs now, once it runs)."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.project, JobRow.expose, NodeRow.address)
+        .join(WorkerRow, (WorkerRow.job_id == JobRow.id) & (WorkerRow.attempt == JobRow.starts))
+        .join(NodeRow, NodeRow.name == WorkerRow.node)
+        .where(JobRow.expose.is_not(None), JobRow.state == "running", WorkerRow.worker == 0)
+        .where(WorkerRow.status.in_(("launching", "running")))
+        .order_by(JobRow.id)
+    )
+    return [(job_id, project, address, port) for job_id, project, port, address in rows if address and port]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.params import IdempotencyKey
@@ -60,11 +60,12 @@ def show(array_id: ArrayId, ctx: Ctx, who: Caller) -> ArrayOut:
 def task(
     array_id: ArrayId,
     index: Annotated[int, Path(ge=0, le=MAX_ARRAY_INDEX, description="the task's index")],
+    request: Request,
     ctx: Ctx,
     who: Caller,
 ) -> JobDetail:
     """One task as a job (``ID_INDEX`` in the CLI), as ``GET /jobs/{id}`` shows it."""
-    return show_job(array_service.task(ctx, array_id, index), ctx, who)
+    return show_job(array_service.task(ctx, array_id, index), request, ctx, who)
 
 
 @router.post("/{array_id}/cancel", response_model=ArrayOut)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from gpupool.api.deps import Caller, Ctx, Submissions
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.arrays import BatchRequest
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
+from gpupool.api.schemas.services import job_path
 from gpupool.domain.bounds import MAX_ID
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
@@ -65,11 +66,13 @@ def listing(
 
 
 @router.get("/{job_id}", response_model=JobDetail)
-def show(job_id: JobId, ctx: Ctx, who: Caller) -> JobDetail:
+def show(job_id: JobId, request: Request, ctx: Ctx, who: Caller) -> JobDetail:
     """The job with its newest 1,000 events (``events_total`` says how many it has; page through
-    them all with ``/events``)."""
+    them all with ``/events``), and with ``--expose`` the gateway's URL of its port."""
     job, sees, events, total = job_service.show(ctx, job_id, who)
     detail = JobOut.of(job, full=sees).model_dump()
+    if job.spec.expose is not None:
+        detail["url"] = ctx.gateway.url(str(request.base_url), job_path(job.id))
     return JobDetail(**detail, events=[EventOut.of(e) for e in events], events_total=total)
 
 

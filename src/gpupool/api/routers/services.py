@@ -25,22 +25,22 @@ def serve(body: ServeRequest, request: Request, response: Response, ctx: Ctx, wh
     view, created = service_layer.serve(ctx, body.spec(), who)
     if created:
         response.status_code = 201
-    return ServiceOut.of(view, str(request.base_url))
+    return ServiceOut.of(view, str(request.base_url), ctx.gateway)
 
 
 @router.get("", response_model=list[ServiceOut])
 def listing(request: Request, ctx: Ctx, who: Caller) -> list[ServiceOut]:
-    return [ServiceOut.of(v, str(request.base_url)) for v in service_layer.listing(ctx, who)]
+    return [ServiceOut.of(v, str(request.base_url), ctx.gateway) for v in service_layer.listing(ctx, who)]
 
 
 @router.get("/{name}", response_model=ServiceOut)
 def show(name: str, request: Request, ctx: Ctx, who: Caller) -> ServiceOut:
-    return ServiceOut.of(service_layer.show(ctx, name, who), str(request.base_url))
+    return ServiceOut.of(service_layer.show(ctx, name, who), str(request.base_url), ctx.gateway)
 
 
 @router.post("/{name}/scale", response_model=ServiceOut)
 def scale(name: str, body: ScaleRequest, request: Request, ctx: Ctx, who: Caller) -> ServiceOut:
-    return ServiceOut.of(service_layer.scale(ctx, name, body.replicas, who), str(request.base_url))
+    return ServiceOut.of(service_layer.scale(ctx, name, body.replicas, who), str(request.base_url), ctx.gateway)
 
 
 @router.delete("/{name}", status_code=204, response_class=Response)
@@ -51,11 +51,14 @@ def delete(name: str, ctx: Ctx, who: Caller) -> Response:
 
 @gateway_router.get("/routes", response_model=RoutesOut)
 def routes(ctx: Ctx, who: Caller) -> RoutesOut:
-    """Every service with its ready replicas' endpoints."""
-    return RoutesOut(routes=[RouteOut.of(r) for r in service_layer.routes(ctx)])
+    """Every service with its ready replicas' endpoints (a service scaled to zero too, with none),
+    and every running job's published port (``--expose``)."""
+    services, jobs = service_layer.routes(ctx), service_layer.job_routes(ctx)
+    return RoutesOut(routes=[*(RouteOut.of(r) for r in services), *(RouteOut.of_job(j) for j in jobs)])
 
 
 @gateway_router.post("/stats", response_model=StatsOut)
 def stats(body: StatsIn, ctx: Ctx, who: Caller) -> StatsOut:
     """The gateway's load report, kept in memory for the autoscaler."""
-    return StatsOut(kept=service_layer.record_load(ctx, body.window_s, [r.line() for r in body.replicas]))
+    lines = [r.line() for r in body.replicas]
+    return StatsOut(kept=service_layer.record_load(ctx, body.window_s, lines, body.latency_bounds or ()))

@@ -37,6 +37,9 @@ class SubmitRequest(BaseModel):
         description="given to every worker as GPUPOOL_CHECKPOINT_DIR; absolute, or relative to workdir. "
         "The job creates it and owns what is in it",
     )
+    expose: int | None = Field(
+        None, description="a port (1 to 65535) worker 0 listens on: the gateway publishes it at /jobs/<id>/"
+    )
 
 
 HIDDEN_FIELDS = ("command", "env", "workdir", "checkpoint_dir")  # of jobs the caller may not act on
@@ -112,6 +115,10 @@ class JobOut(BaseModel):
     array_index: int | None = Field(None, description="a task of an array: its index (GPUPOOL_ARRAY_INDEX)")
     service: str | None = Field(None, description="a replica of a service: the service's name")
     port_env: str | None = Field(None, description="a replica: the variable its port is passed in")
+    expose: int | None = Field(None, description="the port of worker 0 the gateway publishes at /jobs/<id>/")
+    url: str | None = Field(
+        None, description="with expose: where the gateway serves it (in a job's detail; null with no gateway)"
+    )
     usage: list[UsageOut] = Field(
         default_factory=list,
         description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",

@@ -3,15 +3,22 @@ Field names here are a contract scripts and the gateway depend on."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpupool.domain.services import Replica, ServiceSpec
-from gpupool.services.load import ReplicaLoad
-from gpupool.services.services import Route, ServiceView
+from gpupool.services.context import GatewayPlace
+from gpupool.services.load import LoadFigures, ReplicaLoad, ServiceLoad
+from gpupool.services.services import JobRoute, Route, ServiceView
 
 MAX_REPORT_LINES = 10_000
+MAX_BOUNDS = 64  # latency buckets in a load report
+# A job's published port (a notebook: pages, kernels' WebSockets, long polls) is one person's:
+# many requests at once, a short queue, and a long wait for an answer's first byte.
+JOB_CONCURRENCY, JOB_QUEUE, JOB_TIMEOUT_S = 256, 64, 300.0
 
 
 class ServeRequest(BaseModel):
@@ -58,6 +65,39 @@ class ReplicaCounts(BaseModel):
     starting: int
 
 
+class LoadOut(BaseModel):
+    """Recent load as the gateway reported it: rates over the last ``window_s`` of reports, in
+    flight and queued as of the newest; latency from arrival at the gateway to the replica's
+    response head (null without latency in the reports, or without requests)."""
+
+    requests_per_s: float
+    errors_per_s: float
+    in_flight: int
+    queued: int
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+
+    @classmethod
+    def of(cls, f: LoadFigures) -> LoadOut:
+        return cls(
+            requests_per_s=round(f.requests_per_s, 3),
+            errors_per_s=round(f.errors_per_s, 3),
+            in_flight=f.in_flight,
+            queued=f.queued,
+            latency_p50_s=None if f.latency_p50_s is None else round(f.latency_p50_s, 6),
+            latency_p99_s=None if f.latency_p99_s is None else round(f.latency_p99_s, 6),
+        )
+
+
+class ServiceLoadOut(LoadOut):
+    window_s: float = Field(description="the span of the reports the rates are over")
+    age_s: float = Field(description="since the newest report; past 15 s in_flight and queued say 0")
+
+    @classmethod
+    def of_service(cls, load: ServiceLoad) -> ServiceLoadOut:
+        return cls(**LoadOut.of(load.total).model_dump(), window_s=round(load.window_s, 3), age_s=round(load.age_s, 3))
+
+
 class ReplicaOut(BaseModel):
     job_id: int
     state: str = Field(description="its job's state")
@@ -67,10 +107,13 @@ class ReplicaOut(BaseModel):
     node: str | None
     host: str | None
     port: int | None
+    load: LoadOut | None = Field(None, description="null where the gateway has not reported it lately")
 
     @classmethod
-    def of(cls, r: Replica) -> ReplicaOut:
+    def of(cls, r: Replica, load: ServiceLoad | None = None) -> ReplicaOut:
+        figures = None if load is None else load.replicas.get(str(r.job_id))
         return cls(
+            load=None if figures is None else LoadOut.of(figures),
             job_id=r.job_id,
             state=r.state,
             ready=r.ready,
@@ -101,7 +144,9 @@ class ServiceOut(BaseModel):
     replicas: ReplicaCounts
     endpoints: list[EndpointOut] = Field(description="ready replicas, where the gateway sends requests")
     max_concurrency: int
-    url: str = Field(description="where the gateway serves it")
+    url: str | None = Field(
+        description="where the gateway serves it: http://<gateway>/<name>/ (null: the head runs no gateway)"
+    )
     created_at: datetime
     updated_at: datetime
     min_replicas: int
@@ -119,9 +164,11 @@ class ServiceOut(BaseModel):
     command: list[str] | None = Field(description="null where hidden: only its owner, a manager or an admin sees it")
     env: dict[str, str] | None
     replica_list: list[ReplicaOut]
+    load: ServiceLoadOut | None = Field(None, description="null without a recent gateway report")
 
     @classmethod
-    def of(cls, v: ServiceView, base_url: str) -> ServiceOut:
+    def of(cls, v: ServiceView, base_url: str, gateway: GatewayPlace) -> ServiceOut:
+        """``base_url``: the head's, as the caller reached it; the gateway is on that host."""
         spec = v.record.spec
         return cls(
             name=spec.name,
@@ -131,7 +178,7 @@ class ServiceOut(BaseModel):
             replicas=ReplicaCounts(desired=v.record.desired, ready=v.ready, starting=v.starting),
             endpoints=[EndpointOut.of(r) for r in v.endpoints],
             max_concurrency=spec.max_concurrency,
-            url=f"{base_url.rstrip('/')}{service_path(spec.name)}",
+            url=gateway.url(base_url, service_path(spec.name)),
             created_at=v.record.created_at,
             updated_at=v.record.updated_at,
             min_replicas=spec.min_replicas,
@@ -148,24 +195,45 @@ class ServiceOut(BaseModel):
             timeout_s=spec.timeout_s,
             command=list(spec.command) if v.full else None,
             env=dict(spec.env) if v.full else None,
-            replica_list=[ReplicaOut.of(r) for r in v.replicas],
+            replica_list=[ReplicaOut.of(r, v.load) for r in v.replicas],
+            load=None if v.load is None else ServiceLoadOut.of_service(v.load),
         )
 
 
 def service_path(name: str) -> str:
-    """Where the gateway serves a service on the head (the integrator may move it: one place)."""
-    return f"/svc/{name}/"
+    """Where the gateway serves a service: its first path segment (``gateway/routes.route_name``),
+    stripped before a replica sees the request."""
+    return f"/{name}/"
+
+
+def job_path(job_id: int) -> str:
+    """Where the gateway serves a job's published port (``--expose``): the path keeps it."""
+    return f"/jobs/{job_id}/"
 
 
 class RouteOut(BaseModel):
-    name: str
-    kind: str = "service"
+    name: str = Field(description="a service's name, or jobs/<id> for a job's published port")
+    kind: str = Field("service", description="service or job")
     project: str
     public: bool
     max_concurrency: int
     queue_limit: int
     timeout_s: float
     endpoints: list[EndpointOut]
+    scale_to_zero: bool = Field(False, description="with no endpoint, a request waits for the replica it wakes")
+
+    @classmethod
+    def of_job(cls, r: JobRoute) -> RouteOut:
+        return cls(
+            name=job_path(r.job_id).strip("/"),
+            kind="job",
+            project=r.project,
+            public=False,
+            max_concurrency=JOB_CONCURRENCY,
+            queue_limit=JOB_QUEUE,
+            timeout_s=JOB_TIMEOUT_S,
+            endpoints=[EndpointOut(replica=str(r.job_id), host=r.host, port=r.port)],
+        )
 
     @classmethod
     def of(cls, r: Route) -> RouteOut:
@@ -178,6 +246,7 @@ class RouteOut(BaseModel):
             queue_limit=spec.queue_limit,
             timeout_s=spec.timeout_s,
             endpoints=[EndpointOut.of(e) for e in r.endpoints],
+            scale_to_zero=spec.scale_to_zero and spec.min_replicas == 0 < spec.max_replicas,
         )
 
 
@@ -194,16 +263,48 @@ class ReplicaLoadIn(BaseModel):
     queued: int = Field(ge=0, le=1_000_000)
     requests: int = Field(ge=0, le=2**53)
     errors: int = Field(ge=0, le=2**53)
+    latency_counts: list[Annotated[int, Field(ge=0, le=2**53)]] | None = Field(
+        None, max_length=MAX_BOUNDS + 1, description="answers per bucket of the report's latency_bounds, then past them"
+    )
+    latency_sum_s: float | None = Field(None, ge=0, le=1e12, description="those answers' latencies together")
 
     def line(self) -> ReplicaLoad:
-        return ReplicaLoad(self.service, self.replica, self.in_flight, self.queued, self.requests, self.errors)
+        return ReplicaLoad(
+            self.service,
+            self.replica,
+            self.in_flight,
+            self.queued,
+            self.requests,
+            self.errors,
+            tuple(self.latency_counts or ()),
+            self.latency_sum_s or 0.0,
+        )
 
 
 class StatsIn(BaseModel):
+    """A gateway's load report. The latency fields are optional (a gateway without them still
+    reports load); where given, every line's counts have one more entry than the bounds."""
+
     model_config = ConfigDict(extra="forbid")
 
     window_s: float = Field(gt=0, le=3600, description="the span the counts cover")
+    latency_bounds: list[float] | None = Field(
+        None, min_length=1, max_length=MAX_BOUNDS, description="upper bounds (s) of the latency buckets, ascending"
+    )
     replicas: list[ReplicaLoadIn] = Field(max_length=MAX_REPORT_LINES)
+
+    @model_validator(mode="after")
+    def _latency_fits(self) -> StatsIn:
+        bounds = self.latency_bounds or []
+        if any(b <= 0 or not math.isfinite(b) for b in bounds) or bounds != sorted(set(bounds)):
+            raise ValueError("latency_bounds must be finite, positive and strictly ascending")
+        for r in self.replicas:
+            if r.latency_counts is not None and len(r.latency_counts) != len(bounds) + 1:
+                raise ValueError(
+                    f"replica {r.replica!r}: latency_counts needs {len(bounds) + 1} entries"
+                    f" (one per latency_bounds, then one past them), not {len(r.latency_counts)}"
+                )
+        return self
 
 
 class StatsOut(BaseModel):

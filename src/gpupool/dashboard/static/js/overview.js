@@ -1,6 +1,7 @@
 // The overview (#/ and #/gpu/NODE/INDEX): alerts, a summary strip, the cluster map, the chosen
-// GPU's history, the queue and the projects. One refresh asks the head for everything at once;
-// /gpus/idle and /alerts are optional (a head without them answers 404 and the page hides them).
+// GPU's history, the services and their load, the queue and the projects. One refresh asks the
+// head for everything at once; /gpus/idle, /alerts and /services are optional (a head without
+// them answers 404 and the page hides them).
 
 import { whoami } from "./actions.js";
 import { getJson } from "./api.js";
@@ -8,6 +9,7 @@ import { createHistory } from "./charts.js";
 import { renderClusterMap, renderLegend } from "./cluster.js";
 import { h, section } from "./dom.js";
 import { renderAlerts, renderProjects, renderQueue, renderSummary } from "./panels.js";
+import { renderServices } from "./services.js";
 
 const INTERVAL_MS = 3000;
 
@@ -41,6 +43,7 @@ export function mountOverview(container, selected) {
     alerts: h("div", { class: "alerts", testid: "alerts", hidden: true }),
     summary: h("div", { class: "summary", testid: "summary" }),
     map: h("div", { class: "node-grid", testid: "cluster-map" }, h("p", { class: "empty" }, "Loading…")),
+    services: h("div", { testid: "services" }),
     queue: h("div", { testid: "queue" }),
     projects: h("div", { testid: "projects" }),
   };
@@ -65,24 +68,29 @@ export function mountOverview(container, selected) {
     parts.map.replaceChildren(...renderClusterMap(last, current, onTileClick));
   }
 
+  // Hidden until a refresh finds a service: most clusters run none.
+  const servicesPanel = section("services", "Services", h("span", { class: "panel-note" }, "replicas and the gateway's load, last 30 s"), parts.services);
+  servicesPanel.hidden = true;
   container.replaceChildren(
     parts.alerts,
     parts.summary,
     section("cluster", "Cluster", renderLegend(), parts.map),
     history.element,
+    servicesPanel,
     section("queue", "Queue", h("span", { class: "panel-note" }, "pending jobs, oldest first"), parts.queue),
     section("projects", "Projects", h("span", { class: "panel-note" }, "GPUs held against quota and fair share"), parts.projects),
   );
   history.select(current);
 
   async function refresh() {
-    const [nodes, latest, jobs, projects, idle, alerts, who] = await Promise.all([
+    const [nodes, latest, jobs, projects, idle, alerts, services, who] = await Promise.all([
       getJson("/api/v1/nodes"),
       getJson("/api/v1/telemetry/latest?since=2m"),
       getJson("/api/v1/jobs"),
       getJson("/api/v1/projects"),
       getJson("/api/v1/gpus/idle", { optional: true }),
       getJson("/api/v1/alerts", { optional: true }),
+      getJson("/api/v1/services", { optional: true }),
       whoami(),
     ]);
     last = {
@@ -97,6 +105,7 @@ export function mountOverview(container, selected) {
     renderAlerts(parts.alerts, alerts);
     renderSummary(parts.summary, last);
     renderMap();
+    renderServices(parts.services, services);
     renderQueue(parts.queue, jobs);
     renderProjects(parts.projects, projects);
     await history.refresh();
