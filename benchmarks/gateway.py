@@ -10,7 +10,12 @@ uvloop and once on asyncio's own loop. For each target:
 - latency: one client, one keep-alive connection, requests one after another for --latency-s
   seconds (a blocking socket client, so the client's cost is the same for every target): p50 and
   p99; the added latency is a proxy's figure less the direct one;
-- throughput: ``ab -k -c CONC -t --load-s`` (Debian's apache2-utils): requests a second.
+- throughput: ``ab -k -c CONC -t --load-s`` (Debian's apache2-utils): requests a second;
+- CPU per request: the proxy's own CPU time (user and system, its worker processes included, from
+  ``/proc``) during the throughput run, divided by the requests ab completed. On a shared 2-core
+  machine requests a second move with whatever else runs; a proxy's CPU per request moves far
+  less, and it is what "throughput per core" means: 1e6 / (µs per request) is what one core
+  could carry.
 
 nginx is installed with apt-get when it is missing (root only). Figures are noisy on a shared
 machine: compare figures from one run.
@@ -47,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-s", type=float, default=6.0)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--uvloop-only", action="store_true", help="leave out the gateway on asyncio's own loop")
     a = p.parse_args(argv)
     if a.replica is not None:
         return _replica(a.replica)
@@ -60,19 +66,22 @@ def main(argv: list[str] | None = None) -> int:
         for port in ports:
             stack.enter_context(_process([sys.executable, __file__, "--replica", str(port)], port))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gw-bench-")))
-        targets = {"direct": ports[0]}
+        targets: dict[str, tuple[int, int | None]] = {"direct": (ports[0], None)}
         targets["nginx"] = stack.enter_context(_nginx(nginx, tmp, ports))
         targets["gateway-uvloop"] = stack.enter_context(_gateway(tmp, ports, "uvloop"))
-        targets["gateway-asyncio"] = stack.enter_context(_gateway(tmp, ports, "asyncio"))
-        for name, port in targets.items():
+        if not a.uvloop_only:
+            targets["gateway-asyncio"] = stack.enter_context(_gateway(tmp, ports, "asyncio"))
+        for name, (port, pid) in targets.items():
             path = "/ping" if name == "direct" else "/bench/ping"
             try:
                 lat = _latency(port, path, a.latency_s)
-                rps = _throughput(port, path, a.load_s, a.concurrency)
+                before = _cpu_s(pid)
+                rps, done = _throughput(port, path, a.load_s, a.concurrency)
+                cpu = (_cpu_s(pid) - before) / done * 1e6 if pid is not None and done else float("nan")
             except (OSError, RuntimeError) as e:
                 raise SystemExit(f"benchmark: {name}: {e!r}") from None
-            results[name] = {**lat, "rps": rps}
-    info = machine()
+            results[name] = {**lat, "rps": rps, "cpu_us": cpu}
+    info = {**machine(), "loadavg": os.getloadavg()}
     if a.json:
         print(json.dumps({"machine": info, "concurrency": a.concurrency, "results": results}, indent=2))
     else:
@@ -82,17 +91,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print(results: dict[str, dict[str, float]], info: dict[str, object], conc: int) -> None:
     direct, nginx = results["direct"], results["nginx"]
-    print(machine_line(info))
-    print(f"{'target':<16} {'p50 µs':>8} {'p99 µs':>8} {'+p50 µs':>8} {'+p99 µs':>8} {'req/s':>9} {'vs nginx':>9}")
+    load = info["loadavg"]
+    assert isinstance(load, tuple)
+    print(f"{machine_line(info)}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    head = f"{'target':<16} {'p50 µs':>8} {'p99 µs':>8} {'+p50 µs':>8} {'+p99 µs':>8} {'req/s':>9} {'vs nginx':>9}"
+    print(f"{head} {'CPU µs/req':>11} {'per core':>9}")
     for name, r in results.items():
         added50 = r["p50_us"] - direct["p50_us"]
         added99 = r["p99_us"] - direct["p99_us"]
         ratio = r["rps"] / nginx["rps"] if nginx["rps"] else float("nan")
+        per_core = 1e6 / r["cpu_us"] if r["cpu_us"] == r["cpu_us"] and r["cpu_us"] else float("nan")
         print(
             f"{name:<16} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f} {added50:>8.0f} {added99:>8.0f}"
-            f" {r['rps']:>9.0f} {ratio:>9.2f}"
+            f" {r['rps']:>9.0f} {ratio:>9.2f} {r['cpu_us']:>11.1f} {per_core:>9.0f}"
         )
-    print(f"latency: one connection, sequential requests; req/s: ab -k -c {conc}; +: added to direct")
+    print(f"latency: one connection, sequential requests; req/s: ab -k -c {conc}; +: added to direct;")
+    print("CPU µs/req: the proxy's own CPU per request under ab; per core: 1e6 / that, req/s one core carries")
 
 
 def _latency(port: int, path: str, seconds: float) -> dict[str, float]:
@@ -133,7 +147,8 @@ def _recv(sock: socket.socket) -> bytes:
     return data
 
 
-def _throughput(port: int, path: str, seconds: float, conc: int) -> float:
+def _throughput(port: int, path: str, seconds: float, conc: int) -> tuple[float, int]:
+    """Requests a second, and how many requests completed."""
     command = ["ab", "-k", "-q", "-c", str(conc), "-t", str(seconds), "-n", "50000000"]
     out = subprocess.run(
         [*command, f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=seconds + 30
@@ -143,12 +158,28 @@ def _throughput(port: int, path: str, seconds: float, conc: int) -> float:
     if failed is None or int(failed.group(1)) or non2xx:
         raise RuntimeError(f"ab on port {port}: {out.stdout[-600:]} {out.stderr[-300:]}")
     match = re.search(r"Requests per second:\s+([\d.]+)", out.stdout)
-    assert match is not None
-    return float(match.group(1))
+    done = re.search(r"Complete requests:\s+(\d+)", out.stdout)
+    assert match is not None and done is not None
+    return float(match.group(1)), int(done.group(1))
+
+
+def _cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of ``pid`` and its children now (nginx's master and worker)."""
+    if pid is None:
+        return 0.0
+    total = 0.0
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for p in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
 
 
 @contextlib.contextmanager
-def _nginx(binary: str, tmp: Path, ports: list[int]) -> Iterator[int]:
+def _nginx(binary: str, tmp: Path, ports: list[int]) -> Iterator[tuple[int, int]]:
     port = _free_port()
     servers = "\n".join(f"    server 127.0.0.1:{p};" for p in ports)
     conf = tmp / "nginx.conf"
@@ -180,12 +211,12 @@ http {{
   }}
 }}
 """)
-    with _process([binary, "-c", str(conf), "-p", str(tmp)], port):
-        yield port
+    with _process([binary, "-c", str(conf), "-p", str(tmp)], port) as pid:
+        yield port, pid
 
 
 @contextlib.contextmanager
-def _gateway(tmp: Path, ports: list[int], loop: str) -> Iterator[int]:
+def _gateway(tmp: Path, ports: list[int], loop: str) -> Iterator[tuple[int, int]]:
     routes = tmp / "routes.json"
     endpoints = [{"replica": f"r{i}", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
     table = {"name": "bench", "kind": "service", "project": "bench", "public": True, "max_concurrency": 1000}
@@ -194,12 +225,12 @@ def _gateway(tmp: Path, ports: list[int], loop: str) -> Iterator[int]:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     command = [sys.executable, "-m", "gpupool.gateway", "--routes", str(routes), "--port", str(port), "--loop", loop]
-    with _process(command, port, env):
-        yield port
+    with _process(command, port, env) as pid:
+        yield port, pid
 
 
 @contextlib.contextmanager
-def _process(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[None]:
+def _process(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[int]:
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 15
@@ -210,7 +241,7 @@ def _process(command: list[str], port: int, env: dict[str, str] | None = None) -
                 err = proc.stderr.read().decode()[-500:] if proc.stderr else ""
                 raise RuntimeError(f"{command[0]} did not start listening on {port}: {err}")
             time.sleep(0.05)
-        yield
+        yield proc.pid
     finally:
         proc.terminate()
         try:

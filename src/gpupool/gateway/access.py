@@ -29,6 +29,14 @@ class Access:
         self._answers: dict[tuple[str, str, int | None], tuple[float, Refused | None]] = {}
         self._asking: dict[tuple[str, str, int | None], asyncio.Future[Refused | None]] = {}
 
+    def approved(self, token: str | None, route: Route) -> bool:
+        """Whether a fresh answer of the head lets ``token`` call ``route``: then the request goes
+        on without a task; anything else (no answer, a stale one, a refusal) goes through ``check``."""
+        if token is None:
+            return False
+        answer = self._answers.get((token, route.project, route.job_id))
+        return answer is not None and answer[1] is None and answer[0] > time.monotonic()
+
     async def check(self, token: str | None, route: Route | None) -> None:
         """Return if ``token`` may call ``route`` (``None``: any valid user's token, for
         ``/metrics``); raise ``Refused`` (401, 403, or 503 when the head cannot say) if not."""
@@ -50,6 +58,7 @@ class Access:
                 asking.set_result(verdict)
             except Refused as e:  # the head could not answer: said to everyone waiting, not kept
                 asking.set_exception(e)
+                asking.exception()  # retrieved here: else, with no one else waiting, asyncio warns
                 raise
             finally:
                 self._asking.pop(key, None)

@@ -30,6 +30,26 @@ HOP_BY_HOP = frozenset(
 )
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
 NO_BODY_STATUS = frozenset({204, 304})
+_PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b"upgrade", b"Upgrade"})
+_SKIP_UP = HOP_BY_HOP | _FORWARDED
+_SKIP_UP_AUTH = _SKIP_UP | {b"authorization"}
+
+
+# The gateway's own answers' reason phrases (a replica's pass on as it gave them).
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 class Framing(enum.Enum):
@@ -49,6 +69,26 @@ def request_framing(headers: Headers) -> Framing:
         if lower == b"content-length":
             framing = Framing.NONE if value.strip() == b"0" else Framing.LENGTH
     return framing
+
+
+def request_body(headers: Headers) -> tuple[Framing, int | None]:
+    """``request_framing`` and ``content_length`` in one pass (each request needs both)."""
+    framing, length, seen = Framing.NONE, None, False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"transfer-encoding":
+            if b"chunked" in value.lower():
+                framing = Framing.CHUNKED
+        elif lower == b"content-length":
+            if not seen:
+                seen = True
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = None
+            if framing is not Framing.CHUNKED:
+                framing = Framing.NONE if value.strip() == b"0" else Framing.LENGTH
+    return framing, length
 
 
 def content_length(headers: Headers) -> int | None:
@@ -85,10 +125,60 @@ def upstream_head(
 ) -> bytes:
     """The request head sent to a replica: ``target`` already has the route's prefix removed
     (``prefix``, sent as ``X-Forwarded-Prefix``), or ``prefix`` is empty where it was kept."""
+    fields = upstream_fields(
+        headers, client=client, prefix=prefix, framing=framing, drop_auth=drop_auth, upgrade=upgrade
+    )
+    return b"".join((method, b" ", target, b" HTTP/1.1\r\n", fields))
+
+
+def upstream_fields(
+    headers: Headers, *, client: str, prefix: bytes, framing: Framing, drop_auth: bool, upgrade: bool
+) -> bytes:
+    """The header lines of ``upstream_head``, through the blank line that ends the head.
+
+    One pass over the headers, each lowered once: this runs for every request. A ``Connection``
+    header that names a header beyond the hop-by-hop ones (rare) sends the head through
+    ``_upstream_fields_named``, which drops the named ones wherever they stand."""
+    skip = _SKIP_UP_AUTH if drop_auth else _SKIP_UP
+    lines: list[bytes] = []
+    forwarded_for = host = b""
+    for name, value in headers:
+        lower = name.lower()
+        if lower in skip:
+            if lower == b"x-forwarded-for":
+                forwarded_for = value.strip() + b", "
+            elif lower == b"connection" and _names_others(value):
+                return _upstream_fields_named(headers, client, prefix, framing, drop_auth, upgrade)
+            continue
+        if lower == b"host":
+            host = value
+        lines += (name, b": ", value, b"\r\n")
+    lines += (b"X-Forwarded-For: ", forwarded_for, client.encode("latin-1"), b"\r\nX-Forwarded-Proto: http\r\n")
+    if prefix:  # the prefix taken off the path; none where the path keeps it (a job's port)
+        lines += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
+    if host:
+        lines += (b"X-Forwarded-Host: ", host, b"\r\n")
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    if upgrade:
+        lines += (b"Connection: upgrade\r\nUpgrade: ", _value(headers, b"upgrade"), b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def _upstream_fields_named(
+    headers: Headers,
+    client: str,
+    prefix: bytes,
+    framing: Framing,
+    drop_auth: bool,
+    upgrade: bool,
+) -> bytes:
+    """``upstream_fields`` when ``Connection`` names more headers to drop."""
     skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED
     if drop_auth:
         skip = skip | {b"authorization"}
-    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    lines: list[bytes] = []
     forwarded_for = b""
     host = b""
     for name, value in headers:
@@ -158,6 +248,53 @@ def downstream_head(
     return b"".join(lines)
 
 
+def response_head(
+    status: int, reason: bytes, headers: Headers, *, head_request: bool, http11: bool, keep_alive: bool
+) -> tuple[bytes, Framing]:
+    """A replica's final (not 1xx) answer head as the client gets it, and the client's framing:
+    ``response_framing``, ``client_framing`` and ``downstream_head`` in one pass over the headers
+    (``keep_alive``: the client's request allows it). A ``Connection`` header naming more headers
+    than the hop-by-hop ones goes the long way."""
+    lines = [b"HTTP/1.1 %d " % status, reason or b"-", b"\r\n"]
+    chunked = False
+    length: bytes | None = None
+    for name, value in headers:
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            if lower == b"transfer-encoding":
+                chunked = chunked or b"chunked" in value.lower()
+            elif lower == b"connection" and _names_others(value):
+                return _response_head_named(status, reason, headers, head_request, http11, keep_alive)
+            continue
+        if lower == b"content-length" and length is None:
+            length = value
+        lines += (name, b": ", value, b"\r\n")
+    if head_request or status in NO_BODY_STATUS:
+        framing = Framing.NONE
+    elif chunked:
+        framing = Framing.CHUNKED if http11 else Framing.CLOSE
+    elif length is not None and _is_int(length):
+        framing = Framing.LENGTH
+    else:
+        framing = Framing.CHUNKED if http11 else Framing.CLOSE
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    if not keep_alive or framing is Framing.CLOSE:
+        lines.append(b"Connection: close\r\n\r\n")
+    else:
+        lines.append(b"\r\n" if http11 else b"Connection: keep-alive\r\n\r\n")
+    return b"".join(lines), framing
+
+
+def _response_head_named(
+    status: int, reason: bytes, headers: Headers, head_request: bool, http11: bool, keep_alive: bool
+) -> tuple[bytes, Framing]:
+    chunked = any(n.lower() == b"transfer-encoding" and b"chunked" in v.lower() for n, v in headers)
+    framing = client_framing(response_framing(status, headers, head_request=head_request, chunked=chunked), http11)
+    keep = keep_alive and framing is not Framing.CLOSE
+    return downstream_head(status, reason, headers, framing=framing, keep_alive=keep, http11=http11), framing
+
+
 def simple_response(status: int, reason: str, body: str, *, extra: Iterable[tuple[str, str]] = ()) -> bytes:
     """A whole small answer the gateway gives itself (404, 429, 502, ...), as JSON like the head's
     errors: ``{"code": ..., "message": ...}`` where ``body`` is already that JSON."""
@@ -181,6 +318,21 @@ def _connection_named(headers: Headers) -> frozenset[bytes]:
         if name.lower() == b"connection":
             named.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(named)
+
+
+def _names_others(value: bytes) -> bool:
+    """Whether a ``Connection`` header's value names a header that is not hop-by-hop anyway."""
+    if value in _PLAIN_CONNECTION:
+        return False
+    return any(t.strip().lower() not in HOP_BY_HOP for t in value.split(b",") if t.strip())
+
+
+def _is_int(value: bytes) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _value(headers: Headers, wanted: bytes) -> bytes:

@@ -9,11 +9,19 @@ that an idempotent request whose replica died can be sent again; past that it ca
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Protocol
+
+from gpupool.gateway.headers import Framing
 
 HOLD_BYTES = 256 * 1024
 REPLAY_BYTES = 64 * 1024
+
+
+class Reader(Protocol):
+    """The client connection, asked to stop and resume reading while a body is held."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
 
 
 class BodySink(Protocol):
@@ -26,11 +34,11 @@ class Request:
         "_held",
         "_held_bytes",
         "_kept",
-        "_pause",
-        "_resume",
+        "_reader",
         "_sink",
         "client",
         "complete",
+        "framing",
         "headers",
         "http11",
         "keep_alive",
@@ -42,7 +50,7 @@ class Request:
         "url",
     )
 
-    def __init__(self, client: str, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+    def __init__(self, client: str, reader: Reader) -> None:
         self.client = client  # the peer's address, for X-Forwarded-For
         self.started = time.monotonic()
         self.method = b""
@@ -50,6 +58,7 @@ class Request:
         self.headers: list[tuple[bytes, bytes]] = []
         self.http11 = True
         self.keep_alive = True
+        self.framing = Framing.NONE  # of the body, from the head (headers.request_body)
         self.upgrade = False  # asks for a protocol switch (WebSocket)
         self.tunnel: list[bytes] = []  # bytes after an upgrade request's head
         self.complete = False  # the whole body arrived
@@ -58,7 +67,7 @@ class Request:
         self._held_bytes = 0
         self._kept: list[bytes] | None = []
         self._sink: BodySink | None = None
-        self._pause, self._resume = pause, resume
+        self._reader = reader
 
     @property
     def replayable(self) -> bool:
@@ -78,7 +87,7 @@ class Request:
         self._held.append(data)
         self._held_bytes += len(data)
         if self._held_bytes > HOLD_BYTES:
-            self._pause()
+            self._reader.pause_reading()
 
     def finish(self) -> None:
         self.complete = True
@@ -93,7 +102,7 @@ class Request:
         for piece in pieces:
             sink.send_body(piece)
         if self._held_bytes > HOLD_BYTES:
-            self._resume()
+            self._reader.resume_reading()
         self._held, self._held_bytes = [], 0
         if self.complete:
             sink.end_body()

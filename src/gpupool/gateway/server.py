@@ -12,17 +12,19 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
 
 import httptools
 
 from gpupool.gateway import headers as h
 from gpupool.gateway.access import Access
-from gpupool.gateway.exchange import Limits, Truncated, forward
+from gpupool.gateway.exchange import Limits, Trip
+from gpupool.gateway.lasthead import RequestHeads
 from gpupool.gateway.pool import Refused, RouteState, Table
 from gpupool.gateway.request import Request
 from gpupool.gateway.routes import Route, route_name
+from gpupool.gateway.sweep import Sweeper
 from gpupool.gateway.upstream import UpstreamConnection
 
 log = logging.getLogger("gpupool.gateway")
@@ -49,21 +51,22 @@ class Gateway:
         self.table, self.access, self.limits, self.max_body = table, access, limits or Limits(), max_body
         self._metrics = metrics
         self.unrouted = 0  # requests that named no route
+        self.sweeper = Sweeper()
 
-    async def handle(self, req: Request, client: ClientConnection) -> bool:
-        """Answer ``req``; True when the connection may carry another request."""
+    def handle(self, req: Request, client: ClientConnection) -> bool | None:
+        """Answer ``req`` now, True when the connection may carry another request; or start its
+        trip (or the token check before it) and return None: the trip calls ``client.finished``.
+        No await on the common path: a public route, or a token the head approved a moment ago."""
         path, _, query = req.url.partition(b"?")
         state: RouteState | None = None
         try:
             if path == b"/-/healthz":
                 return self._local(client, req, 200, json.dumps({"status": "ok", "routes": len(self.table.routes)}))
             if path == b"/metrics":
-                if self.access is not None:
-                    await self.access.check(h.bearer(req.headers), None)
-                keep = req.keep_alive and req.complete
-                text = "text/plain; version=0.0.4; charset=utf-8"
-                client.write(_page(self._metrics(), text, _connection(req, keep)))
-                return keep
+                if self.access is None:
+                    return self._metrics_page(req, client)
+                client.run(self._checked(None, req, client, b"", b""))
+                return None
             state = self.table.routes.get(route_name(path.decode("latin-1")))
             if state is None or not path.startswith(b"/"):
                 self.unrouted += 1
@@ -72,46 +75,88 @@ class Gateway:
             if not route.public:
                 if self.access is None:
                     raise Refused(403, "not_public", f"{route.name} is not public and this gateway has no head")
-                await self.access.check(h.bearer(req.headers), route)
-            target = _target(route, path) + (b"?" + query if query else b"")
-            return await forward(state, req, client, target, self.limits)
+                if not self.access.approved(h.bearer(req.headers), route):
+                    client.run(self._checked(state, req, client, path, query))
+                    return None
+            self._go(state, req, client, path, query)
+            return None
         except Refused as e:
             if state is not None:
                 state.own.answered(e.status)
-            if client.responded:
-                return False
-            keep = req.keep_alive and req.complete and not req.upgrade
-            extra = [("Retry-After", str(e.retry_after))] if e.retry_after is not None else []
-            body = json.dumps({"code": e.code, "message": e.message})
-            client.write(h.simple_response(e.status, _REASONS[e.status], body, extra=extra + _connection(req, keep)))
-            return keep
-        except Truncated:
-            return False
+            return answer_refused(e, req, client)
+
+    async def _checked(
+        self, state: RouteState | None, req: Request, client: ClientConnection, path: bytes, query: bytes
+    ) -> bool | None:
+        """The head is asked about the caller's token; then on as ``handle`` (``state`` None:
+        ``/metrics``, which any valid user's token may read)."""
+        assert self.access is not None
+        try:
+            await self.access.check(h.bearer(req.headers), state.route if state is not None else None)
+        except Refused as e:
+            if state is not None:
+                state.own.answered(e.status)
+            return answer_refused(e, req, client)
+        if state is None:
+            return self._metrics_page(req, client)
+        self._go(state, req, client, path, query)
+        return None
+
+    def _go(self, state: RouteState, req: Request, client: ClientConnection, path: bytes, query: bytes) -> None:
+        target = _target(state.route, path) + (b"?" + query if query else b"")
+        trip = Trip(state, req, client, target, self.limits, self.sweeper)
+        client.trip = trip
+        trip.start()
+
+    def _metrics_page(self, req: Request, client: ClientConnection) -> bool:
+        keep = req.keep_alive and req.complete
+        text = "text/plain; version=0.0.4; charset=utf-8"
+        client.write(_page(self._metrics(), text, _connection(req, keep)))
+        return keep
 
     def _local(self, client: ClientConnection, req: Request, status: int, body: str) -> bool:
         keep = req.keep_alive and req.complete
-        client.write(h.simple_response(status, _REASONS[status], body, extra=_connection(req, keep)))
+        client.write(h.simple_response(status, h.REASONS[status], body, extra=_connection(req, keep)))
         return keep
 
 
+def answer_refused(e: Refused, req: Request, client: ClientConnection) -> bool:
+    """Write the gateway's own answer (unless a replica's answer began); True: keep the connection."""
+    if client.responded:
+        return False
+    keep = req.keep_alive and req.complete and not req.upgrade and e.status != 500
+    extra = [("Retry-After", str(e.retry_after))] if e.retry_after is not None else []
+    body = json.dumps({"code": e.code, "message": e.message})
+    client.write(h.simple_response(e.status, h.REASONS[e.status], body, extra=extra + _connection(req, keep)))
+    return keep
+
+
 class ClientConnection(asyncio.Protocol):
+    """One client's connection. A request is handled once the bytes read with its head are parsed
+    (so a bodyless request is complete when it is answered), in order: the next waits, with
+    reading paused, until the one before is answered (``finished``)."""
+
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.transport: asyncio.Transport | None = None
         self.responded = False  # a byte of the active request's answer was written
+        self.trip: Trip | None = None  # the active request's, while it runs
+        self.heads = RequestHeads()
         self._peer = ""
         self._parser = httptools.HttpRequestParser(self)
         self._building: Request | None = None
         self._head_bytes = 0
         self._active: Request | None = None
+        self._ready: Request | None = None  # its head just parsed: handled when the read is parsed
         self._task: asyncio.Task[None] | None = None
         self._waiting: deque[Request] = deque()
         self._upstream: UpstreamConnection | None = None
+        self._paused = False
         self._write_paused = False
         self._upgrading: Request | None = None
         self._tunnel: UpstreamConnection | None = None
 
-    # the exchange's side (exchange.Downstream)
+    # the trip's side (exchange.Downstream)
 
     def write(self, data: bytes) -> None:
         self.responded = True
@@ -119,11 +164,13 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def pause_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if not self._paused and self.transport is not None and not self.transport.is_closing():
+            self._paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self._paused and self.transport is not None and not self.transport.is_closing():
+            self._paused = False
             self.transport.resume_reading()
 
     def bind(self, conn: UpstreamConnection | None) -> None:
@@ -137,6 +184,27 @@ class ClientConnection(asyncio.Protocol):
             for piece in self._upgrading.tunnel:
                 conn.send_raw(piece)
             self._upgrading.tunnel.clear()
+
+    def finished(self, keep: bool) -> None:
+        self._active, self.trip = None, None
+        if not keep or self.transport is None:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self._waiting:  # a pipelined request: started from the loop, not from inside a callback
+            self._active = self._waiting.popleft()
+            asyncio.get_running_loop().call_soon(self._start, self._active)
+        else:
+            self.resume_reading()
+
+    def refused(self, error: Refused) -> None:
+        req = self._active
+        if req is not None:
+            self.finished(answer_refused(error, req, self))
+
+    def run(self, work: Coroutine[Any, Any, bool | None]) -> None:
+        """Handle the active request in a task (a token the head must be asked about)."""
+        self._task = asyncio.get_running_loop().create_task(self._serve(work))
 
     # asyncio's side
 
@@ -168,12 +236,14 @@ class ClientConnection(asyncio.Protocol):
                 if rest:
                     req.tunnel.append(rest)
         except httptools.HttpParserError as e:
-            self._refuse(400, "bad_request", f"malformed request: {e}")
+            return self._refuse(400, "bad_request", f"malformed request: {e}")
+        ready, self._ready = self._ready, None
+        if ready is not None and self.transport is not None:
+            self._start(ready)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self._task is not None:
-            self._task.cancel()
+        self._stop()
         if self._tunnel is not None:
             self._tunnel.close()
         self._waiting.clear()
@@ -191,7 +261,7 @@ class ClientConnection(asyncio.Protocol):
     # httptools' callbacks
 
     def on_message_begin(self) -> None:
-        self._building = Request(self._peer, self.pause_reading, self.resume_reading)
+        self._building = Request(self._peer, self)
         self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -206,14 +276,15 @@ class ClientConnection(asyncio.Protocol):
         req = self._building
         assert req is not None
         self._head_bytes = -1
-        req.method = self._parser.get_method()
-        req.http11 = self._parser.get_http_version() == "1.1"
-        req.keep_alive = self._parser.should_keep_alive()
-        length = h.content_length(req.headers)
+        parser = self._parser
+        req.method = parser.get_method()
+        req.http11 = parser.get_http_version() == "1.1"
+        req.keep_alive = parser.should_keep_alive()
+        req.framing, length = h.request_body(req.headers)
         if length is not None and length > self.gateway.max_body:
             return self._too_large()
         if self._active is None:
-            self._start(req)
+            self._active = self._ready = req
         else:
             self._waiting.append(req)
             self.pause_reading()
@@ -233,30 +304,44 @@ class ClientConnection(asyncio.Protocol):
     # the rest
 
     def _start(self, req: Request) -> None:
+        if self.transport is None:
+            return
         self._active, self.responded = req, False
-        self._task = asyncio.get_running_loop().create_task(self._serve(req))
-
-    async def _serve(self, req: Request) -> None:
         try:
-            keep = await self.gateway.handle(req, self)
+            keep = self.gateway.handle(req, self)
+        except Exception:
+            keep = self._crashed(req)
+        if keep is not None:
+            self.finished(keep)
+
+    async def _serve(self, work: Coroutine[Any, Any, bool | None]) -> None:
+        req = self._active
+        try:
+            keep = await work
         except asyncio.CancelledError:
             return
         except Exception:
-            log.exception("gateway: request %s %s failed", req.method, req.url[:200])
-            keep = False
-            if not self.responded:
-                self.write(
-                    h.simple_response(500, "Internal Server Error", '{"code": "internal", "message": "gateway error"}')
-                )
-        self._active, self._task = None, None
-        if not keep or self.transport is None:
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if self._waiting:
-            self._start(self._waiting.popleft())
-        else:
-            self.resume_reading()
+            keep = self._crashed(req)
+        self._task = None
+        if keep is not None:
+            self.finished(keep)
+
+    def _crashed(self, req: Request | None) -> bool:
+        log.exception("gateway: request %s %s failed", req.method if req else b"", req.url[:200] if req else b"")
+        if not self.responded:
+            self.write(
+                h.simple_response(500, "Internal Server Error", '{"code": "internal", "message": "gateway error"}')
+            )
+        return False
+
+    def _stop(self) -> None:
+        """The client is gone or refused: the active request's work stops."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.trip is not None:
+            self.trip.abort()
+            self.trip = None
 
     def _too_large(self) -> None:
         self._refuse(413, "body_too_large", f"a request body is at most {self.gateway.max_body} bytes")
@@ -270,10 +355,9 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._active is None or not self.responded:  # else an answer is half-written: just close
             body = json.dumps({"code": code, "message": message})
-            self.write(h.simple_response(status, _REASONS[status], body, extra=[("Connection", "close")]))
+            self.write(h.simple_response(status, h.REASONS[status], body, extra=[("Connection", "close")]))
         self.transport = None  # reads are dropped, nothing more is written
-        if self._task is not None:
-            self._task.cancel()
+        self._stop()
         if transport.can_write_eof():
             transport.write_eof()
         transport.resume_reading()
@@ -302,19 +386,3 @@ def _connection(req: Request, keep: bool) -> list[tuple[str, str]]:
     if not keep:
         return [("Connection", "close")]
     return [] if req.http11 else [("Connection", "keep-alive")]
-
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}

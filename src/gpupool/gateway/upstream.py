@@ -15,12 +15,14 @@ from typing import Protocol, cast
 import httptools
 
 from gpupool.gateway.headers import LAST_CHUNK, chunk
+from gpupool.gateway.lasthead import ResponseHeads
 
 
 class Receiver(Protocol):
-    """What a connection reports to: the exchange it carries (``exchange.Exchange``)."""
+    """What a connection reports to: the trip it carries (``exchange.Trip``). What a read brought
+    is flushed at its end; ``on_complete`` and ``on_lost`` flush what they have themselves."""
 
-    def on_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], chunked: bool) -> None: ...
+    def on_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None: ...
     def on_body(self, data: bytes) -> None: ...
     def on_complete(self, keep_alive: bool) -> None: ...
     def on_upgrade(self, rest: bytes) -> None: ...
@@ -39,8 +41,10 @@ async def connect(host: str, port: int) -> UpstreamConnection:
 class UpstreamConnection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.heads = ResponseHeads()
         self._receiver: Receiver | None = None
         self._parser: httptools.HttpResponseParser | None = None
+        self._clean = False  # the parser ended its last answer where the next one may begin
         self._headers: list[tuple[bytes, bytes]] = []
         self._reason = b""
         self._answered = False  # a byte of the current answer arrived
@@ -55,7 +59,9 @@ class UpstreamConnection(asyncio.Protocol):
         """Send a request head; its answer goes to ``receiver``."""
         assert self.transport is not None
         self._receiver = receiver
-        self._parser = httptools.HttpResponseParser(self)
+        if not self._clean or self._parser is None:  # reused after a whole answer: no allocation
+            self._parser = httptools.HttpResponseParser(self)
+        self._clean = False
         self._headers, self._reason, self._answered = [], b"", False
         self._head_request, self._chunked_up = head_request, chunked_body
         self.transport.write(head)
@@ -79,7 +85,6 @@ class UpstreamConnection(asyncio.Protocol):
     def release(self) -> None:
         """The exchange is over: callbacks stop."""
         self._receiver = None
-        self._parser = None
 
     def close(self) -> None:
         self._receiver = None
@@ -119,7 +124,8 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(f"bad answer from the replica: {e}")
         finally:
-            receiver.flush()
+            if self._receiver is receiver:  # an answer that ended was flushed by its end
+                receiver.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -147,11 +153,10 @@ class UpstreamConnection(asyncio.Protocol):
         assert self._parser is not None and self._receiver is not None
         status = self._parser.get_status_code()
         if 100 <= status < 200 and status != 101:  # interim (100 Continue): passed on, the answer follows
-            self._receiver.on_head(status, self._reason, self._headers, False)
+            self._receiver.on_head(status, self._reason, self._headers)
             self._headers, self._reason = [], b""
             return
-        chunked = any(n.lower() == b"transfer-encoding" and b"chunked" in v.lower() for n, v in self._headers)
-        self._receiver.on_head(status, self._reason, self._headers, chunked)
+        self._receiver.on_head(status, self._reason, self._headers)
         if self._head_request or status in (204, 304):  # no body follows, whatever the head says
             self._complete()
 
@@ -163,6 +168,7 @@ class UpstreamConnection(asyncio.Protocol):
         assert self._parser is not None
         if 100 <= self._parser.get_status_code() < 200:
             return
+        self._clean = not self._head_request
         self._complete()
 
     def _complete(self) -> None:
