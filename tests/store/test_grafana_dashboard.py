@@ -22,13 +22,17 @@ from gpupool.api.app import create_app
 from gpupool.api.prometheus import SchedulerMetrics
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.controller.services import ServiceReconciler
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
+from gpupool.domain.services import ServiceSpec
 from gpupool.domain.telemetry import GpuSample
 from gpupool.scheduler import SchedulerConfig
 from gpupool.services import jobs as job_service
 from gpupool.services import projects as project_service
+from gpupool.services import services as service_layer
 from gpupool.services.context import HeadContext
+from gpupool.services.load import ReplicaLoad
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal, create_token
@@ -454,6 +458,11 @@ def scrape(sqlite: Database, now: datetime) -> Scrape:
     executor._nodes = nodes[:2]
     clock.advance(5)
     controller.tick()
+    # A service of one replica (submitted, not started yet) and a gateway report of its load.
+    service_layer.serve(ctx, ServiceSpec.create(name="web", command=["serve"], project="a", gpus=0), admin)
+    ServiceReconciler(sqlite, clock, ctx.load, lambda: None, probe=lambda *_: None).step()
+    line = ReplicaLoad("web", "1", in_flight=2, queued=1, requests=40, errors=1, latency_counts=(30, 10, 0))
+    service_layer.record_load(ctx, 1.0, [line], (0.01, 0.1))
     with TestClient(create_app(ctx, metrics)) as client:
         response = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200, response.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -65,7 +66,15 @@ FULL_SPEC: dict[str, Any] = {
     "max_runtime_s": 86_400,
     "gpu_memory": "20G",
     "checkpoint_dir": "/data/ckpt/résumé run",
+    "expose": 8888,
 }
+# What only the service layer sets on a replica's spec (JobSpec.create takes none of it).
+REPLICA_FIELDS: dict[str, Any] = {"service": "web", "port_env": "MODEL_PORT"}
+
+
+def full_spec(spec: dict[str, Any]) -> JobSpec:
+    made = JobSpec.create(**spec)
+    return replace(made, **REPLICA_FIELDS) if spec is FULL_SPEC else made
 
 
 @pytest.mark.parametrize(
@@ -80,7 +89,7 @@ FULL_SPEC: dict[str, Any] = {
     ids=["every-field", "defaults", "gang", "smallest-share", "cpu-only"],
 )
 def test_insert_and_get_round_trip_every_field(db: Database, now: datetime, spec: dict[str, Any]) -> None:
-    created = JobSpec.create(**spec)
+    created = full_spec(spec)
     with db.tx() as session:
         inserted = jobs.insert_job(session, created, "alice", now)
     with db.tx() as session:
@@ -97,7 +106,7 @@ def test_insert_and_get_round_trip_every_field(db: Database, now: datetime, spec
 
 def test_every_field_example_really_sets_every_field() -> None:
     """The round trip above is only as good as its example: nothing in it may be a default."""
-    full = JobSpec.create(**FULL_SPEC)
+    full = full_spec(FULL_SPEC)
     default = JobSpec.create(command=["other"])
     same = [f for f in JobSpec.__slots__ if getattr(full, f) == getattr(default, f) and f != "workers"]
     assert same == []
