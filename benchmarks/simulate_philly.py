@@ -35,11 +35,12 @@ def main() -> None:
     parser.add_argument("--window", default=None, help="e.g. 2017-10-01,2017-12-01 (Helios' Philly setup)")
     parser.add_argument("--scale-load", type=float, default=1.0, help="arrivals this many times as frequent")
     parser.add_argument("--duration-scale", type=float, default=1.0, help="run times multiplied by this")
+    parser.add_argument("--partition", default=None, help="fifo-isolated's partition: nodes (its default) or gpus")
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
     args = parser.parse_args()
     started = time.perf_counter()
     study = Study.prepare(
-        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8
+        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8, args.partition
     )
     if args.duration_scale != 1.0:
         longer = [
@@ -64,6 +65,20 @@ def main() -> None:
             f"{figures[k]:>16,.3f}" if isinstance(figures[k], float) else f"{figures[k]:>16,}" for k in keys
         )
         print(f"{name:<14}{cells}{figures['wall_s']:>10.1f}")
+        fair = ("slowdown_fairness", "queue_fairness", "max_min_slowdown", "max_min_queue", "entitled_fairness")
+        print("  " + ", ".join(f"{k} {_figure(figures[k])}" for k in fair))
+        print(
+            f"  {'project':<12}{'jobs':>8}{'completed':>11}{'avg_queue_s':>13}{'p95_queue_s':>13}{'avg_slowdown':>14}"
+        )
+        for project, row in figures["per_project"].items():
+            print(
+                f"  {project:<12}{row['jobs']:>8,}{row['completed']:>11,}{row['avg_queue_s']:>13,.0f}"
+                f"{row['p95_queue_s']:>13,.0f}{row['avg_slowdown']:>14,.2f}"
+            )
+
+
+def _figure(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":

@@ -151,19 +151,31 @@ def simulate(
         return
     capacity = next(iter(results.values())).capacity
     console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
+    for name, f in figures.items():
+        console.print(_projects_table(f"{name}: per project", f["per_project"]))
 
 
 def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
     table = Listing([Col("FIGURE"), *(Col(name.upper(), justify="right") for name in figures)], title=title)
     first = next(iter(figures.values()))
     for key in first:
-        if key != "placed":
+        if key not in ("placed", "per_project"):
             table.add_row(key, *(_cell(key, f[key]) for f in figures.values()))
     return table
 
 
+def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
+    keys = ("jobs", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown")
+    table = Listing([Col("PROJECT"), *(Col(k.upper(), justify="right") for k in keys)], title=title)
+    for name, row in rows.items():
+        table.add_row(name, *(_cell(k, row[k]) for k in keys))
+    return table
+
+
 def _cell(key: str, value: Any) -> str:
-    if isinstance(value, float) and ("utilization" in key or "allocation" in key or key == "fairness"):
+    if value is None:
+        return "—"
+    if isinstance(value, float) and ("utilization" in key or "allocation" in key or "fairness" in key):
         return f"{value:.3f}"
     if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
         return _human_seconds(value)
