@@ -33,8 +33,8 @@ def test_partitions_treat_both_projects_as_entitled_though_b_needs_little(tmp_pa
     got = figures(tmp_path, PARTITIONED, 2, "fifo-isolated", {"a": 4, "b": 4})
     # a2 waits for a1 on a's own node (b's node is idle from 20 s): waits 0 and 100, JCT 100 and 150.
     assert got["per_project"] == {
-        "a": {"jobs": 2, "completed": 2, "avg_queue_s": 50.0, "p95_queue_s": 100.0, "avg_slowdown": 2.0},
-        "b": {"jobs": 1, "completed": 1, "avg_queue_s": 0.0, "p95_queue_s": 0.0, "avg_slowdown": 1.0},
+        "a": {"jobs": 2, "started": 2, "completed": 2, "avg_queue_s": 50.0, "p95_queue_s": 100.0, "avg_slowdown": 2.0},
+        "b": {"jobs": 1, "started": 1, "completed": 1, "avg_queue_s": 0.0, "p95_queue_s": 0.0, "avg_slowdown": 1.0},
     }
     assert got["slowdown_fairness"] == pytest.approx(3**2 / (2 * (2**2 + 1**2)))  # 0.9
     assert got["queue_fairness"] == pytest.approx(50**2 / (2 * 50**2))  # 0.5: b never waits
@@ -86,3 +86,19 @@ def test_simulate_prints_and_emits_the_per_project_rows(tmp_path: Path, capsys: 
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: --partition applies only to a policy that isolates projects (fifo-isolated), not default"
     ]
+
+
+def test_a_project_whose_jobs_never_start_has_no_wait_rather_than_none(tmp_path: Path) -> None:
+    # c has no quota, so under partitions no nodes: its job never starts and counts in no average.
+    got = figures(tmp_path, [*PARTITIONED, "c1,0,10,1,1,c"], 2, "fifo-isolated", {"a": 4, "b": 4})
+    rows = got["per_project"]
+    assert isinstance(rows, dict)
+    assert rows["c"] == {
+        "jobs": 1,
+        "started": 0,
+        "completed": 0,
+        "avg_queue_s": None,
+        "p95_queue_s": None,
+        "avg_slowdown": None,
+    }
+    assert got["queue_fairness"] == pytest.approx(0.5) and got["slowdown_fairness"] == pytest.approx(0.9)

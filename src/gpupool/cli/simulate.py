@@ -165,7 +165,7 @@ def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
 
 
 def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
-    keys = ("jobs", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown")
+    keys = ("jobs", "started", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown")
     table = Listing([Col("PROJECT"), *(Col(k.upper(), justify="right") for k in keys)], title=title)
     for name, row in rows.items():
         table.add_row(name, *(_cell(k, row[k]) for k in keys))

@@ -6,8 +6,9 @@ These figures ask what a team would ask instead:
 
 - per project: its jobs, mean and p95 queueing delay, and mean slowdown (JCT over run time, so a
   one-minute job that waited an hour counts as badly treated, an hour-long one as not);
-- across projects: Jain's index over the projects' mean slowdowns and over their mean waits
-  (1 = every project fares alike), and the max/min ratio of each (None where the smallest is 0);
+- across projects (those with a figure: whose jobs started, or finished): Jain's index over the
+  projects' mean slowdowns and over their mean waits (1 = every project fares alike), and the
+  max/min ratio of each (None where the smallest is 0);
 - Jain's index over each project's allocation normalised by what it was entitled to and could
   use: min(fair share, demand), demand being the GPUs its submitted, unfinished jobs ask for.
   Averaged over time per project (spans where min(...) is 0 are skipped, so a project with
@@ -23,7 +24,9 @@ from gpupool.sim.engine import JobRun, SimResult
 
 
 def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
-    """``{project: {jobs, completed, avg_queue_s, p95_queue_s, avg_slowdown}}``, by name."""
+    """``{project: {jobs, started, completed, avg_queue_s, p95_queue_s, avg_slowdown}}``, by name.
+    Waits are over the jobs that started, slowdowns over those that finished; None where there
+    are none (a project whose jobs never start has no wait to average, not a wait of 0)."""
     by_project: dict[str, list[JobRun]] = {}
     for run in result.runs.values():
         by_project.setdefault(run.trace.spec.project, []).append(run)
@@ -35,18 +38,19 @@ def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
         done = [s for s in slowdowns if s is not None]
         rows[name] = {
             "jobs": len(runs),
+            "started": len(waits),
             "completed": sum(1 for r in runs if r.finish is not None),
-            "avg_queue_s": _mean(waits),
-            "p95_queue_s": _pct(waits, 95),
-            "avg_slowdown": _mean(done),
+            "avg_queue_s": _mean(waits) if waits else None,
+            "p95_queue_s": _pct(waits, 95) if waits else None,
+            "avg_slowdown": _mean(done) if done else None,
         }
     return rows
 
 
 def across_projects(result: SimResult, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The cross-project figures over ``per_project``'s rows (see the module docstring)."""
-    slowdowns = [row["avg_slowdown"] for row in rows.values() if row["completed"]]
-    waits = [row["avg_queue_s"] for row in rows.values() if row["jobs"]]
+    slowdowns = [row["avg_slowdown"] for row in rows.values() if row["avg_slowdown"] is not None]
+    waits = [row["avg_queue_s"] for row in rows.values() if row["avg_queue_s"] is not None]
     entitled = [ratio / seconds for ratio, seconds in result.entitled_by_project.values() if seconds > 0]
     return {
         "slowdown_fairness": jain(slowdowns),
