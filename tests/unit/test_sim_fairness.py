@@ -33,8 +33,24 @@ def test_partitions_treat_both_projects_as_entitled_though_b_needs_little(tmp_pa
     got = figures(tmp_path, PARTITIONED, 2, "fifo-isolated", {"a": 4, "b": 4})
     # a2 waits for a1 on a's own node (b's node is idle from 20 s): waits 0 and 100, JCT 100 and 150.
     assert got["per_project"] == {
-        "a": {"jobs": 2, "started": 2, "completed": 2, "avg_queue_s": 50.0, "p95_queue_s": 100.0, "avg_slowdown": 2.0},
-        "b": {"jobs": 1, "started": 1, "completed": 1, "avg_queue_s": 0.0, "p95_queue_s": 0.0, "avg_slowdown": 1.0},
+        "a": {
+            "jobs": 2,
+            "started": 2,
+            "completed": 2,
+            "avg_queue_s": 50.0,
+            "p95_queue_s": 100.0,
+            "avg_slowdown": 2.0,
+            "entitled": 1.0,
+        },
+        "b": {
+            "jobs": 1,
+            "started": 1,
+            "completed": 1,
+            "avg_queue_s": 0.0,
+            "p95_queue_s": 0.0,
+            "avg_slowdown": 1.0,
+            "entitled": 1.0,
+        },
     }
     assert got["slowdown_fairness"] == pytest.approx(3**2 / (2 * (2**2 + 1**2)))  # 0.9
     assert got["queue_fairness"] == pytest.approx(50**2 / (2 * 50**2))  # 0.5: b never waits
@@ -57,6 +73,7 @@ def test_greedy_lets_a_take_b_s_share_and_the_entitled_index_says_so(tmp_path: P
     rows = got["per_project"]
     assert isinstance(rows, dict)
     assert (rows["b"]["avg_queue_s"], rows["b"]["avg_slowdown"]) == (90.0, 10.0)
+    assert (rows["a"]["entitled"], rows["b"]["entitled"]) == (pytest.approx(2.0), pytest.approx(0.1))
     assert got["slowdown_fairness"] == pytest.approx(11**2 / (2 * 101))
     assert got["max_min_slowdown"] == pytest.approx(10.0)
 
@@ -100,5 +117,6 @@ def test_a_project_whose_jobs_never_start_has_no_wait_rather_than_none(tmp_path:
         "avg_queue_s": None,
         "p95_queue_s": None,
         "avg_slowdown": None,
+        "entitled": None,  # no quota, so no fair share: min(share, demand) is 0 throughout
     }
     assert got["queue_fairness"] == pytest.approx(0.5) and got["slowdown_fairness"] == pytest.approx(0.9)

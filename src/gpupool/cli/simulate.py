@@ -165,7 +165,7 @@ def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
 
 
 def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
-    keys = ("jobs", "started", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown")
+    keys = ("jobs", "started", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown", "entitled")
     table = Listing([Col("PROJECT"), *(Col(k.upper(), justify="right") for k in keys)], title=title)
     for name, row in rows.items():
         table.add_row(name, *(_cell(k, row[k]) for k in keys))
@@ -175,7 +175,9 @@ def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return "—"
-    if isinstance(value, float) and ("utilization" in key or "allocation" in key or "fairness" in key):
+    if isinstance(value, float) and (
+        "utilization" in key or "allocation" in key or "fairness" in key or key == "entitled"
+    ):
         return f"{value:.3f}"
     if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
         return _human_seconds(value)

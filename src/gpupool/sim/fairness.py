@@ -24,7 +24,9 @@ from gpupool.sim.engine import JobRun, SimResult
 
 
 def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
-    """``{project: {jobs, started, completed, avg_queue_s, p95_queue_s, avg_slowdown}}``, by name.
+    """``{project: {jobs, started, completed, avg_queue_s, p95_queue_s, avg_slowdown, entitled}}``,
+    by name; ``entitled``: its time-averaged allocation over min(fair share, demand) (1: it held
+    what it was entitled to and could use; below, it waited for it; above, it borrowed).
     Waits are over the jobs that started, slowdowns over those that finished; None where there
     are none (a project whose jobs never start has no wait to average, not a wait of 0)."""
     by_project: dict[str, list[JobRun]] = {}
@@ -43,15 +45,16 @@ def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
             "avg_queue_s": _mean(waits) if waits else None,
             "p95_queue_s": _pct(waits, 95) if waits else None,
             "avg_slowdown": _mean(done) if done else None,
+            "entitled": _entitled(result, name),
         }
     return rows
 
 
-def across_projects(result: SimResult, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def across_projects(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The cross-project figures over ``per_project``'s rows (see the module docstring)."""
     slowdowns = [row["avg_slowdown"] for row in rows.values() if row["avg_slowdown"] is not None]
     waits = [row["avg_queue_s"] for row in rows.values() if row["avg_queue_s"] is not None]
-    entitled = [ratio / seconds for ratio, seconds in result.entitled_by_project.values() if seconds > 0]
+    entitled = [row["entitled"] for row in rows.values() if row["entitled"] is not None]
     return {
         "slowdown_fairness": jain(slowdowns),
         "queue_fairness": jain(waits),
@@ -59,6 +62,11 @@ def across_projects(result: SimResult, rows: dict[str, dict[str, Any]]) -> dict[
         "max_min_queue": _ratio(waits),
         "entitled_fairness": jain(entitled),
     }
+
+
+def _entitled(result: SimResult, project: str) -> float | None:
+    ratio, seconds = result.entitled_by_project.get(project, (0.0, 0.0))
+    return ratio / seconds if seconds > 0 else None
 
 
 def slowdown(run: JobRun) -> float | None:

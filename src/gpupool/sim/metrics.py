@@ -40,7 +40,7 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         else 0.0,
         "preemptions": sum(r.preemptions for r in runs),
         "fairness": fairness(result, makespan),
-        **across_projects(result, projects),
+        **across_projects(projects),
         "per_project": projects,
         "wall_s": wall_s,
         "placed": sorted(r.trace.job_id for r in started),
