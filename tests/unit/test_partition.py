@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.projects import Project
-from gpupool.scheduler import schedule
+from gpupool.scheduler import CycleMemory, schedule
 from gpupool.scheduler.partition import assign
 from gpupool.scheduler.policies import preset
 from tests.unit.builders import node, pending, running, snapshot
@@ -88,3 +90,21 @@ def test_partition_nodes_is_refused_for_a_policy_that_does_not_isolate() -> None
     with pytest.raises(InvalidInput, match="unknown partition 'racks': use one of gpus, nodes"):
         preset("fifo-isolated", partition="racks")
     assert preset("default", partition="gpus") == preset("default")
+
+
+def test_a_carried_memory_follows_nodes_and_quotas_that_change() -> None:
+    """The memory keeps each cycle's partitions; a node leaving or a quota changing must not
+    leave it answering with the old sets (a cold cycle is the reference)."""
+    memory = CycleMemory()
+    config = preset("fifo-isolated")
+    jobs = [pending(10, gpus=4, project="b")]
+    first = snapshot(NODES, jobs, [], [Project("a", quota=12), Project("b", quota=4)])  # b: n2
+    assert [s.placements[0].node for s in schedule(first, config, memory=memory).starts] == ["n2"]
+    # n1 leaves: a takes n0 and n2 (8 + 4 = 12), b gets n3 (2 GPUs): its 4-GPU job cannot start.
+    smaller = replace(first, nodes=tuple(n for n in NODES if n.name != "n1"))
+    assert schedule(smaller, config, memory=memory) == schedule(smaller, config)
+    assert schedule(smaller, config).starts == ()
+    # b's quota grows past a's: b now takes n0 first.
+    bigger = replace(first, projects=(Project("a", quota=4), Project("b", quota=8)))
+    assert schedule(bigger, config, memory=memory) == schedule(bigger, config)
+    assert [s.placements[0].node for s in schedule(bigger, config).starts] == ["n0"]
