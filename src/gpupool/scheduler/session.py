@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
@@ -211,10 +212,15 @@ class Session:
         best: tuple[tuple[tuple[int, ...], str], NodeFree] | None = None
         for buckets, stop_after, first_wins in phases:
             for bucket in buckets:
-                for free in bucket.values():
-                    if not can_fit(free, demand) or free.name in avoid or (only is not None and free.name not in only):
+                # Buckets are keyed by node name. A partition smaller than a bucket is looked up in
+                # it rather than the bucket scanned: a project's few nodes among hundreds.
+                pairs: Iterable[tuple[str, NodeFree]] = bucket.items()
+                if only is not None and len(only) < len(bucket):
+                    pairs = [(n, bucket[n]) for n in only if n in bucket]
+                for name, free in pairs:
+                    if (only is not None and name not in only) or name in avoid or not can_fit(free, demand):
                         continue
-                    key = (plugin.score(free, demand), free.name)
+                    key = (plugin.score(free, demand), name)
                     if best is None or key < best[0]:
                         best = (key, free)
                 if best is not None and first_wins:
