@@ -67,18 +67,20 @@ def main() -> None:
         print(f"{name:<14}{cells}{figures['wall_s']:>10.1f}")
         fair = ("slowdown_fairness", "queue_fairness", "max_min_slowdown", "max_min_queue", "entitled_fairness")
         print("  " + ", ".join(f"{k} {_figure(figures[k])}" for k in fair))
-        print(
-            f"  {'project':<12}{'jobs':>8}{'completed':>11}{'avg_queue_s':>13}{'p95_queue_s':>13}{'avg_slowdown':>14}"
-        )
+        heads = ("jobs", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown", "entitled")
+        print(f"  {'project':<12}" + "".join(f"{h:>14}" for h in heads))
         for project, row in figures["per_project"].items():
-            print(
-                f"  {project:<12}{row['jobs']:>8,}{row['completed']:>11,}{row['avg_queue_s']:>13,.0f}"
-                f"{row['p95_queue_s']:>13,.0f}{row['avg_slowdown']:>14,.2f}"
+            cells = (
+                f"{row['jobs']:>14,}{row['completed']:>14,}{_figure(row['avg_queue_s'], 0):>14}"
+                f"{_figure(row['p95_queue_s'], 0):>14}{_figure(row['avg_slowdown'], 2):>14}"
+                f"{_figure(row['entitled']):>14}"
             )
+            print(f"  {project:<12}{cells}")
 
 
-def _figure(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+def _figure(value: float | None, digits: int = 3) -> str:
+    """A figure that may be missing (a project whose jobs never started has no wait)."""
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 if __name__ == "__main__":
