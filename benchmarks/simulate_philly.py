@@ -35,11 +35,12 @@ def main() -> None:
     parser.add_argument("--window", default=None, help="e.g. 2017-10-01,2017-12-01 (Helios' Philly setup)")
     parser.add_argument("--scale-load", type=float, default=1.0, help="arrivals this many times as frequent")
     parser.add_argument("--duration-scale", type=float, default=1.0, help="run times multiplied by this")
+    parser.add_argument("--partition", default=None, help="fifo-isolated's partition: nodes (its default) or gpus")
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
     args = parser.parse_args()
     started = time.perf_counter()
     study = Study.prepare(
-        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8
+        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8, args.partition
     )
     if args.duration_scale != 1.0:
         longer = [
@@ -64,6 +65,22 @@ def main() -> None:
             f"{figures[k]:>16,.3f}" if isinstance(figures[k], float) else f"{figures[k]:>16,}" for k in keys
         )
         print(f"{name:<14}{cells}{figures['wall_s']:>10.1f}")
+        fair = ("slowdown_fairness", "queue_fairness", "max_min_slowdown", "max_min_queue", "entitled_fairness")
+        print("  " + ", ".join(f"{k} {_figure(figures[k])}" for k in fair))
+        heads = ("jobs", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown", "entitled")
+        print(f"  {'project':<12}" + "".join(f"{h:>14}" for h in heads))
+        for project, row in figures["per_project"].items():
+            cells = (
+                f"{row['jobs']:>14,}{row['completed']:>14,}{_figure(row['avg_queue_s'], 0):>14}"
+                f"{_figure(row['p95_queue_s'], 0):>14}{_figure(row['avg_slowdown'], 2):>14}"
+                f"{_figure(row['entitled']):>14}"
+            )
+            print(f"  {project:<12}{cells}")
+
+
+def _figure(value: float | None, digits: int = 3) -> str:
+    """A figure that may be missing (a project whose jobs never started has no wait)."""
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 if __name__ == "__main__":

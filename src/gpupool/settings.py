@@ -57,6 +57,7 @@ class Settings:
     fair_share_half_life_s: float = 86400.0
     placement: str = "binpack"
     policy: str = "default"  # a name in scheduler.policies.POLICIES
+    partition: str | None = None  # an isolating policy's partition (nodes or gpus); None: the policy's own
     # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).
     backend: str = "local"
     ray_address: str | None = None
@@ -96,12 +97,12 @@ class Settings:
 
     @property
     def scheduler_config(self) -> SchedulerConfig:
-        """The named policy, with the chosen placement plugin: what the head's controller runs.
+        """The named policy, with the chosen placement plugin (and partition): what the head's controller runs.
         Imported here, not at the top: every CLI command reads this module, only the head needs
         the scheduler (~55 ms of imports)."""
         from gpupool.scheduler import policies
 
-        return policies.preset(self.policy, placement=self.placement)
+        return policies.preset(self.policy, placement=self.placement, partition=self.partition)
 
     @classmethod
     def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -47,6 +47,7 @@ from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.simulated import SimulatedSensors
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.policies import preset
 from gpupool.services import jobs as job_service
 from gpupool.services import projects as project_service
 from gpupool.services.context import HeadContext
@@ -73,6 +74,7 @@ class Scenario:
     trace: list[TraceJob]  # sorted by submit time, so the simulator's ids (1, 2, ... in list order) are the store's
     projects: list[Project]  # by name, as the store lists them
     nodes: list[Node]  # by name, as the store lists them
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
 MIXED = Scenario(
@@ -108,7 +110,13 @@ SAME_START = Scenario(
     projects=[Project.create("a", 0), Project.create("b", 0), Project.create("c", 2)],
     nodes=uniform(1, 4),
 )
-CONFIG = SchedulerConfig()
+# fifo-isolated with partitions: a, b and c own node-1, node-2 and node-3 (4 GPUs each), so the
+# live head must place each project's jobs on its own node as the simulator does.
+PARTITIONED = replace(
+    MIXED,
+    projects=[Project.create("a", 4), Project.create("b", 4), Project.create("c", 4)],
+    config=preset("fifo-isolated"),
+)
 # The simulator keeps no fair-share usage history, and runs a cycle at every event.
 SETTINGS = ControllerSettings(full_cycle_s=0.0, usage_every_s=math.inf)
 
@@ -218,7 +226,7 @@ def by_id(snapshot: Snapshot) -> Snapshot:
 
 def simulate_recording(monkeypatch: pytest.MonkeyPatch, scenario: Scenario) -> list[Call]:
     calls = spy_on_schedule(monkeypatch, engine)
-    engine.simulate(scenario.trace, scenario.nodes, scenario.projects, CONFIG)
+    engine.simulate(scenario.trace, scenario.nodes, scenario.projects, scenario.config)
     return calls
 
 
@@ -230,7 +238,7 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
 
     clock = FakeClock(engine.EPOCH)
     executor = FakeExecutor(scenario.nodes)
-    controller = Controller(db, executor, clock, CONFIG, SETTINGS)
+    controller = Controller(db, executor, clock, scenario.config, SETTINGS)
     ctx = HeadContext(db, clock, executor, controller.wake)
     with db.tx() as s:  # what Controller.start() does before its thread runs the ticks
         node_repo.register_nodes(s, executor.nodes(), clock.now())
@@ -262,7 +270,7 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
         where = f"cycle {cycle} at t={(now - engine.EPOCH).total_seconds():g}s"
         assert result is not None and len(live_calls) == cycle + 1, f"{where}: the controller did not schedule"
         live = live_calls[-1]
-        assert live.config == sim.config == CONFIG, f"{where}: scheduled with another config"
+        assert live.config == sim.config == scenario.config, f"{where}: scheduled with another config"
         assert by_id(live.snapshot) == by_id(sim.snapshot), f"{where}: the store's snapshot differs"
         assert live.result.starts == sim.result.starts, f"{where}: different starts: {ids(live)} vs {ids(sim)}"
         assert live.result.preemptions == sim.result.preemptions, (
@@ -323,3 +331,13 @@ def test_a_tie_in_start_time_is_broken_alike_whatever_order_running_jobs_come_in
 ) -> None:
     calls = replay_on_controller(monkeypatch, db, SAME_START)
     assert any(c.result.preemptions for c in calls)
+
+
+def test_partitions_place_alike_on_the_controller_and_the_simulator(
+    monkeypatch: pytest.MonkeyPatch, db: Database
+) -> None:
+    calls = replay_on_controller(monkeypatch, db, PARTITIONED)
+    project = {i + 1: j.spec.project for i, j in enumerate(PARTITIONED.trace)}
+    own = {"a": "node-1", "b": "node-2", "c": "node-3"}
+    placed = [(project[s.job_id], p.node) for c in calls for s in c.result.starts for p in s.placements]
+    assert len(placed) > 10 and all(own[name] == node for name, node in placed)

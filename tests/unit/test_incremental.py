@@ -25,6 +25,7 @@ POLICIES = [
     preset("fifo"),
     preset("default", placement="spread"),
     preset("fifo-isolated"),
+    preset("fifo-isolated", partition="gpus"),
 ]
 PROJECTS = [Project("a", quota=4), Project("b", quota=2, limit=6), Project("c", quota=0, weight=2)]
 

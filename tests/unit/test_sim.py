@@ -184,7 +184,7 @@ def test_fifo_blocks_behind_a_fraction_but_not_behind_a_job_that_never_fits(tmp_
 
 
 def test_fifo_isolated_confines_each_project_to_its_quota_and_blocks_only_its_own_queue(tmp_path: Path) -> None:
-    isolated = preset("fifo-isolated")
+    isolated = preset("fifo-isolated", partition="gpus")  # quota in GPUs on the one node
     rows = [
         "a1,0,100,2,1,a",
         "a2,0,10,1,1,a",  # a's 2 GPUs are taken: waits although b's are free

@@ -23,8 +23,15 @@ from gpupool.scheduler.registry import JobOrder
 from gpupool.scheduler.session import Session
 from tests.unit.builders import T0, node, running, snapshot
 
-POLICIES = ["default", "greedy", "fifo", "fifo-isolated"]
+# fifo-isolated confines projects to their own nodes (partition "nodes", which the memory keeps);
+# ":gpus" is its quota in GPUs anywhere.
+POLICIES = ["default", "greedy", "fifo", "fifo-isolated", "fifo-isolated:gpus"]
 PROJECTS = (Project("a", quota=6), Project("b", quota=4, limit=10), Project("c", quota=0, weight=2))
+
+
+def config_of(name: str) -> SchedulerConfig:
+    policy, _, partition = name.partition(":")
+    return preset(policy, partition=partition or None)
 
 
 @st.composite
@@ -64,7 +71,7 @@ def read_afresh(snap: Snapshot) -> Snapshot:
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(POLICIES), st.data())
 def test_a_steady_cycle_decides_what_a_cold_one_does(policy: str, data: st.DataObject) -> None:
-    config = preset(policy)
+    config = config_of(policy)
     nodes = [node(f"n{i}", gpus, cpus=16, memory_mib=65536) for i, gpus in enumerate([8, 8, 4])]
     busy = [running(1, ("n0", (0, 1, 2, 3)), project="a", max_runtime_s=3600), running(2, ("n2", (0,)), project="b")]
     snap = replace(snapshot(nodes, arrivals(data.draw, 10, 0.0), busy), projects=PROJECTS)
@@ -103,9 +110,9 @@ def test_a_queue_of_identical_jobs_costs_about_one(policy: str, monkeypatch: pyt
         calls["quota"] += 1
         return check(session, job)
 
-    def counted_best_node(self: Session, *args: object) -> object:
+    def counted_best_node(self: Session, *args: object, **kwargs: object) -> object:
         calls["nodes"] += 1
-        return best_node(self, *args)  # type: ignore[arg-type]
+        return best_node(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setitem(policies.QUOTA_CHECKS, config.quota_check, counted_check)
     monkeypatch.setattr(Session, "_best_node", counted_best_node)
@@ -128,7 +135,7 @@ def test_steady_and_cold_agree_on_a_config_change() -> None:
     snap = replace(snapshot(nodes, jobs), projects=PROJECTS)
     memory = CycleMemory()
     for name in POLICIES:
-        config: SchedulerConfig = preset(name)
+        config: SchedulerConfig = config_of(name)
         assert schedule(snap, config, memory=memory) == schedule(snap, config)
 
 

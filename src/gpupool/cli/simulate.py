@@ -38,6 +38,10 @@ WindowOpt = Annotated[
 ]
 ScaleOpt = Annotated[float, typer.Option(help="arrival rate multiplied by this (2: twice the load)")]
 GpusPerNodeOpt = Annotated[int, typer.Option(help="GPUs per node")]
+PartitionOpt = Annotated[
+    str | None,
+    typer.Option(help="fifo-isolated confines a project to: nodes (its own, sized by its quota; the default) or gpus"),
+]
 SeedOpt = Annotated[int | None, typer.Option(help="shuffle simultaneous arrivals (a placement study's order)")]
 
 
@@ -61,15 +65,16 @@ class Study:
         scale: float,
         seed: int | None,
         gpus_per_node: int,
+        partition: str | None = None,
     ) -> Study:
         """Everything checked before any replay starts, so bad input costs no waiting."""
-        names = policy_names(policy, placement)
+        names = policy_names(policy, placement, partition)
         parsed = Window.parse(window) if window else None
         project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
         if seed is not None:
             jobs = shuffle_arrivals(jobs, seed)
-        configs = {n: preset(n, placement=placement) for n in dict.fromkeys(names)}
+        configs = {n: _config(n, placement, partition) for n in dict.fromkeys(names)}
         return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
 
     def run(self, nodes: list[Node], policy: str) -> tuple[SimResult, dict[str, Any]]:
@@ -78,13 +83,22 @@ class Study:
         return result, summarize(result, time.perf_counter() - started)
 
 
-def policy_names(policy: str, placement: str) -> list[str]:
+def policy_names(policy: str, placement: str, partition: str | None = None) -> list[str]:
     names = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         raise InvalidInput(f"unknown policy {','.join(unknown) or policy!r}: use one of {', '.join(POLICIES)}")
     registry.placement(placement)
+    for name in names:
+        _config(name, placement, partition)
     return names
+
+
+def _config(name: str, placement: str, partition: str | None) -> SchedulerConfig:
+    """``--partition`` applies to the policies that isolate projects, so that one run can compare
+    them with the others (``simulate`` refuses it where none of the policies isolates)."""
+    isolates = POLICIES[name].quota_check == "isolated"
+    return preset(name, placement=placement, partition=partition if isolates else None)
 
 
 def simulate(
@@ -104,11 +118,14 @@ def simulate(
     window: WindowOpt = None,
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,
+    partition: PartitionOpt = None,
     report: Annotated[Path | None, typer.Option(help="write per-job CSV and PNG plots into this directory")] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation."""
-    policy_names(policy, placement)
+    names = policy_names(policy, placement, partition)
+    if partition is not None and not any(POLICIES[n].quota_check == "isolated" for n in names):
+        raise InvalidInput(f"--partition applies only to a policy that isolates projects (fifo-isolated), not {policy}")
     if cluster is not None:
         node_list = sim_cluster.load_cluster(cluster)
     elif nodes is not None:
@@ -116,7 +133,7 @@ def simulate(
     else:
         raise InvalidInput("give the cluster: --nodes N [--gpus-per-node G] or --cluster NODES.csv")
     per_node = max(len(n.gpus) for n in node_list)
-    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, per_node)
+    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, per_node, partition)
     results: dict[str, SimResult] = {}
     figures: dict[str, dict[str, Any]] = {}
     with console.status("replaying…", spinner="dots") as status:
@@ -134,19 +151,33 @@ def simulate(
         return
     capacity = next(iter(results.values())).capacity
     console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
+    for name, f in figures.items():
+        console.print(_projects_table(f"{name}: per project", f["per_project"]))
 
 
 def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
     table = Listing([Col("FIGURE"), *(Col(name.upper(), justify="right") for name in figures)], title=title)
     first = next(iter(figures.values()))
     for key in first:
-        if key != "placed":
+        if key not in ("placed", "per_project"):
             table.add_row(key, *(_cell(key, f[key]) for f in figures.values()))
     return table
 
 
+def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
+    keys = ("jobs", "started", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown", "entitled")
+    table = Listing([Col("PROJECT"), *(Col(k.upper(), justify="right") for k in keys)], title=title)
+    for name, row in rows.items():
+        table.add_row(name, *(_cell(k, row[k]) for k in keys))
+    return table
+
+
 def _cell(key: str, value: Any) -> str:
-    if isinstance(value, float) and ("utilization" in key or "allocation" in key or key == "fairness"):
+    if value is None:
+        return "—"
+    if isinstance(value, float) and (
+        "utilization" in key or "allocation" in key or "fairness" in key or key == "entitled"
+    ):
         return f"{value:.3f}"
     if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
         return _human_seconds(value)

@@ -53,6 +53,12 @@ def up(
     ] = "1d",
     placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread or topology")] = "binpack",
     policy: Annotated[str, typer.Option(help=f"scheduling policy: {', '.join(POLICIES)}")] = "default",
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            help="fifo-isolated confines a project to: nodes (its own, sized by its quota; the default) or gpus"
+        ),
+    ] = None,
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
     backend: Annotated[
         Backend, typer.Option(help="local: virtual nodes on this machine; ray: every node of a Ray cluster")
@@ -131,7 +137,7 @@ def up(
     ] = "30s",
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
-    preset(policy)  # an unknown name is refused before anything starts
+    preset(policy, partition=partition)  # an unknown name is refused before anything starts
     if gateway and gateway_port and gateway_port == port:
         raise InvalidInput(f"--gateway-port {gateway_port} is the API's --port: give the gateway another one")
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
@@ -150,6 +156,7 @@ def up(
         interval_s=interval,
         placement=placement,
         policy=policy,
+        partition=partition,
         fair_share_half_life_s=parse_duration(fair_share_half_life),
         backend=backend.value,
         ray_address=ray_address,

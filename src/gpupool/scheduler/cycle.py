@@ -11,7 +11,7 @@ from gpupool.scheduler import policies, registry
 from gpupool.scheduler.actions import allocate, backfill, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.explain import Known, explain
+from gpupool.scheduler.explain import Known, explain, explain_partition
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins.users import behind_lighter_users
 from gpupool.scheduler.session import Session
@@ -71,7 +71,7 @@ def schedule(
 def _explain(session: Session) -> dict[int, Reason]:
     # Jobs of the same shape get the same reason against the same free resources: explain each
     # shape once, so a queue of thousands of similar jobs costs a handful of explanations.
-    by_shape: dict[tuple[WorkerDemand, int], Reason] = {}
+    by_shape: dict[tuple[WorkerDemand, int, str | None], Reason] = {}
     known: Known = {}  # node lists shared by shapes that ask for the same GPUs
     reasons: dict[int, Reason] = {}
     given, demands = session.reasons, session.memory.demands  # (a pass over every waiting job)
@@ -79,9 +79,13 @@ def _explain(session: Session) -> dict[int, Reason]:
         reason = given.get(job.id)  # a policy reason (quota, limit) given by an action
         if reason is None:
             demand = demands.get(job.id) or session.demand(job)
-            shape = (demand, job.spec.workers)
+            members = session.nodes_of(job.spec.project)
+            shape = (demand, job.spec.workers, None if members is None else job.spec.project)
             reason = by_shape.get(shape)
-            if reason is None:
+            if reason is None and members is not None:  # confined to its project's nodes
+                owned = session.partition_gpus.get(job.spec.project, 0)
+                reason = by_shape[shape] = explain_partition(job, session.cluster, demand, members, owned)
+            elif reason is None:
                 reason = by_shape[shape] = explain(job, session.cluster, demand, known)
         reasons[job.id] = reason
     order = policies.hooks(session.config).user_order

@@ -17,9 +17,34 @@ from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.capacity import holds, idle_slots, shape, such
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_with
+from gpupool.scheduler.partition import describe
+from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_on, slots_with
 
 Known = dict[tuple[object, ...], list[Any]]  # node lists (and node, GPU slots pairs) by what they depend on
+
+
+def explain_partition(
+    job: PendingJob, cluster: ClusterState, demand: WorkerDemand, members: frozenset[str], owned: int
+) -> Reason:
+    """Why a job confined to its project's own nodes waits: they cannot hold it even idle, or
+    they are busy (with its project's jobs, or others' that started before the partition moved)."""
+    where = describe(job.spec.project, members, owned)
+    up = [cluster.nodes[n] for n in sorted(members) if n in cluster.nodes]
+    workers = job.spec.workers
+    most = holds(demand, (f.node for f in up), workers, in_service_only=True)
+    if most < workers:
+        return Reason(
+            ReasonCode.UNSATISFIABLE,
+            f"partition: needs {shape(demand, workers)}; {where}, up and idle, hold {such(most)}",
+        )
+    free_gpus = sum(len(f.free_gpus) for f in up)
+    slots = sum(slots_on(f, demand) for f in up)
+    if slots >= workers:
+        return Reason(ReasonCode.PRIORITY, f"partition: waits behind earlier jobs of its project on {where}")
+    return Reason(
+        ReasonCode.RESOURCES,
+        f"partition: waits for {where}: {free_gpus} of their GPUs free, it needs {shape(demand, workers)}",
+    )
 
 
 def explain(

@@ -46,6 +46,9 @@ class CycleMemory:
         self._by_user: dict[tuple[str, str], int] = defaultdict(int)  # the same thousandths per (project, owner)
         # Answers that hold as long as the nodes do (``capacity.ever_fits`` per job shape).
         self.per_nodes: dict[object, bool] = {}
+        # Each project's nodes and their GPUs (``partition``), by partition name and quotas: a pure
+        # function of the nodes and projects, found once for as long as the nodes stay the same.
+        self.partitions: dict[object, tuple[dict[str, frozenset[str]], dict[str, int]]] = {}
         # What each job needs per worker, by job id: a long queue is looked at every cycle.
         self.demands: dict[int, WorkerDemand] = {}
         self.rebuilds = 0  # how often the index was built from scratch (for tests and profiling)
@@ -128,6 +131,7 @@ class CycleMemory:
         self._cluster = ClusterState(snapshot)
         self._nodes = snapshot.nodes
         self.per_nodes.clear()
+        self.partitions.clear()
         self._placed = {r.id: (r.placements, r.spec, r.owner) for r in snapshot.running}
         self._allocated.clear()
         self._bound.clear()

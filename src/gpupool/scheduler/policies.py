@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.partition import PARTITIONS, Assign
 from gpupool.scheduler.plugins import hold_up, queues, quota, users
 from gpupool.scheduler.plugins.hold_up import HoldUp
 from gpupool.scheduler.plugins.queues import QueueOrder
@@ -42,9 +43,15 @@ POLICIES: dict[str, SchedulerConfig] = {
     "fifo": SchedulerConfig(
         actions=("allocate",), job_order="fifo", queue_order="single", user_order="none", hold_up="all"
     ),
-    # FIFO per project, each confined to its quota: static partitions, as Philly's virtual clusters.
+    # FIFO per project, each confined to its own nodes, sized by its quota: static partitions, as
+    # Philly's virtual clusters (partition="gpus": to its quota in GPUs on any node).
     "fifo-isolated": SchedulerConfig(
-        actions=("allocate",), job_order="fifo", user_order="none", quota_check="isolated", hold_up="project"
+        actions=("allocate",),
+        job_order="fifo",
+        user_order="none",
+        quota_check="isolated",
+        hold_up="project",
+        partition="nodes",
     ),
 }
 
@@ -57,6 +64,7 @@ class Hooks:
     quota_check: QuotaCheck
     hold_up: HoldUp
     user_order: UserOrder
+    partition: Assign | None
 
 
 def hooks(config: SchedulerConfig) -> Hooks:
@@ -65,13 +73,25 @@ def hooks(config: SchedulerConfig) -> Hooks:
         _lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
         _lookup(HOLD_UPS, config.hold_up, "hold-up"),
         _lookup(USER_ORDERS, config.user_order, "user order"),
+        _lookup(PARTITIONS, config.partition, "partition"),
     )
 
 
-def preset(name: str, *, placement: str | None = None) -> SchedulerConfig:
-    """The named policy, with another placement plugin if given."""
+def preset(name: str, *, placement: str | None = None, partition: str | None = None) -> SchedulerConfig:
+    """The named policy, with another placement plugin and partition if given. Only a policy
+    that isolates projects has partitions: ``nodes`` for another one is refused, not ignored."""
     config = _lookup(POLICIES, name, "policy")
-    return config if placement is None else replace(config, placement=placement)
+    if placement is not None:
+        config = replace(config, placement=placement)
+    if partition is not None:
+        _lookup(PARTITIONS, partition, "partition")
+        if partition != config.partition and config.quota_check != "isolated":
+            raise InvalidInput(
+                f"partition {partition!r} applies only to a policy that isolates projects "
+                f"(fifo-isolated), not to {name!r}"
+            )
+        config = replace(config, partition=partition)
+    return config
 
 
 def _lookup(table: dict[str, T], name: str, what: str) -> T:

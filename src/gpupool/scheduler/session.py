@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
@@ -9,8 +10,8 @@ from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import registry
-from gpupool.scheduler.capacity import ever_fits
+from gpupool.scheduler import partition, registry
+from gpupool.scheduler.capacity import ever_fits, holds
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
@@ -47,8 +48,11 @@ class Session:
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
     _stopping: list[RunningJob] | None = None
-    _failed: dict[tuple[WorkerDemand, int, bool], int] = field(default_factory=dict)  # shape -> generation
+    _failed: dict[tuple[WorkerDemand, int, bool, str | None], int] = field(default_factory=dict)  # -> generation
     _service_nodes: dict[str, set[str]] | None = None  # nodes each service's replicas hold (spread)
+    # Each project's own nodes and their GPUs where the policy confines projects to nodes, else None.
+    partitions: dict[str, frozenset[str]] | None = None
+    partition_gpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def open(cls, snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
@@ -63,6 +67,7 @@ class Session:
         queue = list(map(itemgetter(1), memory.in_order(snapshot.pending, order)))
         for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
+        sets, gpus = _partitions(snapshot, config, memory)
         return cls(
             snapshot,
             config,
@@ -73,7 +78,15 @@ class Session:
             allocated,
             memory,
             bound=bound,
+            partitions=sets,
+            partition_gpus=gpus,
         )
+
+    def nodes_of(self, project: str) -> frozenset[str] | None:
+        """The nodes ``project``'s jobs may start on; None: any node."""
+        if self.partitions is None:
+            return None
+        return self.partitions.get(project, frozenset())
 
     def project(self, name: str) -> Project:
         return self.projects.get(name) or Project(name)
@@ -112,10 +125,16 @@ class Session:
 
     def ever_fits(self, job: PendingJob) -> bool:
         """Would the gang fit this cluster with nothing else running (``capacity``)?"""
-        shape = ("ever_fits", self.demand(job), job.spec.workers)
+        members = self.nodes_of(job.spec.project)
+        shape = ("ever_fits", self.demand(job), job.spec.workers, None if members is None else job.spec.project)
         known = self.memory.per_nodes.get(shape)
         if known is None:
-            known = self.memory.per_nodes[shape] = ever_fits(self.cluster, self.demand(job), job.spec.workers)
+            if members is None:
+                known = ever_fits(self.cluster, self.demand(job), job.spec.workers)
+            else:  # on its own nodes that are up, idle
+                up = (self.cluster.nodes[n].node for n in sorted(members) if n in self.cluster.nodes)
+                known = holds(self.demand(job), up, job.spec.workers, in_service_only=True) >= job.spec.workers
+            self.memory.per_nodes[shape] = known
         return known
 
     def fits(self, job: PendingJob) -> bool:
@@ -124,7 +143,7 @@ class Session:
 
     def failed(self, demand: WorkerDemand, workers: int, reserving: bool) -> bool:
         """This shape already failed to fit since resources last came back: it would again."""
-        return self._failed.get((demand, workers, reserving)) == self.cluster.generation
+        return self._failed.get(_shape(demand, workers, reserving, None)) == self.cluster.generation
 
     def try_place_gang(self, job: PendingJob, *, commit: bool = True) -> tuple[Placement, ...] | None:
         """Place every worker or none: a partial gang is rolled back through the statement.
@@ -132,7 +151,8 @@ class Session:
         A shape (demand and gang size) that failed is not tried again until resources come back
         (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
         demand = self.demand(job)
-        shape = (demand, job.spec.workers, bool(self.reserved_gpus))
+        only = self.nodes_of(job.spec.project)
+        shape = _shape(demand, job.spec.workers, bool(self.reserved_gpus), None if only is None else job.spec.project)
         if self._failed.get(shape) == self.cluster.generation:
             return None
         plugin = registry.placement(self.config.placement)
@@ -140,9 +160,9 @@ class Session:
         avoid = self.service_nodes(job.spec.service)
         for worker in range(job.spec.workers):
             # A service's replicas spread: a node without one is preferred, any node will do.
-            chosen = self._best_node(demand, plugin, avoid) if avoid else None
+            chosen = self._best_node(demand, plugin, avoid, only) if avoid else None
             if chosen is None:
-                chosen = self._best_node(demand, plugin)
+                chosen = self._best_node(demand, plugin, only=only)
             if chosen is None:
                 statement.discard()
                 self._failed[shape] = self.cluster.generation
@@ -169,9 +189,14 @@ class Session:
         return frozenset(self._service_nodes.get(service, ()))
 
     def _best_node(
-        self, demand: WorkerDemand, plugin: registry.PlacementPlugin, avoid: frozenset[str] = frozenset()
+        self,
+        demand: WorkerDemand,
+        plugin: registry.PlacementPlugin,
+        avoid: frozenset[str] = frozenset(),
+        only: frozenset[str] | None = None,
     ) -> NodeFree | None:
-        """The best node for one worker, by the plugin's score, looking only where it could fit.
+        """The best node for one worker, by the plugin's score, looking only where it could fit
+        (and, for a project with its own nodes, ``only`` there).
 
         Phases of buckets are scanned in order; a phase may end the search once it found a fit
         (``stop_after``) or even at its first bucket with one (``first_wins``), where the plugin's
@@ -187,10 +212,15 @@ class Session:
         best: tuple[tuple[tuple[int, ...], str], NodeFree] | None = None
         for buckets, stop_after, first_wins in phases:
             for bucket in buckets:
-                for free in bucket.values():
-                    if not can_fit(free, demand) or free.name in avoid:
+                # Buckets are keyed by node name. A partition smaller than a bucket is looked up in
+                # it rather than the bucket scanned: a project's few nodes among hundreds.
+                pairs: Iterable[tuple[str, NodeFree]] = bucket.items()
+                if only is not None and len(only) < len(bucket):
+                    pairs = [(n, bucket[n]) for n in only if n in bucket]
+                for name, free in pairs:
+                    if (only is not None and name not in only) or name in avoid or not can_fit(free, demand):
                         continue
-                    key = (plugin.score(free, demand), free.name)
+                    key = (plugin.score(free, demand), name)
                     if best is None or key < best[0]:
                         best = (key, free)
                 if best is not None and first_wins:
@@ -231,3 +261,24 @@ class Session:
         self.start_owners[job.id] = job.owner
         if job.spec.quota_bound:
             self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
+
+
+def _shape(
+    demand: WorkerDemand, workers: int, reserving: bool, partition: str | None
+) -> tuple[WorkerDemand, int, bool, str | None]:
+    """What a failed placement is remembered by: a shape fails on its own project's nodes only."""
+    return (demand, workers, reserving, partition)
+
+
+def _partitions(
+    snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory
+) -> tuple[dict[str, frozenset[str]] | None, dict[str, int]]:
+    assign = partition.lookup(config.partition)
+    if assign is None:
+        return None, {}
+    key = (config.partition, tuple((p.name, p.quota) for p in snapshot.projects))
+    known = memory.partitions.get(key)
+    if known is None:
+        sets = assign(snapshot.nodes, snapshot.projects)
+        known = memory.partitions[key] = (sets, partition.owned_gpus(snapshot.nodes, sets))
+    return known

@@ -19,6 +19,7 @@ from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
+from gpupool.scheduler.fair_share import fair_shares
 from gpupool.sim.trace_job import TraceJob
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -41,6 +42,9 @@ class SimResult:
     capacity: int = 0
     projects: tuple[Project, ...] = ()
     allocation_by_project: dict[str, float] = field(default_factory=dict)  # GPU-seconds held
+    # Per project, (time integral of allocated / min(fair share, demand), seconds it was defined):
+    # demand is the GPUs its submitted, unfinished jobs ask for; spans where min(...) is 0 are skipped.
+    entitled_by_project: dict[str, tuple[float, float]] = field(default_factory=dict)
     stopped_early: bool = False  # the replay gave up: enough jobs waited longer than the bound
 
 
@@ -83,6 +87,8 @@ class _Replay:
         self.ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
+        self.wanted: dict[str, float] = defaultdict(float)  # GPUs its submitted, unfinished jobs ask for
+        self.shares = trace_shares(self.projects, [j.spec.project for j in jobs], sum(len(n.gpus) for n in nodes))
         self.result = SimResult(self.runs, capacity=sum(len(n.gpus) for n in nodes), projects=self.projects)
         self.give_up = give_up
         self.late = 0  # jobs that started after waiting longer than give_up's bound
@@ -102,11 +108,13 @@ class _Replay:
                 if self.end_of.get(job_id) == end:  # else the entry of a run that was preempted: stale
                     self._stop(job_id)
                     runs[job_id].finish = now
+                    self.wanted[runs[job_id].trace.spec.project] -= runs[job_id].trace.spec.total_gpus
             while next_arrival < len(arrivals) and runs[arrivals[next_arrival]].trace.submit_time <= now:
                 job_id = arrivals[next_arrival]
                 trace = runs[job_id].trace
                 at = EPOCH + timedelta(seconds=trace.submit_time)
                 self.pending[job_id] = PendingJob(job_id, trace.spec, at, owner=trace.user)
+                self.wanted[trace.spec.project] += trace.spec.total_gpus
                 next_arrival += 1
             for _ in range(ROUNDS_PER_EVENT):
                 if not self._cycle(now):
@@ -178,3 +186,18 @@ class _Replay:
         for project, gpus in self.held.items():
             if gpus:
                 by_project[project] = by_project.get(project, 0.0) + gpus * span
+        entitled = self.result.entitled_by_project
+        for project, wanted in self.wanted.items():
+            bound = min(self.shares.get(project, 0.0), wanted)
+            if bound > 1e-9:
+                ratio, seconds = entitled.get(project, (0.0, 0.0))
+                entitled[project] = (ratio + self.held.get(project, 0.0) / bound * span, seconds + span)
+
+
+def trace_shares(projects: Sequence[Project], names: Sequence[str], capacity: int) -> dict[str, float]:
+    """Fair shares among the projects a trace's jobs name (configured or not), as the fairness
+    figures reckon them: a configured project without jobs takes no share."""
+    present = set(names)
+    chosen = [p for p in projects if p.name in present]
+    chosen += [Project(n) for n in sorted(present - {p.name for p in chosen})]
+    return fair_shares(chosen, capacity)

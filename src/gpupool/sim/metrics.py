@@ -8,6 +8,7 @@ from typing import Any
 from gpupool.domain.projects import Project
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.sim.engine import SimResult
+from gpupool.sim.fairness import across_projects, per_project
 
 
 def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
@@ -22,6 +23,7 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         last = max(last, result.timeline[-1][0])
     makespan = last - first
     used = sum(result.allocation_by_project.values())
+    projects = per_project(result)
     return {
         "jobs": len(runs),
         "completed": len(done),
@@ -38,6 +40,8 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         else 0.0,
         "preemptions": sum(r.preemptions for r in runs),
         "fairness": fairness(result, makespan),
+        **across_projects(projects),
+        "per_project": projects,
         "wall_s": wall_s,
         "placed": sorted(r.trace.job_id for r in started),
     }

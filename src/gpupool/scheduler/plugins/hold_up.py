@@ -44,7 +44,10 @@ def own_queue(
     session: Session, job: PendingJob, queue: str, queues: Collection[str], refusal: Reason | None
 ) -> Collection[str]:
     if refusal is not None:  # its partition is full for now: first in line there
-        return (queue,) if job.spec.total_gpus <= session.project(job.spec.project).quota + 1e-9 else ()
+        bound = session.project(job.spec.project).quota
+        if session.nodes_of(job.spec.project) is not None:
+            bound = session.partition_gpus.get(job.spec.project, 0)
+        return (queue,) if job.spec.total_gpus <= bound + 1e-9 else ()
     return (queue,) if session.ever_fits(job) else ()
 
 

@@ -3,7 +3,10 @@
 ``borrow``: a project may use idle GPUs beyond its quota, up to its limit; interactive and
 inference jobs must fit inside the quota beside the project's other such jobs (its own train jobs
 do not count: the preempt action displaces them).
-``isolated``: each project is also confined to its quota, as Philly's virtual clusters were."""
+``isolated``: each project is also confined to its partition, as Philly's virtual clusters were:
+its own nodes where the policy gives projects nodes (``partition="nodes"``: placement then looks
+only there, so the nodes bound what it holds, and a job larger than them is refused here), else
+its quota in GPUs on any node."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from collections.abc import Callable
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler.partition import describe
 from gpupool.scheduler.session import Session
 
 QuotaCheck = Callable[[Session, PendingJob], Reason | None]
@@ -40,6 +44,16 @@ def isolated(session: Session, job: PendingJob) -> Reason | None:
     project = session.project(job.spec.project)
     held = session.allocated.get(project.name, 0.0)
     need = job.spec.total_gpus
+    members = session.nodes_of(project.name)
+    if members is not None:
+        owned = session.partition_gpus.get(project.name, 0)
+        if need > owned + 1e-9:
+            return Reason(
+                ReasonCode.QUOTA,
+                f"partition: {describe(project.name, members, owned)}; this job needs {need:g} GPUs, "
+                "more than they have",
+            )
+        return borrow(session, job)
     if held + need > project.quota + 1e-9:
         return Reason(
             ReasonCode.QUOTA,
