@@ -168,6 +168,11 @@ class Head:
                 " serve HTTPS with --tls-cert and --tls-key (clients refuse plain http beyond loopback"
                 " unless given --insecure)"
             )
+        if self.ctx.gateway.port is not None and not is_loopback(self.settings.host):
+            line += (
+                f"\nwarning: the gateway speaks plain HTTP on {self.settings.host}: callers' tokens cross the network"
+                " in clear text; put it behind a TLS proxy, or keep the head on loopback"
+            )
         return "\n".join([line, *self.notes])
 
     def _stop_backend(self) -> str:
