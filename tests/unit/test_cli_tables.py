@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from gpupool.cli import alerts, arrays, audit, projects, render, report, simulate, top, users
+from gpupool.cli import alerts, arrays, audit, projects, render, report, services, simulate, top, users
 from gpupool.cli.tables import Col, Listing
 
 NOW = datetime.now(UTC)
@@ -211,6 +211,31 @@ TOP = top.snapshot(
 )
 
 
+GATEWAY_URL = "http://gpu-head.example.org:7071/llama-70b-chat/"
+SERVICES = [
+    {
+        "name": "llama-70b-chat",
+        "project": PROJECT,
+        "owner": "alice.smith",
+        "state": "ready",
+        "replicas": {"desired": 4, "ready": 3, "starting": 1},
+        "max_concurrency": 16,
+        "url": GATEWAY_URL,
+        "created_at": NOW.isoformat(),
+    },
+    {
+        "name": "embed",
+        "project": "default",
+        "owner": "bob",
+        "state": "starting",
+        "replicas": {"desired": 1, "ready": 0, "starting": 1},
+        "max_concurrency": 64,
+        "url": None,
+        "created_at": NOW.isoformat(),
+    },
+]
+
+
 @dataclass
 class Case:
     name: str
@@ -232,6 +257,7 @@ CASES = [
     Case("idle", lambda: alerts.idle_table(IDLE), (NODE, "1041", "alice.smith")),
     Case("audit", lambda: audit.audit_table(AUDIT), ("alice.smith", "job.cancel")),
     Case("top", lambda: top.gpu_table(TOP["nodes"]), (NODE, "1041")),
+    Case("services", lambda: services.services_table(SERVICES), ("llama-70b-chat", GATEWAY_URL)),
     Case("simulate", lambda: simulate._table("philly: 2 nodes", {"default": {"jobs": 10}, "fifo": {"jobs": 9}}), ()),
 ]
 

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import ago
 from gpupool.cli.service_load import load_line, replica_table
+from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.services import ServiceSpec
@@ -95,6 +95,20 @@ def serve(
     )
 
 
+# The URL is what people copy: it never wraps or gets cut; at narrow widths owner, concurrency,
+# age, project and state (the replica counts say most of it) go first.
+SERVICE_COLUMNS = (
+    Col("NAME"),
+    Col("PROJECT", drop=2),
+    Col("OWNER", drop=4),
+    Col("STATE", drop=1),
+    Col("REPLICAS", wrap=True),
+    Col("CONCURRENCY", justify="right", drop=5),
+    Col("URL"),
+    Col("AGE", justify="right", drop=3),
+)
+
+
 def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
     """Every service with its replica counts."""
     with client(url) as c:
@@ -102,7 +116,11 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
     if output is Output.JSON:
         print_json(listing)
         return
-    table = Table("NAME", "PROJECT", "OWNER", "STATE", "REPLICAS", "CONCURRENCY", "URL", "AGE")
+    console.print(services_table(listing))
+
+
+def services_table(listing: list[dict[str, Any]]) -> Listing:
+    table = Listing(SERVICE_COLUMNS)
     for s in listing:
         table.add_row(
             s["name"],
@@ -114,7 +132,7 @@ def services(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
             s["url"] or "- (no gateway)",
             ago(s["created_at"]),
         )
-    console.print(table)
+    return table
 
 
 @service_app.command("show")
