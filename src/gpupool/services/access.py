@@ -21,14 +21,19 @@ def require_admin(who: Principal, what: str) -> None:
 
 def require_job(session: Tx, who: Principal, job: JobRecord, what: str) -> None:
     """The ``OWNER`` rule: refuse, naming the rule, unless ``who`` may act on ``job``."""
-    if who.is_admin or who.user == job.owner:
+    require_owner(session, who, job.owner, job.spec.project, f"{what} job {job.id}", "not_your_job")
+
+
+def require_owner(session: Tx, who: Principal, owner: str, project: str, act: str, code: str) -> None:
+    """The ``OWNER`` rule for anything ``owner`` made in ``project`` (a job, a service): its
+    owner, a manager of the project or an admin; ``act`` says what was refused ("cancel job 7")."""
+    if who.is_admin or who.user == owner:
         return
-    role = member_repo.role_in(session, job.spec.project, who.user)
-    if not may_act_on_job(who.user, who.is_admin, job.owner, role):
+    role = member_repo.role_in(session, project, who.user)
+    if not may_act_on_job(who.user, who.is_admin, owner, role):
         raise Forbidden(
-            f"{who.user} may not {what} job {job.id}: it is {job.owner}'s, and only {_OWNER.describe()} may "
-            f"(project {job.spec.project})",
-            code="not_your_job",
+            f"{who.user} may not {act}: it is {owner}'s, and only {_OWNER.describe()} may (project {project})",
+            code=code,
         )
 
 

@@ -13,8 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpupool.domain.errors import Conflict, Forbidden
-from gpupool.domain.permissions import Rule, Who, may_act_on_job
+from gpupool.domain.errors import Conflict
 from gpupool.domain.services import (
     Replica,
     ServiceRecord,
@@ -24,7 +23,7 @@ from gpupool.domain.services import (
     check_service_name,
     service_state,
 )
-from gpupool.services.access import require_submit
+from gpupool.services.access import require_owner, require_submit
 from gpupool.services.context import HeadContext
 from gpupool.services.jobs import check_satisfiable
 from gpupool.services.load import ReplicaLoad, ServiceLoad
@@ -34,8 +33,6 @@ from gpupool.store import nodes as node_repo
 from gpupool.store import services as service_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
-
-_OWNER = Rule(Who.OWNER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,15 +197,8 @@ def record_load(
 
 
 def _require_act(s: Tx, who: Principal, record: ServiceRecord, what: str) -> None:
-    if who.is_admin or who.user == record.owner:
-        return
-    role = member_repo.role_in(s, record.spec.project, who.user)
-    if not may_act_on_job(who.user, who.is_admin, record.owner, role):
-        raise Forbidden(
-            f"{who.user} may not {what} service {record.spec.name}: it is {record.owner}'s, and only"
-            f" {_OWNER.describe()} may (project {record.spec.project})",
-            code="not_your_service",
-        )
+    act = f"{what} service {record.spec.name}"
+    require_owner(s, who, record.owner, record.spec.project, act, "not_your_service")
 
 
 def _with_load(ctx: HeadContext, view: ServiceView) -> ServiceView:
