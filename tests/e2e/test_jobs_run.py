@@ -143,6 +143,25 @@ def test_cpus_pin_affinity_and_threads_env_and_workdir_is_used(head: HeadProcess
     assert env["CUDA_VISIBLE_DEVICES"] == ""
 
 
+def test_a_fraction_of_a_core_shares_the_unpinned_cores_under_a_quota(head: HeadProcess) -> None:
+    """``--cpus 0.25`` from the CLI: 250 millicores exactly, the node's unpinned cores, one thread,
+    and where the node has the cpu controller, a quarter of a core: a busy loop of 1.5 s gets
+    about 0.4 s of CPU time."""
+    spin = "import os, time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\n"
+    spin += "print('cpu', time.process_time(), os.environ['OMP_NUM_THREADS'], sorted(os.sched_getaffinity(0)))"
+    job_id = head.cli("submit", "--gpus", "0", "--cpus", "0.25", "--", sys.executable, "-c", spin).stdout.split()[-1]
+    with head.client() as c:
+        job = wait_state(c, int(job_id), ("succeeded",), timeout=30)
+        (line,) = [x for x in c.logs(int(job_id)).data.decode().splitlines() if x.startswith("cpu ")]
+    assert (job["cpus"], job["cpu_milli"], job["placements"][0]["cpu_milli"]) == (0.25, 250, 250)
+    _, used, threads, cores = line.split(" ", 3)
+    assert threads == "1" and json.loads(cores) == job["placements"][0]["cpus"] != []
+    layout = confinement()
+    if layout is not None and layout.mechanism("cpu quota") != "none":
+        assert float(used) < 0.8, line
+    assert "1 worker(s) × 0 GPU, 0.25 CPUs" in head.cli("show", job_id).stdout
+
+
 def test_memory_limit_stops_a_worker_that_allocates_beyond_it(head: HeadProcess) -> None:
     hog = [sys.executable, "-c", "x = bytearray(600 * 1024 * 1024); print('allocated')"]
     with head.client() as c:
@@ -265,7 +284,7 @@ def test_nodes_say_which_walls_they_enforce(head: HeadProcess) -> None:
     layout = confinement()
     expected = isolation(layout, os.geteuid() == 0)
     assert [n["isolation"] for n in listing] == [expected, expected]
-    assert set(expected) == {"users", "memory", "cpus", "devices", "kill"}
+    assert set(expected) == {"users", "memory", "cpus", "cpu quota", "devices", "kill"}
     if layout is not None:
         assert expected["memory"].startswith("cgroup") and expected["kill"].startswith("cgroup")
     table = head.cli("nodes").stdout

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.node.cgroups import CgroupError, Layout, Limits, WorkerGroup, detect, sweep
+from gpupool.node.cgroups import NAME_RE, CgroupError, Layout, Limits, WorkerGroup, detect
 
 PY = sys.executable
 
@@ -31,6 +31,24 @@ def _skip_unless_cgroups() -> None:
         pytest.skip("cgroup tests need root")
     if not os.path.isdir("/sys/fs/cgroup") or not os.listdir("/sys/fs/cgroup"):
         pytest.skip("no cgroup file system at /sys/fs/cgroup")
+
+
+def sweep(layout: Layout, node: str, timeout: float = 5.0) -> list[str]:
+    """Kill and remove every worker group of ``node`` this module left, then the node's own groups."""
+    names: set[str] = set()
+    for mount in layout.mounts():
+        with contextlib.suppress(OSError):
+            names.update(e.name for e in os.scandir(os.path.join(mount, layout.parent, node)) if e.is_dir())
+    groups = [WorkerGroup(layout, node, n) for n in sorted(names) if NAME_RE.fullmatch(n)]
+    for g in groups:
+        g.kill()
+    for g in groups:
+        g.wait_empty(timeout)
+        g.remove()
+    for mount in layout.mounts():
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(mount, layout.parent, node))
+    return [g.rel.rsplit("/", 1)[1] for g in groups]
 
 
 def _layout(unified: bool) -> Iterator[Layout]:
@@ -108,7 +126,13 @@ def test_detect_says_what_it_cannot_use(tmp_path: Path) -> None:
     missing = tmp_path / "cg" / "memory"  # mounted, says mountinfo, but not there: mkdir fails
     info.write_text(f"35 31 0:32 / {missing} rw,relatime - cgroup cgroup rw,memory\n")
     layout = detect(str(tmp_path / "cg"), "gp", mountinfo=str(info))
-    assert layout.isolation() == {"memory": "none", "cpus": "none", "devices": "none", "kill": "none"}
+    assert layout.isolation() == {
+        "memory": "none",
+        "cpus": "none",
+        "cpu quota": "none",
+        "devices": "none",
+        "kill": "none",
+    }
     assert any(str(missing / "gp") in n for n in layout.notes)
 
 
@@ -139,6 +163,18 @@ def test_a_job_cannot_widen_its_cpuset(layout: Layout) -> None:
     )
     out = subprocess.run([PY, "-c", code], preexec_fn=g.add_self, capture_output=True, text=True, timeout=20).stdout
     assert out.strip().splitlines()[-1] == "[0]"
+
+
+def test_a_fraction_of_a_core_is_held_to_its_quota(layout: Layout) -> None:
+    """0.2 of a core (cpu.max, or the v1 CFS quota): a busy loop of 1.5 s wall gets about 0.3 s
+    of CPU; unthrottled it would get about 1.5 s."""
+    need(layout, "cpu quota")
+    g = group(layout, "quota", Limits(cpu_milli=200))
+    code = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\nprint(time.process_time())"
+    out = subprocess.run([PY, "-c", code], preexec_fn=g.add_self, capture_output=True, text=True, timeout=20).stdout
+    used = float(out.strip().splitlines()[-1])
+    print(f"CPU time of 1.5 s busy at 0.2 core: {used:.2f} s")
+    assert used < 0.6
 
 
 def test_a_pids_limit_stops_a_fork_loop(layout: Layout) -> None:

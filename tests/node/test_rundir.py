@@ -28,7 +28,10 @@ SPEC = RunSpec(
 )
 
 
-@pytest.mark.parametrize("spec", [SPEC, RunSpec(argv=("true",), env={}, log="/l", header="h")])
+@pytest.mark.parametrize(
+    "spec",
+    [SPEC, RunSpec(argv=("true",), env={}, log="/l", header="h", cpus=(0, 1, 2), cpu_milli=500)],
+)
 def test_the_spec_round_trips_through_json(spec: RunSpec) -> None:
     assert RunSpec.from_json(spec.to_json()) == spec
 

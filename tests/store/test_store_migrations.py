@@ -70,7 +70,7 @@ def _fill_0001(connection: Connection, now: datetime) -> None:
                 "INSERT INTO jobs (id, name, project, owner, state, command, gpus, workers, cpus, memory_mib, "
                 "priority, max_restarts, env, workdir, starts, restarts, preempted, cancel_requested, timed_out, "
                 "submitted_at) VALUES (:id, 'train', 'vision', 'alice', :state, '[\"python\", \"t.py\"]', 1.0, 2, "
-                "0, 0, 'train', 1, '{\"A\": \"1\"}', '/home/alice', 2, 1, false, false, false, :now)"
+                "3, 0, 'train', 1, '{\"A\": \"1\"}', '/home/alice', 2, 1, false, false, false, :now)"
             ),
             {"id": job_id, "state": state, **at},
         )
@@ -135,15 +135,17 @@ def test_upgrading_a_0001_database_with_rows_keeps_every_row(db_url: str, now: d
                 kept = [c for c in columns[table] if c in after[table]]
                 projected = [tuple(row[columns[table].index(c)] for c in kept) for row in before[table]]
                 assert _rows(connection, table, kept) == projected, table
-        # 0007 folded the jobs' stop flags into stop_reason (test_store_migration_0007.py); nothing else went
+        # 0007 folded the jobs' stop flags into stop_reason (test_store_migration_0007.py) and 0016 the
+        # whole cores into millicores; nothing else went
         assert {t: set(columns[t]) - set(after[t]) for t in TABLES_0001 if set(columns[t]) - set(after[t])} == {
-            "jobs": {"preempted", "cancel_requested", "timed_out"}
+            "jobs": {"preempted", "cancel_requested", "timed_out", "cpus"}
         }
         assert schema_diff(database, Base.metadata) == []
         with database.tx() as session:
             job = jobs.get_job(session, 1)
             assert [e.kind for e in jobs.job_events(session, 1)] == ["submitted", "running"]
         assert (job.spec.gpu_memory_mib, job.spec.checkpoint_dir, job.spec.env) == (0, None, {"A": "1"})
+        assert job.spec.cpu_milli == 3000 and {p.cpu_milli for p in job.placements} == {0}  # 3 cores, pinned
         assert len(job.placements) == 2 and job.starts == 2
 
         with database.engine.begin() as connection:  # and back: the downgrades drop columns in place too

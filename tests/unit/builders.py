@@ -40,7 +40,7 @@ def pending(
     *,
     gpus: float = 1,
     workers: int = 1,
-    cpus: int = 0,
+    cpus: float | str = 0,
     memory: str | None = None,
     priority: str = "train",
     at: float | None = None,

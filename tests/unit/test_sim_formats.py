@@ -59,18 +59,18 @@ OPENB_TIMED = [
     "openb-pod-0099,3152,5600,1,1000,V100M16|V100M32,BE,Failed,10020698,10020979,10020698",
     "openb-pod-7285,8000,30517,1,230,,BE,Pending,12774042,12774042,",
 ]
-# (name, submit, duration, gpus, cpus, memory MiB, gpu_model), worked out by hand
+# (name, submit, duration, gpus, CPU millicores, memory MiB, gpu_model), worked out by hand
 OPENB_TIMED_EXPECTED = [
-    ("openb-pod-0000", 0.0, 12537496.0, 1.0, 12, 16384, None),
-    ("openb-pod-0001", 427061.0, 12475899.0, 0.46, 6, 12288, None),  # 460 milli: a share of one GPU
-    ("openb-pod-0002", 1558381.0, 11344579.0, 1.0, 12, 24576, None),
-    ("openb-pod-0003", 2690044.0, 10212916.0, 0.46, 6, 12288, None),
-    ("openb-pod-0004", 2758084.0, 10144876.0, 1.0, 12, 16384, None),
-    ("openb-pod-0005", 2759674.0, 10143286.0, 0.0, 20, 65536, None),  # CPU only
-    ("openb-pod-0017", 9437497.0, 1332357.0, 8.0, 88, 327680, None),
-    ("openb-pod-0019", 9664050.0, 3238910.0, 0.47, 8, 30517, "T4"),
-    ("openb-pod-0099", 10020698.0, 281.0, 1.0, 4, 5600, "V100M16|V100M32"),  # 3152 milli -> 4 cores
-    ("openb-pod-7285", 12774042.0, 0.0, 0.23, 8, 30517, None),
+    ("openb-pod-0000", 0.0, 12537496.0, 1.0, 12000, 16384, None),
+    ("openb-pod-0001", 427061.0, 12475899.0, 0.46, 6000, 12288, None),  # 460 milli: a share of one GPU
+    ("openb-pod-0002", 1558381.0, 11344579.0, 1.0, 12000, 24576, None),
+    ("openb-pod-0003", 2690044.0, 10212916.0, 0.46, 6000, 12288, None),
+    ("openb-pod-0004", 2758084.0, 10144876.0, 1.0, 12000, 16384, None),
+    ("openb-pod-0005", 2759674.0, 10143286.0, 0.0, 20000, 65536, None),  # CPU only
+    ("openb-pod-0017", 9437497.0, 1332357.0, 8.0, 88000, 327680, None),
+    ("openb-pod-0019", 9664050.0, 3238910.0, 0.47, 8000, 30517, "T4"),
+    ("openb-pod-0099", 10020698.0, 281.0, 1.0, 3152, 5600, "V100M16|V100M32"),  # 3152 millicores, kept exactly
+    ("openb-pod-7285", 12774042.0, 0.0, 0.23, 8000, 30517, None),
 ]
 OPENB_MULTIGPU = """name,cpu_milli,memory_mib,num_gpu,gpu_milli
 openb-pod-0000,12000,16384,1,1000
@@ -146,7 +146,7 @@ def test_openb_pods_map_to_one_worker_jobs(tmp_path: Path) -> None:
     for fmt in ("openb", "auto"):
         jobs = load(path, fmt)
         got = [
-            (j.job_id, j.submit_time, j.duration, j.spec.gpus, j.spec.cpus, j.spec.memory_mib, j.spec.gpu_model)
+            (j.job_id, j.submit_time, j.duration, j.spec.gpus, j.spec.cpu_milli, j.spec.memory_mib, j.spec.gpu_model)
             for j in jobs
         ]
         assert got == OPENB_TIMED_EXPECTED

@@ -27,7 +27,9 @@ def submit(
     project: Annotated[str | None, typer.Option(help="project (queue) to charge")] = None,
     gpus: Annotated[float, typer.Option(help="GPUs per worker: 0, a fraction below 1, or whole")] = 1.0,
     workers: Annotated[int, typer.Option(help="gang size: processes started together")] = 1,
-    cpus: Annotated[int, typer.Option(help="CPU cores per worker (pinned)")] = 0,
+    cpus: Annotated[
+        str, typer.Option(help="CPU cores per worker: whole ones are pinned (2); a fraction (0.5, 500m) shares")
+    ] = "0",
     memory: Annotated[str | None, typer.Option(help="memory per worker, e.g. 8G")] = None,
     priority: Annotated[str, typer.Option(help="interactive|train|inference")] = "train",
     max_restarts: Annotated[int, typer.Option(help="requeue this many times after a failure")] = 0,

@@ -157,7 +157,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         ("command", HIDDEN if job["command"] is None else " ".join(job["command"])),
         (
             "resources",
-            f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']} CPUs, "
+            f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']:g} CPUs, "
             f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
         ),
         ("placements", placement_text(job) or "-"),

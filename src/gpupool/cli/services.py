@@ -26,7 +26,9 @@ def serve(
     min_replicas: Annotated[int | None, typer.Option(help="with --max-replicas: the autoscaler's floor")] = None,
     max_replicas: Annotated[int | None, typer.Option(help="the autoscaler's ceiling")] = None,
     gpus: Annotated[float, typer.Option(help="GPUs per replica: 0, a fraction below 1, or whole")] = 1.0,
-    cpus: Annotated[int, typer.Option(help="CPU cores per replica (pinned)")] = 0,
+    cpus: Annotated[
+        str, typer.Option(help="CPU cores per replica: whole ones are pinned (2); a fraction (0.5, 500m) shares")
+    ] = "0",
     memory: Annotated[str | None, typer.Option(help="memory per replica, e.g. 8G")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable")] = None,
     max_concurrency: Annotated[int, typer.Option(help="requests one replica is sent at once")] = 16,

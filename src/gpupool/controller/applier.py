@@ -102,6 +102,7 @@ class Applier:
                 env=env,
                 workdir=spec.workdir,
                 cpus=p.cpus,
+                cpu_milli=p.cpu_milli,
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
                 run_as=ticket.run_as,

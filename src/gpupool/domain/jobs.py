@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 from gpupool.domain import bounds
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import NAME_RE
-from gpupool.domain.resources import parse_memory, validate_gpus
+from gpupool.domain.resources import CPU_MILLI, parse_cpus, parse_memory, validate_gpus
 
 
 class Priority(enum.StrEnum):
@@ -114,7 +114,7 @@ class Submission(TypedDict, total=False):
     project: str | None
     gpus: float
     workers: int
-    cpus: int
+    cpus: float | str  # cores (0.5) or millicores ("500m"); JobSpec holds cpu_milli
     memory: str | int | None
     priority: str
     max_restarts: int
@@ -129,14 +129,17 @@ class Submission(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """What was asked for. ``gpus``, ``cpus`` and ``memory_mib`` are per worker."""
+    """What was asked for. ``gpus``, ``cpu_milli`` and ``memory_mib`` are per worker.
+
+    CPUs are integer millicores, as Kubernetes counts them: whole cores (a multiple of 1000) are
+    pinned, the worker's own; a fraction runs on the node's unpinned cores under a CPU quota."""
 
     command: tuple[str, ...]
     name: str = ""
     project: str = "default"
     gpus: float = 1.0
     workers: int = 1
-    cpus: int = 0
+    cpu_milli: int = 0
     memory_mib: int = 0
     priority: Priority = Priority.TRAIN
     max_restarts: int = 0
@@ -160,6 +163,11 @@ class JobSpec:
     def total_gpus(self) -> float:
         return self.gpus * self.workers
 
+    @property
+    def cpus(self) -> float:
+        """Cores per worker, as people write them (0.5, 2): for showing, never for counting."""
+        return self.cpu_milli / CPU_MILLI
+
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain data (lists, dicts, strings), named as the field: the store's
         columns and the API's job fields are these names, so neither lists them by hand."""
@@ -179,6 +187,8 @@ class JobSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
         """The inverse of ``to_dict`` for data gpupool wrote itself (its own rows): not validated
         again, so a job stored under older rules still loads."""
+        if "cpu_milli" not in data and "cpus" in data:  # written before millicores (a service's spec)
+            data = {**data, "cpu_milli": int(data["cpus"]) * CPU_MILLI}
         values = {name: data[name] for name in SPEC_FIELDS}
         values["command"] = tuple(values["command"])
         values["priority"] = Priority(values["priority"])
@@ -191,6 +201,8 @@ class JobSpec:
         body = self.to_dict()
         body["memory"] = body.pop("memory_mib") or None
         body["gpu_memory"] = body.pop("gpu_memory_mib") or None
+        milli = body.pop("cpu_milli")
+        body["cpus"] = milli // CPU_MILLI if milli % CPU_MILLI == 0 else f"{milli}m"
         return {k: v for k, v in body.items() if v is not None}
 
     @property
@@ -207,7 +219,7 @@ class JobSpec:
         project: str | None = None,
         gpus: float = 1.0,
         workers: int = 1,
-        cpus: int = 0,
+        cpus: float | str = 0,
         memory: str | int | None = None,
         priority: str = "train",
         max_restarts: int = 0,
@@ -233,7 +245,7 @@ class JobSpec:
             raise InvalidInput(f"workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
         if workers > 1 and 0 < gpus < 1:
             raise InvalidInput("a multi-worker job needs whole GPUs per worker (fractions are for one worker)")
-        bounds.whole("cpus", cpus, 0, bounds.MAX_CPUS_PER_WORKER)
+        cpu_milli = parse_cpus(cpus, bounds.MAX_CPUS_PER_WORKER)
         bounds.whole("max-restarts", max_restarts, 0, bounds.MAX_RESTARTS)
         if max_runtime_s is not None:
             bounds.whole("max runtime (seconds)", max_runtime_s, 1, bounds.MAX_RUNTIME_S)
@@ -258,7 +270,7 @@ class JobSpec:
             project=project,
             gpus=gpus,
             workers=workers,
-            cpus=cpus,
+            cpu_milli=cpu_milli,
             memory_mib=_memory("memory", memory),
             priority=Priority.parse(priority),
             max_restarts=max_restarts,
@@ -319,7 +331,11 @@ def _default_name(argv: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where one worker of a job runs: a node, GPU indices on it, CPU cores on it."""
+    """Where one worker of a job runs: a node, GPU indices on it, CPU cores on it.
+
+    ``cpus`` are the worker's pinned cores when it asked for whole cores (``cpu_milli`` 0); for a
+    fraction of a core (``cpu_milli`` > 0) they are the node's cores no one had pinned when it was
+    placed, which it shares, held to ``cpu_milli`` by a CPU quota."""
 
     worker: int
     node: str
@@ -328,3 +344,4 @@ class Placement:
     gpu_memory_mib: int = 0  # a fractional worker's part of gpus[0]'s memory
     cpus: tuple[int, ...] = ()
     memory_mib: int = 0
+    cpu_milli: int = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from gpupool.domain.errors import InvalidInput
 
@@ -61,6 +62,36 @@ def validate_gpus(value: float) -> float:
     if 0 < value < 1 and round(value * GPU_FRACTION_STEPS) == 0:
         raise InvalidInput(f"gpus {value:g} is below the smallest share, 1/{GPU_FRACTION_STEPS} of a GPU")
     return float(value)
+
+
+CPU_MILLI = 1000  # a core in millicores, Kubernetes' unit: CPU requests are counted in these
+
+
+def parse_cpus(value: object, most: int) -> int:
+    """A per-worker CPU request in integer millicores, as Kubernetes counts them: a number of cores
+    (``2``, ``0.5``, ``"1.25"``) or millicores (``"500m"``). Counted exactly: ``0.1`` is 100, not
+    a float that drifts when a thousand of them are added up. Finer than a millicore is refused,
+    as Kubernetes refuses it."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | float | str) or len(str(value)) > 32:
+            raise ValueError
+        text = str(value).strip()
+        milli = Decimal(text[:-1]) if text.endswith("m") else Decimal(text) * CPU_MILLI
+    except (ValueError, ArithmeticError):
+        raise InvalidInput(f"cpus must be a number of cores (2, 0.5) or millicores (500m), got {value!r}") from None
+    if not milli.is_finite() or milli < 0:
+        raise InvalidInput(f"cpus must be a finite number, 0 or more, got {value!r}")
+    if milli > most * CPU_MILLI:
+        raise InvalidInput(f"cpus must be at most {most} per worker, got {value!r}")
+    if milli != milli.to_integral_value():
+        raise InvalidInput(f"cpus {value!r} is finer than a millicore (0.001 of a core): round it")
+    return int(milli)
+
+
+def show_cpus(milli: int) -> str:
+    """Millicores as people read them, exactly: ``2``, ``0.5``, ``3.152``."""
+    whole, part = divmod(milli, CPU_MILLI)
+    return f"{whole}.{part:03d}".rstrip("0") if part else str(whole)
 
 
 def is_fractional(gpus: float) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from gpupool.domain import bounds
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.resources import CPU_MILLI
 
 # A DNS label: the name may become a host name or a path segment of the gateway's URL.
 SERVICE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -58,7 +59,7 @@ class ServiceSpec:
     project: str
     command: tuple[str, ...]
     gpus: float = 1.0
-    cpus: int = 0
+    cpu_milli: int = 0  # per replica, millicores (JobSpec's)
     memory_mib: int = 0
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     workdir: str | None = None
@@ -95,7 +96,7 @@ class ServiceSpec:
             name=self.name,
             project=self.project,
             gpus=self.gpus,
-            cpus=self.cpus,
+            cpus=f"{self.cpu_milli}m",
             memory=self.memory_mib or None,
             priority="inference",
             env=self.env,
@@ -113,6 +114,8 @@ class ServiceSpec:
         """For specs gpupool stored itself: not validated again."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
+        if "cpus" in data and "cpu_milli" not in data:  # stored before millicores: whole cores
+            values["cpu_milli"] = int(data["cpus"]) * CPU_MILLI
         values["command"], values["env"] = tuple(values["command"]), dict(values.get("env", {}))
         return cls(**values)
 
@@ -127,7 +130,7 @@ class ServiceSpec:
         min_replicas: int | None = None,
         max_replicas: int | None = None,
         gpus: float = 1.0,
-        cpus: int = 0,
+        cpus: float | str = 0,
         memory: str | int | None = None,
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
@@ -162,8 +165,7 @@ class ServiceSpec:
             project=project or "default",
             command=tuple(command),
             gpus=gpus,
-            cpus=cpus,
-            memory_mib=0,
+            cpu_milli=0,
             env=dict(env or {}),
             workdir=workdir,
             min_replicas=low,
@@ -182,7 +184,9 @@ class ServiceSpec:
         job = JobSpec.create(command=command, name=name, project=project, gpus=gpus, cpus=cpus, memory=memory, env=env)
         if port_env in job.env:
             raise InvalidInput(f"--env sets {port_env}, the variable gpupool passes the replica's port in")
-        return dataclasses.replace(spec, project=job.project, gpus=job.gpus, memory_mib=job.memory_mib)
+        return dataclasses.replace(
+            spec, project=job.project, gpus=job.gpus, cpu_milli=job.cpu_milli, memory_mib=job.memory_mib
+        )
 
 
 def check_service_name(name: object) -> str:

@@ -92,7 +92,8 @@ def worker_env(
         env["GPUPOOL_GPU_SHARE"] = f"{placement.gpu_share:g}"
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(placement.gpu_memory_mib)
     if placement.cpus:
-        threads = str(len(placement.cpus))
+        # A fraction of a core runs best on one thread; whole cores, one thread per pinned core.
+        threads = str(-(-placement.cpu_milli // 1000) if placement.cpu_milli else len(placement.cpus))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads})
     if preempted:
         env["GPUPOOL_PREEMPTED"] = "1"

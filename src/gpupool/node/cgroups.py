@@ -28,8 +28,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-V1_USED = ("memory", "cpuset", "pids", "devices", "freezer", "cpuacct")
-V2_USED = ("memory", "cpuset", "pids")  # the v2 controllers we enable below the parent group
+V1_USED = ("memory", "cpuset", "pids", "devices", "freezer", "cpuacct", "cpu")
+V2_USED = ("memory", "cpuset", "pids", "cpu")
+CPU_PERIOD_US = 100_000  # the quota period for a fraction of a core: 0.5 core = 50 ms of each 100 ms
+MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota  # the v2 controllers we enable below the parent group
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # one path component, no "..", no "/"
 
 
@@ -49,6 +51,7 @@ class Limits:
     pids_max: int = 0
     devices_allow: tuple[str, ...] = ()
     devices_deny: tuple[str, ...] = ()
+    cpu_milli: int = 0  # a fraction of a core: CPU time per period held to it (cpu.max / CFS quota)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Layout:
         if what == "kill":
             kill = "v2 cgroup.kill" if self.v2_kill else "v2 cgroup.freeze" if self.v2_freeze else "v1 freezer"
             return f"cgroup {kill}" if self.v2_kill or self.v2_freeze or "freezer" in self.v1 else "none"
-        controller = {"cpus": "cpuset"}.get(what, what)
+        controller = {"cpus": "cpuset", "cpu quota": "cpu"}.get(what, what)
         version = "v2" if controller in self.v2 else "v1" if controller in self.v1 else None
         if version is None or (version == "v2" and controller == "devices"):
             return "none"
@@ -88,7 +91,7 @@ class Layout:
 
     def isolation(self) -> dict[str, str]:
         """What a node reports it enforces per worker (``users`` is the supervisor's to add)."""
-        return {what: self.mechanism(what) for what in ("memory", "cpus", "devices", "kill")}
+        return {what: self.mechanism(what) for what in ("memory", "cpus", "cpu quota", "devices", "kill")}
 
     def mounts(self) -> list[str]:
         """Every hierarchy a worker group lives in (v1 mounts shared by controllers once)."""
@@ -223,6 +226,13 @@ class WorkerGroup:
                 self._set(d, "memory.memsw.limit_in_bytes", limit, optional=True)
         if limits.cpus and (d := self._dir("cpuset")):
             self._set(d, "cpuset.cpus", ",".join(str(c) for c in sorted(set(limits.cpus))))
+        if limits.cpu_milli and (d := self._dir("cpu")):
+            quota = str(max(limits.cpu_milli * CPU_PERIOD_US // 1000, MIN_QUOTA_US))
+            if "cpu" in v2:
+                self._set(d, "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            else:
+                self._set(d, "cpu.cfs_period_us", str(CPU_PERIOD_US))
+                self._set(d, "cpu.cfs_quota_us", quota)
         if limits.pids_max and (d := self._dir("pids")):
             self._set(d, "pids.max", str(limits.pids_max))
         if (limits.devices_allow or limits.devices_deny) and (d := self._dir("devices")):
@@ -334,25 +344,6 @@ class WorkerGroup:
             with contextlib.suppress(OSError):
                 os.rmdir(d)
         return not any(os.path.exists(d) for d in self.dirs.values())
-
-
-def sweep(layout: Layout, node: str, timeout: float = 5.0) -> list[str]:
-    """Kill and remove every worker group of ``node`` (leftovers of an earlier runtime), then the
-    node's own groups; returns the names of the worker groups found. Never raises."""
-    names: set[str] = set()
-    for mount in layout.mounts():
-        with contextlib.suppress(OSError):
-            names.update(e.name for e in os.scandir(os.path.join(mount, layout.parent, node)) if e.is_dir())
-    groups = [WorkerGroup(layout, node, n) for n in sorted(names) if NAME_RE.fullmatch(n)]
-    for g in groups:
-        g.kill()
-    for g in groups:
-        g.wait_empty(timeout)
-        g.remove()
-    for mount in layout.mounts():
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(mount, layout.parent, node))
-    return [g.rel.rsplit("/", 1)[1] for g in groups]
 
 
 def _device_rule(path: str) -> str:

@@ -58,6 +58,7 @@ class RunSpec(NamedTuple):
     cwd: str | None = None
     cpus: tuple[int, ...] = ()  # host CPU indices for the worker's affinity; () leaves it alone
     memory_mib: int = 0  # 0: no limit
+    cpu_milli: int = 0  # a fraction of a core on the shared ``cpus``: its CPU quota (with a cgroup)
     grace_s: float = DEFAULT_GRACE_S  # between SIGTERM and SIGKILL
     lease: Lease | None = None  # None: no self-fencing
     # The worker's cgroup: "<node key>/job-<id>-<attempt>-w<worker>" under gpupool's parent group
@@ -86,6 +87,8 @@ class RunSpec(NamedTuple):
             "grace_s": self.grace_s,
             "header": self.header,
         }
+        if self.cpu_milli:  # only for a fraction of a core: a whole-core spec reads as before
+            data["cpu_milli"] = self.cpu_milli
         if self.lease is not None:
             data["lease"] = self.lease.path
             data["lease_timeout_s"] = self.lease.timeout_s
@@ -112,6 +115,7 @@ class RunSpec(NamedTuple):
             cwd=data.get("cwd") or None,
             cpus=tuple(int(c) for c in data.get("cpus") or ()),
             memory_mib=int(data.get("memory_mib") or 0),
+            cpu_milli=int(data.get("cpu_milli") or 0),
             grace_s=float(data.get("grace_s", DEFAULT_GRACE_S)),
             lease=lease,
             cgroup=data.get("cgroup") or None,

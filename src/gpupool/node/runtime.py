@@ -45,6 +45,7 @@ class LaunchRequest:
     run_as: str | None = None  # the job's Unix account, fixed at submit; None: this runtime's own user
     gpu_share: float = 0.0  # its part of its one GPU, when it shares one (0: whole GPUs, or none)
     gpu_memory_mib: int = 0  # with a share: the GPU memory it asked for (0: its share of the GPU's)
+    cpu_milli: int = 0  # a fraction of a core: its millicores on the shared ``cpus`` (0: ``cpus`` pinned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,7 @@ class NodeRuntime:
             log=str(log),
             cpus=tuple(sorted({self._host_cpus[c % len(self._host_cpus)] for c in req.cpus})),
             memory_mib=req.memory_mib,
+            cpu_milli=req.cpu_milli,
             grace_s=req.grace_s,
             header=req.header,
             lease=None if self._lease_timeout_s is None else rundir.Lease(str(self.lease_path), self._lease_timeout_s),

@@ -60,7 +60,9 @@ def _group(spec: rundir.RunSpec, log: Any) -> cgroups.WorkerGroup | Literal[Fals
     cgroups but this one could not be made: the worker is not started unconfined."""
     if spec.cgroup is None:
         return None
-    limits = cgroups.Limits(spec.memory_mib, spec.cpus, spec.pids_max, spec.devices_allow, spec.devices_deny)
+    limits = cgroups.Limits(
+        spec.memory_mib, spec.cpus, spec.pids_max, spec.devices_allow, spec.devices_deny, spec.cpu_milli
+    )
     try:
         group = spec.group()
         group.create(limits)

@@ -20,6 +20,7 @@ def isolation(layout: cgroups.Layout | None, as_owners: bool) -> dict[str, str]:
         "users": users,
         "memory": "rlimit data, per process (a shared mapping or a child escapes it)",
         "cpus": "affinity (a job can widen it)",
+        "cpu quota": "none (a fraction of a core is not held to it)",
         "devices": "none (CUDA_VISIBLE_DEVICES only)",
         "kill": "process group (a new session escapes it)",
     }

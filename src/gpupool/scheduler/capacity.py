@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpupool.domain.nodes import Node
-from gpupool.domain.resources import GPU_FRACTION_STEPS
+from gpupool.domain.resources import CPU_MILLI, GPU_FRACTION_STEPS
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
@@ -44,8 +44,8 @@ def idle_slots(node: Node, demand: WorkerDemand, *, in_service_only: bool = Fals
             limits.append(len(gpus) // demand.whole_gpus)
         else:
             limits.append(sum(_shares_on(g.memory_mib, demand) for g in gpus))
-    if demand.cpus:
-        limits.append(node.cpus // demand.cpus)
+    if demand.cpu_milli:
+        limits.append(node.cpus * CPU_MILLI // demand.cpu_milli)
     if demand.memory_mib:
         limits.append(node.memory_mib // demand.memory_mib)
     return min(limits) if limits else UNBOUNDED
@@ -65,7 +65,7 @@ def holds(demand: WorkerDemand, nodes: Iterable[Node], need: int, *, in_service_
 def shape(demand: WorkerDemand, workers: int) -> str:
     """``3 workers x 4 GPUs``, with cores and memory when asked for: what one placement must hold."""
     parts = [demand.describe_gpus()] if demand.needs_gpu else []
-    parts += [f"{demand.cpus} CPU cores"] if demand.cpus else []
+    parts += [demand.describe_cpus()] if demand.cpu_milli else []
     parts += [f"{demand.memory_mib} MiB memory"] if demand.memory_mib else []
     each = ", ".join(parts) or "nothing countable"
     return f"{workers} worker{'' if workers == 1 else 's'} × {each}"

@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import Placement
 from gpupool.domain.nodes import Node
-from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
+from gpupool.domain.resources import CPU_MILLI, GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import Snapshot
 
 
 @dataclass(slots=True)
 class NodeFree:
     """Free resources of one node. ``shared`` maps a GPU index used by fractional workers to
-    the thousandths already taken; such a GPU is not in ``free_gpus``."""
+    the thousandths already taken; such a GPU is not in ``free_gpus``. ``free_cpus`` are the
+    cores no worker has pinned; workers with a fraction of a core share them, ``shared_milli``
+    in all, so what is left to hand out is ``free_milli``."""
 
     node: Node
     free_gpus: set[int]
@@ -36,10 +38,17 @@ class NodeFree:
     unhealthy: frozenset[int] = frozenset()
     gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> its memory (MiB)
     shared_memory: dict[int, int] = field(default_factory=dict)  # shared GPU index -> MiB its shares took
+    shared_milli: int = 0  # CPU millicores taken on the unpinned cores by fractional-CPU workers
 
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def free_milli(self) -> int:
+        """CPU millicores still to hand out: a worker pinning k cores needs k * 1000 of them (the
+        fractional workers keep their part of what stays unpinned), a fraction its millicores."""
+        return len(self.free_cpus) * CPU_MILLI - self.shared_milli
 
 
 class ClusterState:
@@ -94,7 +103,10 @@ class ClusterState:
             free.shared_memory[index] = free.shared_memory.get(index, 0) + p.gpu_memory_mib
         else:
             free.free_gpus.difference_update(p.gpus)
-        free.free_cpus.difference_update(p.cpus)
+        if p.cpu_milli:
+            free.shared_milli += p.cpu_milli
+        else:
+            free.free_cpus.difference_update(p.cpus)
         free.free_memory -= p.memory_mib
         self._reindex(free, before)
 
@@ -116,7 +128,10 @@ class ClusterState:
                 free.shared_memory[index] = free.shared_memory.get(index, 0) - p.gpu_memory_mib
         else:
             free.free_gpus.update(i for i in p.gpus if i not in free.unhealthy)
-        free.free_cpus.update(p.cpus)
+        if p.cpu_milli:
+            free.shared_milli -= p.cpu_milli
+        else:
+            free.free_cpus.update(p.cpus)
         free.free_memory += p.memory_mib
         self._reindex(free, before)
         self.generation += 1

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.nodes import NodeState
+from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.capacity import holds, idle_slots, shape, such
 from gpupool.scheduler.cluster import ClusterState, NodeFree
@@ -161,9 +162,9 @@ def _never_fits(demand: WorkerDemand, cluster: ClusterState) -> Reason | None:
             ReasonCode.UNSATISFIABLE,
             f"needs {demand.whole_gpus} GPUs on one node; the largest node that is up has {cluster.max_gpus}",
         )
-    if demand.cpus > cluster.max_cpus:
+    if demand.cpu_milli > cluster.max_cpus * CPU_MILLI:
         return Reason(
-            ReasonCode.UNSATISFIABLE, f"needs {demand.cpus} CPU cores on one node; no node that is up has as many"
+            ReasonCode.UNSATISFIABLE, f"needs {demand.describe_cpus()} on one node; no node that is up has as many"
         )
     if demand.memory_mib > cluster.max_memory:
         return Reason(
@@ -196,9 +197,10 @@ def _why_no_slot(demand: WorkerDemand, workers: int, cluster: ClusterState, know
             f"{len(best.free_gpus)} ({best.name}); {total_free} are free in all",
         )
     candidates = gpu_ok or list(cluster.nodes.values())
-    if demand.cpus and all(len(f.free_cpus) < demand.cpus for f in candidates):
-        most_cpus = max(len(f.free_cpus) for f in candidates)
-        return Reason(ReasonCode.CPUS, f"needs {demand.cpus} free CPU cores on one node; the most free is {most_cpus}")
+    if demand.cpu_milli and all(f.free_milli < demand.cpu_milli for f in candidates):
+        most_free = show_cpus(max(f.free_milli for f in candidates))
+        needs = show_cpus(demand.cpu_milli)
+        return Reason(ReasonCode.CPUS, f"needs {needs} free CPU cores on one node; the most free is {most_free}")
     most_mem = max(f.free_memory for f in candidates)
     return Reason(
         ReasonCode.MEMORY, f"needs {demand.memory_mib} MiB memory on one node; the most free is {most_mem} MiB"

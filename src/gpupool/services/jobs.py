@@ -12,6 +12,7 @@ from gpupool.domain.errors import Conflict, InvalidInput, Stale, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
+from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.capacity import holds, shape, such
 from gpupool.scheduler.demand import WorkerDemand
@@ -264,9 +265,10 @@ def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
         )
     if demand.share and most == 0:
         raise Unsatisfiable("a GPU share needs a node with a GPU; no node has one")
-    if spec.cpus > max(n.cpus for n in nodes):
+    if spec.cpu_milli > max(n.cpus for n in nodes) * CPU_MILLI:
         raise Unsatisfiable(
-            f"{spec.cpus} CPU cores per worker is more than any node has (at most {max(n.cpus for n in nodes)})"
+            f"{show_cpus(spec.cpu_milli)} CPU cores per worker is more than any node has"
+            f" (at most {max(n.cpus for n in nodes)})"
         )
     if spec.memory_mib > max(n.memory_mib for n in nodes):
         raise Unsatisfiable(

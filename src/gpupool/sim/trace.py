@@ -2,7 +2,8 @@
 Tiresias, Microsoft ITP via ElasticFlow, Alibaba openb pod lists; ``load(path, fmt)``).
 
 gpupool format (seconds): ``job_id,submit_time,duration,gpus[,workers,cpus,memory_mib,project,
-user,priority,gpu_model]``; ``gpus`` is per worker (a fraction below 1, or 0 for CPU only);
+user,priority,gpu_model]``; ``gpus`` is per worker (a fraction below 1, or 0 for CPU only), ``cpus``
+too (cores such as 0.5, or millicores such as 500m);
 ``gpu_model`` may list allowed models separated by ``|``; an empty ``duration`` never ends.
 """
 
@@ -64,7 +65,7 @@ def load_gpupool(path: Path) -> list[TraceJob]:
                 project=row.get("project") or "default",
                 gpus=gpus,
                 workers=workers,
-                cpus=int(row.get("cpus") or 0),
+                cpus=row.get("cpus") or 0,
                 memory=int(row.get("memory_mib") or 0),
                 priority=row.get("priority") or "train",
                 gpu_model=row.get("gpu_model") or None,
@@ -131,9 +132,8 @@ def load_openb(path: Path) -> list[TraceJob]:
       below 1000, else ``num_gpu`` whole GPUs (0: a CPU-only pod, whose ``gpu_milli`` is 0).
       The smallest share in the files is 50 milli, above JobSpec's 1/1000 step, so every share
       is kept exactly.
-    * ``cpus``: ``ceil(cpu_milli/1000)``: JobSpec counts whole cores, and rounding up never gives
-      a pod less than it asked for (e.g. 2500 milli -> 3 cores). ``memory_mib`` as is (a few pods
-      ask for 0 MiB, which JobSpec accepts).
+    * ``cpu_milli`` exactly, as JobSpec counts CPUs (2500 is 2.5 cores, shared; 4000 pins 4).
+      ``memory_mib`` as is (a few pods ask for 0 MiB, which JobSpec accepts).
     * ``gpu_model``: ``gpu_spec`` as is, an allowed-model list like ``V100M16|V100M32`` (a few
       repeat a model, which the scheduler's set of models absorbs); empty means any model.
     * ``submit_time``: ``creation_time``; ``duration``: ``deletion_time - creation_time`` (a few
@@ -143,8 +143,7 @@ def load_openb(path: Path) -> list[TraceJob]:
     * The ``multigpu*`` lists have no times: pods arrive one a second in file order and never
       end, a placement study as FGD ran them.
 
-    Every field of all 24 published pod lists maps onto a JobSpec without being altered beyond
-    the rounding of CPUs above.
+    Every field of all 24 published pod lists maps onto a JobSpec without being altered.
     """
 
     def parse(line: int, row: dict[str, str]) -> TraceJob:
@@ -152,7 +151,7 @@ def load_openb(path: Path) -> list[TraceJob]:
             command=("sim",),
             name=row["name"],
             gpus=_pod_gpus(int(row["num_gpu"]), int(row["gpu_milli"])),
-            cpus=math.ceil(int(row["cpu_milli"]) / 1000),
+            cpus=f"{int(row['cpu_milli'])}m",
             memory=int(row["memory_mib"]),
             gpu_model=row.get("gpu_spec") or None,
         )

@@ -29,6 +29,7 @@ def placement_of(row: WorkerRow) -> Placement:
         gpu_memory_mib=row.gpu_memory_mib,
         cpus=tuple(row.cpus),
         memory_mib=row.memory_mib,
+        cpu_milli=row.cpu_milli,
     )
 
 

@@ -64,7 +64,7 @@ class JobRow(Base):
     command: Mapped[list[str]] = mapped_column(JSON)
     gpus: Mapped[float] = mapped_column(Float)
     workers: Mapped[int] = mapped_column(Integer)
-    cpus: Mapped[int] = mapped_column(Integer)
+    cpu_milli: Mapped[int] = mapped_column(Integer, server_default="0")  # per worker, millicores (0016; was cores)
     memory_mib: Mapped[int] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(16))
     max_restarts: Mapped[int] = mapped_column(Integer)
@@ -117,6 +117,8 @@ class WorkerRow(Base):
     gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     cpus: Mapped[list[int]] = mapped_column(JSON)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    # A fraction of a core: its millicores on the unpinned cores ``cpus`` (0016); 0: ``cpus`` pinned
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # launching: decided, process not yet confirmed; running: supervisor alive; exited; lost.
     status: Mapped[str] = mapped_column(String(16), index=True)
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -71,6 +71,7 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
                 gpu_memory_mib=p.gpu_memory_mib,
                 cpus=list(p.cpus),
                 memory_mib=p.memory_mib,
+                cpu_milli=p.cpu_milli,
                 status=WorkerStatus.LAUNCHING.value,
                 handle=None,
                 started_at=None,

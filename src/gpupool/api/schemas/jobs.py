@@ -21,7 +21,9 @@ class SubmitRequest(BaseModel):
     project: str | None = None
     gpus: float = Field(1.0, description="per worker: 0 (CPU only), a fraction below 1, or a whole number")
     workers: int = 1
-    cpus: int = 0
+    cpus: float | int | str = Field(
+        0, description="per worker: cores (2, pinned; 0.5, a share of unpinned cores) or millicores ('500m')"
+    )
     memory: str | int | None = Field(None, description="per worker, e.g. 8G or 512M, or MiB as a number")
     priority: str = "train"
     max_restarts: int = 0
@@ -51,7 +53,10 @@ class PlacementOut(BaseModel):
     gpus: list[int]
     gpu_share: float | None = None
     gpu_memory_mib: int | None = None
-    cpus: list[int] = Field(default_factory=list)
+    cpus: list[int] = Field(
+        default_factory=list, description="pinned cores; with cpu_milli, the unpinned cores it shares"
+    )
+    cpu_milli: int | None = Field(None, description="a fraction of a core: its millicores; null: cpus are pinned")
 
     @classmethod
     def of(cls, p: Placement) -> PlacementOut:
@@ -62,6 +67,7 @@ class PlacementOut(BaseModel):
             gpu_share=p.gpu_share or None,
             gpu_memory_mib=p.gpu_memory_mib or None,
             cpus=list(p.cpus),
+            cpu_milli=p.cpu_milli or None,
         )
 
 
@@ -91,7 +97,8 @@ class JobOut(BaseModel):
     )
     gpus: float
     workers: int
-    cpus: int
+    cpus: float = Field(description="per worker, in cores (0.5); cpu_milli is the exact figure")
+    cpu_milli: int = Field(description="per worker, in millicores: whole cores are pinned, a fraction shares")
     memory_mib: int
     priority: str
     max_restarts: int
@@ -141,6 +148,7 @@ class JobOut(BaseModel):
             spec.update(dict.fromkeys(HIDDEN_FIELDS))
         return cls(
             **spec,
+            cpus=job.spec.cpus,
             id=job.id,
             owner=job.owner,
             state=job.state.value,

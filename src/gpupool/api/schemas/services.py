@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpupool.domain.resources import CPU_MILLI
 from gpupool.domain.services import Replica, ServiceSpec
 from gpupool.services.context import GatewayPlace
 from gpupool.services.load import LoadFigures, ReplicaLoad, ServiceLoad
@@ -34,7 +35,7 @@ class ServeRequest(BaseModel):
     min_replicas: int | None = None
     max_replicas: int | None = None
     gpus: float = Field(1.0, description="per replica")
-    cpus: int = 0
+    cpus: float | int | str = Field(0, description="per replica: cores (2, pinned; 0.5, shared) or millicores ('500m')")
     memory: str | int | None = Field(None, description="per replica, e.g. 8G, or MiB as a number")
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = Field(None, description="the replicas' working directory")
@@ -157,7 +158,8 @@ class ServiceOut(BaseModel):
     health_path: str
     port_env: str
     gpus: float
-    cpus: int
+    cpus: float
+    cpu_milli: int
     memory_mib: int
     queue_limit: int
     timeout_s: float
@@ -189,7 +191,8 @@ class ServiceOut(BaseModel):
             health_path=spec.health_path,
             port_env=spec.port_env,
             gpus=spec.gpus,
-            cpus=spec.cpus,
+            cpus=spec.cpu_milli / CPU_MILLI,
+            cpu_milli=spec.cpu_milli,
             memory_mib=spec.memory_mib,
             queue_limit=spec.queue_limit,
             timeout_s=spec.timeout_s,

@@ -10,6 +10,6 @@ def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
     """Lower is better: the node with the fewest free GPUs that still fits, then by name."""
     if not demand.needs_gpu:
         # CPU-only work goes where GPUs are busiest, so it does not block a free GPU node.
-        return (len(free.free_gpus), len(free.free_cpus))
+        return (len(free.free_gpus), free.free_milli)
     partly_shared = 0 if (demand.share and free.shared) else 1
-    return (partly_shared, len(free.free_gpus), len(free.free_cpus))
+    return (partly_shared, len(free.free_gpus), free.free_milli)

@@ -27,7 +27,7 @@ def share_memory(free: NodeFree, index: int, demand: WorkerDemand) -> int:
 
 def can_fit(free: NodeFree, demand: WorkerDemand) -> bool:
     """Cheap test from counts: would one worker of this demand fit on the node now?"""
-    if demand.cpus > len(free.free_cpus) or demand.memory_mib > free.free_memory:
+    if demand.cpu_milli > free.free_milli or demand.memory_mib > free.free_memory:
         return False
     if demand.share:
         return pick_shared_gpu(free, demand) is not None
@@ -46,7 +46,8 @@ def build(
     pick_gpus: Callable[[NodeFree, WorkerDemand], tuple[int, ...]] | None = None,
 ) -> Placement:
     """Where the worker goes on a node ``can_fit`` accepted: the GPUs ``pick_gpus`` chooses (by
-    default the lowest free indices) and the lowest free cores."""
+    default the lowest free indices) and the lowest free cores, or, for a fraction of a core, the
+    node's unpinned cores to share."""
     gpus: tuple[int, ...] = ()
     share = 0.0
     shared_mib = 0
@@ -60,7 +61,9 @@ def build(
     elif demand.whole_gpus:
         candidates = sorted(i for i in free.free_gpus if gpu_ok(free, i, demand))
         gpus = tuple(candidates[: demand.whole_gpus])
-    cpus = tuple(sorted(free.free_cpus)[: demand.cpus]) if demand.cpus else ()
+    pinned = demand.pinned_cores
+    shared_milli = 0 if pinned else demand.cpu_milli
+    cpus = tuple(sorted(free.free_cpus)[:pinned]) if pinned else tuple(sorted(free.free_cpus)) if shared_milli else ()
     return Placement(
         worker=worker,
         node=free.name,
@@ -69,6 +72,7 @@ def build(
         cpus=cpus,
         memory_mib=demand.memory_mib,
         gpu_memory_mib=shared_mib,
+        cpu_milli=shared_milli,
     )
 
 
@@ -106,7 +110,7 @@ def _memory_left(free: NodeFree, index: int) -> int:
 
 def slots_on(free: NodeFree, demand: WorkerDemand) -> int:
     """How many workers of this demand fit on the node now (for explanations)."""
-    if demand.cpus > len(free.free_cpus) or (demand.memory_mib and demand.memory_mib > free.free_memory):
+    if demand.cpu_milli > free.free_milli or (demand.memory_mib and demand.memory_mib > free.free_memory):
         return 0  # not one, whatever its GPUs (the common case on a busy cluster: no need to count them)
     return slots_with(free, demand, gpu_slots(free, demand))
 
@@ -126,8 +130,8 @@ def gpu_slots(free: NodeFree, demand: WorkerDemand) -> int | None:
 def slots_with(free: NodeFree, demand: WorkerDemand, gpus: int | None) -> int:
     """``slots_on`` given the node's ``gpu_slots`` for this demand."""
     limits = [] if gpus is None else [gpus]
-    if demand.cpus:
-        limits.append(len(free.free_cpus) // demand.cpus)
+    if demand.cpu_milli:
+        limits.append(max(free.free_milli, 0) // demand.cpu_milli)
     if demand.memory_mib:
         limits.append(max(free.free_memory, 0) // demand.memory_mib)
     return min(limits) if limits else 1_000_000

@@ -7,4 +7,4 @@ from gpupool.scheduler.demand import WorkerDemand
 
 
 def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
-    return (-len(free.free_gpus), -len(free.free_cpus))
+    return (-len(free.free_gpus), -free.free_milli)

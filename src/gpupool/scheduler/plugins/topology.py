@@ -13,7 +13,7 @@ from gpupool.scheduler.plugins.fit import gpu_ok
 def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
     """Lower is better: fits inside one group first, then the node with the fewest free GPUs."""
     split = 0 if demand.whole_gpus <= 1 or _best_group(free, demand) is not None else 1
-    return (split, len(free.free_gpus), len(free.free_cpus))
+    return (split, len(free.free_gpus), free.free_milli)
 
 
 def pick_gpus(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
