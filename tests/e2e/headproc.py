@@ -88,6 +88,8 @@ class HeadProcess:
         )
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
+        # A restart waits for this process's own ready line, not the one an earlier start printed.
+        self.ready_line, self.gateway_url = "", ""
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
