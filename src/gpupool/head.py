@@ -113,6 +113,7 @@ class Head:
             job_accounts(self.executor),
             wake_services=self._wake,
             load=load,
+            scheduler=settings.scheduler_config,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(

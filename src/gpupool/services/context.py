@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from gpupool.clock import Clock
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
+from gpupool.scheduler.config import SchedulerConfig
 from gpupool.services.accounts import JobAccounts
 from gpupool.services.grants import SubmitGrants
 from gpupool.services.load import LoadBoard
@@ -56,3 +57,5 @@ class HeadContext:
     wake_services: Callable[[], None] = field(default=lambda: None)
     load: LoadBoard = field(default_factory=LoadBoard)  # the gateway's reports of replica load, in memory
     gateway: GatewayPlace = field(default_factory=GatewayPlace)  # where services and jobs' ports are served
+    # The policy the controller runs: `why` replays job ends through it for a start estimate.
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

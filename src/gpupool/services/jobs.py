@@ -192,7 +192,7 @@ def why(ctx: HeadContext, job_id: int) -> Why:
             job,
             job.reason_code or "new",
             job.reason or "waiting for the next scheduling cycle",
-            estimate_start(snapshot, job_id),
+            estimate_start(snapshot, job_id, ctx.scheduler),
         )
     if job.state in (JobState.STARTING, JobState.RUNNING):
         where = "; ".join(
