@@ -40,7 +40,7 @@ def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[
                 gpu_memory=draw(st.sampled_from([None, None, "30G", "50G"])) if 0 < gpus < 1 else None,
                 gpus=gpus,
                 workers=workers,
-                cpus=draw(st.integers(0, 4)),
+                cpus=draw(st.one_of(st.integers(0, 4), st.sampled_from(["250m", "0.5", "1.5", "3.152"]))),
                 memory=draw(st.sampled_from([None, "1G", "8G"])),
                 priority=draw(st.sampled_from(["train", "interactive", "inference"])),
             )
@@ -53,6 +53,7 @@ def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob
     shares: dict[tuple[str, int], int] = defaultdict(int)
     share_memory: dict[tuple[str, int], int] = defaultdict(int)
     cpus: dict[tuple[str, int], int] = defaultdict(int)
+    shared_milli: dict[str, int] = defaultdict(int)
     memory: dict[str, int] = defaultdict(int)
     placements = [p for s in starts for p in s.placements] + [p for r in running for p in r.placements]
     for p in placements:
@@ -62,7 +63,9 @@ def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob
                 share_memory[(p.node, g)] += p.gpu_memory_mib
             else:
                 whole[(p.node, g)] += 1
-        for c in p.cpus:
+        if p.cpu_milli:  # a fraction: on the node's shared cores, counted in millicores
+            shared_milli[p.node] += p.cpu_milli
+        for c in () if p.cpu_milli else p.cpus:
             cpus[(p.node, c)] += 1
         memory[p.node] += p.memory_mib
     by_name = {n.name: n for n in nodes}
@@ -74,6 +77,9 @@ def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob
         node_name, index = key
         assert share_memory[key] <= by_name[node_name].gpus[index].memory_mib, f"GPU {key} memory over-allocated"
     assert all(count == 1 for count in cpus.values()), "a CPU core given twice"
+    for name, one in by_name.items():
+        pinned = sum(1 for n, _ in cpus if n == name)
+        assert pinned * 1000 + shared_milli[name] <= one.cpus * 1000, f"{name}'s CPUs over-allocated"
     for name, used in memory.items():
         assert used <= by_name[name].memory_mib
 
@@ -91,7 +97,10 @@ def test_never_over_allocates_and_gangs_are_whole(cluster: tuple[list, list[Pend
         for p in start.placements:
             expected = 1 if 0 < job.spec.gpus < 1 else int(job.spec.gpus)
             assert len(p.gpus) == expected
-            assert len(p.cpus) == job.spec.cpus
+            if job.spec.cpu_milli % 1000:  # a fraction shares the node's unpinned cores
+                assert p.cpu_milli == job.spec.cpu_milli and p.cpus
+            else:
+                assert len(p.cpus) * 1000 == job.spec.cpu_milli and p.cpu_milli == 0
     started = {s.job_id for s in result.starts}
     assert started.isdisjoint(result.pending)
     assert started | set(result.pending) == set(by_id), "every job either starts or has a reason"
