@@ -9,7 +9,7 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.cluster import NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins import binpack, order, spread, topology
+from gpupool.scheduler.plugins import binpack, frag, order, spread, topology
 
 NodeScore = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
 JobOrder = Callable[[PendingJob], tuple[int, float, int]]
@@ -37,6 +37,8 @@ PLACEMENTS: dict[str, PlacementPlugin] = {
     "binpack": PlacementPlugin(binpack.score, fewest_free_first=True, shares_first=True),
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
     "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
+    # Scores every node that fits (fragmentation is not ordered by free GPUs), from memos.
+    "frag": PlacementPlugin(frag.DEFAULT.score, True, first_bucket_wins=False),
 }
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo, "fifo": order.fifo}
 

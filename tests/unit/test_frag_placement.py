@@ -1,0 +1,139 @@
+"""The fragmentation-aware placement (``scheduler/plugins/frag.py``): cases worked by hand on a
+2-node cluster, and properties over random clusters (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler import registry, schedule
+from gpupool.scheduler.cluster import ClusterState, NodeFree
+from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.plugins import frag
+from gpupool.scheduler.plugins.fit import build, can_fit
+from gpupool.scheduler.session import Session
+from tests.unit.builders import node, pending, running, snapshot
+from tests.unit.test_scheduler_properties import _check_no_overallocation, clusters
+
+# Half the typical workers want one whole GPU and 2 CPUs, half want half a GPU and 1 CPU.
+MIX = frag.Mix([frag.PodShape(2, 1, 1000, None, 1.0), frag.PodShape(1, 1, 500, None, 1.0)])
+SHARE = WorkerDemand(0, 300, 1, 0, None)  # 0.3 of a GPU, 1 CPU
+WHOLE = WorkerDemand(1, 0, 2, 0, None)
+
+
+def two_nodes(n2_cpus: int = 8) -> dict[str, NodeFree]:
+    """n1: GPU 0 shared, 0.7 of it taken (0.3 left), GPU 1 free; n2: both GPUs free."""
+    snap = snapshot([node("n1", 2, cpus=8), node("n2", 2, cpus=n2_cpus)], [], [running(1, ("n1", (0,)), share=0.7)])
+    return ClusterState(snap).nodes
+
+
+def test_fragmentation_by_hand() -> None:
+    nodes = two_nodes()
+    plugin = frag.FragPlacement(MIX)
+    n1, n2 = frag.node_key(nodes["n1"]), frag.node_key(nodes["n2"])
+    assert n1 == ("Sim", 8, (1000, 300)) and n2 == ("Sim", 8, (1000, 1000))
+    # n1: both shapes fit on GPU 1; for both, the 300 left on GPU 0 is a sliver: 0.5*300 + 0.5*300.
+    assert plugin.fragmentation(n1) == pytest.approx(300)
+    assert plugin.fragmentation(n2) == 0
+    # The whole-GPU shape cannot run where only slivers are left: all 300 + 0 count for both shapes.
+    assert plugin.fragmentation(("Sim", 8, (300, 0))) == pytest.approx(300)
+    # 0.3 on n2 leaves 700: too small for a whole GPU (0.5*700), room for a half (0).
+    assert plugin.fragmentation(("Sim", 8, (1000, 700))) == pytest.approx(350)
+    # Too few CPUs for the whole-GPU shape: all free capacity counts for it.
+    assert plugin.fragmentation(("Sim", 1, (1000, 1000))) == pytest.approx(1000)
+
+
+def test_a_share_goes_where_it_fills_the_sliver() -> None:
+    nodes = two_nodes()
+    plugin = frag.FragPlacement(MIX)
+    # n1: the 0.3 fills GPU 0 (best fit): 300 -> 0, growth -300. n2: 0 -> 350, growth +350.
+    assert plugin.score(nodes["n1"], SHARE)[0] == -300 * 1000
+    assert plugin.score(nodes["n2"], SHARE)[0] == 350 * 1000
+    assert frag.place(frag.node_key(nodes["n1"]), frag.demand_key(SHARE)) == ("Sim", 7, (1000, 0))
+
+
+def test_a_whole_gpu_keeps_off_the_node_that_shares_when_fragmentation_ties() -> None:
+    nodes = two_nodes()
+    plugin = frag.FragPlacement(MIX)
+    # n1 after: (300, 0) -> 300, growth 0. n2 after: (1000, 0) -> 0, growth 0. A tie, which the
+    # second key settles: n1 would mix whole-GPU work with its shares.
+    s1, s2 = plugin.score(nodes["n1"], WHOLE), plugin.score(nodes["n2"], WHOLE)
+    assert s1[0] == s2[0] == 0
+    assert s2 < s1
+
+
+def test_cpu_bound_node_counts_its_stranded_gpus() -> None:
+    nodes = two_nodes(n2_cpus=3)
+    plugin = frag.FragPlacement(MIX)
+    # n2 has 3 CPUs; a whole-GPU worker with 2 leaves 1: the whole-GPU shape (2 CPUs) cannot run
+    # there any more, so the GPU left free counts whole for it (0.5*1000); the half-GPU shape
+    # (1 CPU) still can (0). It was 0 before: growth 500.
+    demand = WorkerDemand(1, 0, 2, 0, None)
+    after = frag.place(frag.node_key(nodes["n2"]), frag.demand_key(demand))
+    assert after == ("Sim", 1, (1000, 0))
+    assert plugin.fragmentation(after) == pytest.approx(500)
+    assert plugin.score(nodes["n2"], demand)[0] == 500 * 1000
+
+
+def test_the_registered_plugin_in_a_cycle() -> None:
+    snap = snapshot(
+        [node("n1", 2, cpus=8), node("n2", 2, cpus=8)],
+        [pending(2, gpus=0.3, cpus=1), pending(3, gpus=1, cpus=2)],
+        [running(1, ("n1", (0,)), share=0.7)],
+    )
+    result = schedule(snap, SchedulerConfig(placement="frag"))
+    where = {s.job_id: s.placements[0] for s in result.starts}
+    # The 0.3 fills n1's shared GPU; the whole GPU then takes n1's last one (n1 would otherwise
+    # strand it; n2 keeps two whole GPUs), whatever the mix: see frag.fragmentation.
+    assert (where[2].node, where[2].gpus) == ("n1", (0,))
+    assert (where[3].node, where[3].gpus) == ("n1", (1,))
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters())
+def test_frag_never_over_allocates_cpus_memory_or_gpu_shares(cluster: tuple[list, list[PendingJob]]) -> None:  # type: ignore[type-arg]
+    nodes, jobs = cluster
+    result = schedule(snapshot(nodes, jobs), SchedulerConfig(placement="frag"))
+    _check_no_overallocation(nodes, list(result.starts), [])
+    by_id = {j.id: j for j in jobs}
+    for start in result.starts:
+        for p in start.placements:
+            assert len(p.cpus) == by_id[start.job_id].spec.cpus
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.data())
+def test_the_key_based_choice_is_the_schedulers(cluster: tuple[list, list[PendingJob]], data: st.DataObject) -> None:  # type: ignore[type-arg]
+    """What the placement study does (the best (score_key, name) over node keys, memory checked
+    apart) chooses the node ``Session._best_node`` chooses, pod after pod."""
+    nodes, jobs = cluster
+    plugin_entry = registry.placement("frag")
+    session = Session.open(snapshot(nodes, []), SchedulerConfig(placement="frag"))
+    for job in jobs:
+        if job.spec.workers != 1 or job.spec.gpu_memory_mib:
+            continue
+        demand = WorkerDemand.of(job.spec)
+        live = session._best_node(demand, plugin_entry)
+        keyed = _keyed_choice(session.cluster, demand)
+        assert (live.name if live else None) == (keyed.name if keyed else None)
+        if live is not None and data.draw(st.booleans()):
+            session.cluster.take(build(live, demand, 0))
+
+
+def _keyed_choice(cluster: ClusterState, demand: WorkerDemand) -> NodeFree | None:
+    best: tuple[tuple[int, ...], str] | None = None
+    chosen = None
+    for name in sorted(cluster.nodes):
+        free = cluster.nodes[name]
+        score = frag.DEFAULT.score_key(frag.node_key(free, demand.models is not None), frag.demand_key(demand))
+        if score is None:
+            assert not can_fit(free, demand)
+            continue
+        if free.free_memory < demand.memory_mib:
+            continue
+        if best is None or (score, name) < best:
+            best, chosen = (score, name), free
+    return chosen
