@@ -22,8 +22,8 @@ How each policy is driven (the scheduler's own code either way, one pod at a tim
   plugin that does not stop at the first bucket, but through the plugin's key-based entry
   (``FragPlacement.score_key`` on each node's key, kept up to date as pods land), which is the
   arithmetic ``score`` runs for the live scheduler; the best (score, node name) wins, as there.
-  ``tests/unit/test_frag_placement.py`` checks that this choice is ``_best_node``'s. ``fgd`` draws
-  among equal scores at random, as Kubernetes does.
+  ``tests/unit/test_frag_placement.py`` checks that this choice is ``_best_node``'s. The paper's
+  simulator also settles equal scores by the smallest node name.
 
 Prints, per policy, the final allocation (mean over seeds at 130 % arrived) and the wall time per
 replay; draws the curves beside the published ones to ``benchmarks/results/placement_study.png``
@@ -93,10 +93,10 @@ def workload(pods: Sequence[Pod], capacity: int, tune: float, seed: int) -> list
         total += milli
 
 
-def replay(nodes: Sequence[Node], pods: Sequence[Pod], policy: str, seed: int) -> list[tuple[int, int]]:
+def replay(nodes: Sequence[Node], pods: Sequence[Pod], policy: str) -> list[tuple[int, int]]:
     """(arrived, allocated) GPU thousandths after each pod."""
     cluster = Session.open(Snapshot(T0, tuple(nodes), (), ()), SchedulerConfig(placement="binpack")).cluster
-    choose = _keyed(cluster, policy, seed, pods) if policy in ("frag", "fgd") else _live(cluster, policy)
+    choose = _keyed(cluster, policy, pods) if policy in ("frag", "fgd") else _live(cluster, policy)
     arrived = used = 0
     curve = []
     for demand, milli in pods:
@@ -124,34 +124,30 @@ def _live(cluster: ClusterState, policy: str) -> Callable[[WorkerDemand], bool]:
     return choose
 
 
-def _keyed(cluster: ClusterState, policy: str, seed: int, pods: Sequence[Pod]) -> Callable[[WorkerDemand], bool]:
+def _keyed(cluster: ClusterState, policy: str, pods: Sequence[Pod]) -> Callable[[WorkerDemand], bool]:
     frees = [cluster.nodes[name] for name in sorted(cluster.nodes)]
-    mix = frag.Mix.typical(d for d, _ in pods)
-    plugin = frag.FragPlacement(mix)
-    with_model = mix.constrained or any(d.models is not None for d, _ in pods)
-    keys = [frag.node_key(f, with_model) for f in frees]
+    plugin = frag.DEFAULT  # what registry.PLACEMENTS["frag"] scores with
     score: Callable[[frag.NodeKey, frag.DemandKey], tuple[int, ...] | None] = plugin.score_key
-    rng = random.Random(seed)
-    if policy == "fgd":
+    if policy == "fgd":  # the paper's typical pods: from the pod list itself
+        plugin = frag.FragPlacement(frag.Mix.typical(d for d, _ in pods))
         score = _fgd_score(plugin)
+    with_model = plugin.mix.constrained or any(d.models is not None for d, _ in pods)
+    keys = [frag.node_key(f, with_model) for f in frees]
 
     def choose(demand: WorkerDemand) -> bool:
+        """The best (score, node name) among nodes where the worker fits, as ``_best_node``."""
         wanted = frag.demand_key(demand)
         best: tuple[int, ...] | None = None
-        chosen: list[int] = []
+        chosen = -1
         for i, key in enumerate(keys):
             s = score(key, wanted)
-            if s is None or (best is not None and s > best) or frees[i].free_memory < demand.memory_mib:
+            if s is None or (best is not None and s >= best) or frees[i].free_memory < demand.memory_mib:
                 continue
-            if best is None or s < best:
-                best, chosen = s, [i]
-            elif policy == "fgd":
-                chosen.append(i)  # equal scores: Kubernetes picks one at random
-        if not chosen:
+            best, chosen = s, i
+        if chosen < 0:
             return False
-        i = chosen[0] if len(chosen) == 1 else rng.choice(chosen)
-        cluster.take(build(frees[i], demand, 0))
-        keys[i] = frag.node_key(frees[i], with_model)
+        cluster.take(build(frees[chosen], demand, 0))
+        keys[chosen] = frag.node_key(frees[chosen], with_model)
         return True
 
     return choose
@@ -159,7 +155,8 @@ def _keyed(cluster: ClusterState, policy: str, seed: int, pods: Sequence[Pod]) -
 
 def _fgd_score(plugin: frag.FragPlacement) -> Callable[[frag.NodeKey, frag.DemandKey], tuple[int, ...] | None]:
     """The paper's score: 100 x sigmoid(fragmentation before - after, in GPUs), an integer,
-    higher better (negated here)."""
+    higher better (negated here); its Kubernetes fork settles equal scores by the smallest node
+    name (``selectHost``), as ``choose`` does."""
     memo: dict[tuple[frag.NodeKey, frag.DemandKey], tuple[int, ...] | None] = {}
 
     def score(key: frag.NodeKey, demand: frag.DemandKey) -> tuple[int, ...] | None:
@@ -227,7 +224,7 @@ def main() -> None:
         for seed in seeds:
             order = workload(pods, capacity, args.tune, seed)
             started = time.perf_counter()
-            curve = replay(nodes, order, policy, seed)
+            curve = replay(nodes, order, policy)
             walls.append(time.perf_counter() - started)
             sizes.append(len(order))
             points = discretise(curve, capacity)

@@ -39,6 +39,7 @@ whose result must equal the steady one. --sweep does the same at 100, 1,000 and 
 
     .venv/bin/python benchmarks/scheduler_cycle.py [--repeats 5] [--seed 1] [--big] [--profile] [--json]
         [--steady-cycles 7] [--warmup 3] [--changes 5] [--no-steady] [--sweep] [--sweep-nodes 100,1000,10000]
+        [--placement binpack]
 """
 
 from __future__ import annotations
@@ -497,7 +498,7 @@ def run_case(name: str, args: argparse.Namespace, trace: Trace) -> dict[str, Any
     nodes, running, pending = CASES[name]
     built = build_snapshot(nodes, running, pending, args.seed, trace)
     snap = built.snapshot
-    config = SchedulerConfig()
+    config = SchedulerConfig(placement=args.placement)
     repeats = args.big_repeats if name == "big" else args.repeats
     times, result = time_cycles(snap, config, repeats)
     gpus = sum(len(n.gpus) for n in snap.nodes)
@@ -553,7 +554,7 @@ def run_sweep(args: argparse.Namespace, trace: Trace) -> list[dict[str, Any]]:
     rows = []
     for nodes in args.sweep_nodes:
         built = build_snapshot(nodes, 5 * nodes, 10 * nodes, args.seed, trace)
-        steady = steady_case(built.snapshot, SchedulerConfig(), args, trace, fresh=True)
+        steady = steady_case(built.snapshot, SchedulerConfig(placement=args.placement), args, trace, fresh=True)
         rows.append({"nodes": nodes, "running": 5 * nodes, "pending": 10 * nodes, **steady})
         if not args.json:
             s, c = steady["steady_s"]["median"], steady["cold_s"]["median"]
@@ -635,6 +636,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed schedule() runs per case (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
+    parser.add_argument("--placement", default="binpack", help="placement plugin (default binpack, the default's)")
     parser.add_argument(
         "--cases", default="small,scale", help="comma-separated, of small,scale,big (default small,scale)"
     )

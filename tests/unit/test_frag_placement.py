@@ -50,8 +50,9 @@ def test_a_share_goes_where_it_fills_the_sliver() -> None:
     nodes = two_nodes()
     plugin = frag.FragPlacement(MIX)
     # n1: the 0.3 fills GPU 0 (best fit): 300 -> 0, growth -300. n2: 0 -> 350, growth +350.
-    assert plugin.score(nodes["n1"], SHARE)[0] == -300 * 1000
-    assert plugin.score(nodes["n2"], SHARE)[0] == 350 * 1000
+    # Scores count tenths of a GPU; no CPU shortfall on either (8 CPUs feed 16 GPUs at this mix).
+    assert plugin.score(nodes["n1"], SHARE)[0] == -3
+    assert plugin.score(nodes["n2"], SHARE)[0] == 4
     assert frag.place(frag.node_key(nodes["n1"]), frag.demand_key(SHARE)) == ("Sim", 7, (1000, 0))
 
 
@@ -61,8 +62,7 @@ def test_a_whole_gpu_keeps_off_the_node_that_shares_when_fragmentation_ties() ->
     # n1 after: (300, 0) -> 300, growth 0. n2 after: (1000, 0) -> 0, growth 0. A tie, which the
     # second key settles: n1 would mix whole-GPU work with its shares.
     s1, s2 = plugin.score(nodes["n1"], WHOLE), plugin.score(nodes["n2"], WHOLE)
-    assert s1[0] == s2[0] == 0
-    assert s2 < s1
+    assert s1 == (0, 1, 300) and s2 == (0, 0, 1000)
 
 
 def test_cpu_bound_node_counts_its_stranded_gpus() -> None:
@@ -75,19 +75,39 @@ def test_cpu_bound_node_counts_its_stranded_gpus() -> None:
     after = frag.place(frag.node_key(nodes["n2"]), frag.demand_key(demand))
     assert after == ("Sim", 1, (1000, 0))
     assert plugin.fragmentation(after) == pytest.approx(500)
-    assert plugin.score(nodes["n2"], demand)[0] == 500 * 1000
+    # The mix asks 750 thousandths of a GPU for 1.5 CPUs: 500 a CPU. 3 CPUs feed 1,500 of the 2,000
+    # free (500 short); after, 1 CPU feeds 500 of the 1,000 left (500 short): no growth there.
+    assert MIX.gpu_per_cpu == pytest.approx(500)
+    assert plugin.cpu_shortfall(frag.node_key(nodes["n2"])) == pytest.approx(500)
+    assert plugin.cpu_shortfall(after) == pytest.approx(500)
+    assert plugin.score(nodes["n2"], demand)[0] == 5
+
+
+def test_cpu_shortfall_sends_cpu_heavy_work_to_the_cpu_rich_node() -> None:
+    """Two idle 2-GPU nodes, 4 and 16 CPUs; a 1-GPU worker with 3 CPUs. On the 4-CPU node 1 CPU
+    is left: the whole-GPU shape (2 CPUs) cannot use the other GPU any more (fragmentation
+    0 -> 0.5 x 1000), and that CPU feeds 500 of its 1,000 (shortfall 0 -> 500, counted twice):
+    500 + 1,000 = 15 tenths. On the 16-CPU node nothing grows."""
+    snap = snapshot([node("a", 2, cpus=4), node("b", 2, cpus=16)], [])
+    nodes = ClusterState(snap).nodes
+    plugin = frag.FragPlacement(MIX)
+    demand = WorkerDemand(1, 0, 3, 0, None)
+    assert plugin.score(nodes["a"], demand) == (15, 0, 1000)
+    assert plugin.score(nodes["b"], demand) == (0, 0, 1000)
 
 
 def test_the_registered_plugin_in_a_cycle() -> None:
     snap = snapshot(
-        [node("n1", 2, cpus=8), node("n2", 2, cpus=8)],
+        [node("n1", 2, cpus=64), node("n2", 2, cpus=64)],
         [pending(2, gpus=0.3, cpus=1), pending(3, gpus=1, cpus=2)],
         [running(1, ("n1", (0,)), share=0.7)],
     )
     result = schedule(snap, SchedulerConfig(placement="frag"))
     where = {s.job_id: s.placements[0] for s in result.starts}
-    # The 0.3 fills n1's shared GPU; the whole GPU then takes n1's last one (n1 would otherwise
-    # strand it; n2 keeps two whole GPUs), whatever the mix: see frag.fragmentation.
+    # With the openb mix: the 0.3 fills n1's shared GPU (the 300 left was a sliver to nearly every
+    # shape). The whole GPU then grows fragmentation alike on both nodes (only the CPU-only shapes'
+    # part of the free capacity drops, by the same 1,000), so bin-pack settles it: n1's last GPU,
+    # and n2 keeps its two.
     assert (where[2].node, where[2].gpus) == ("n1", (0,))
     assert (where[3].node, where[3].gpus) == ("n1", (1,))
 
