@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.resources import fraction_steps
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler import registry, schedule
 from gpupool.scheduler.cluster import ClusterState, NodeFree
@@ -16,12 +19,12 @@ from gpupool.scheduler.plugins import frag
 from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.session import Session
 from tests.unit.builders import node, pending, running, snapshot
-from tests.unit.test_scheduler_properties import _check_no_overallocation, clusters
+from tests.unit.test_scheduler_properties import clusters
 
 # Half the typical workers want one whole GPU and 2 CPUs, half want half a GPU and 1 CPU.
-MIX = frag.Mix([frag.PodShape(2, 1, 1000, None, 1.0), frag.PodShape(1, 1, 500, None, 1.0)])
-SHARE = WorkerDemand(0, 300, 1, 0, None)  # 0.3 of a GPU, 1 CPU
-WHOLE = WorkerDemand(1, 0, 2, 0, None)
+MIX = frag.Mix([frag.PodShape(2000, 1, 1000, None, 1.0), frag.PodShape(1000, 1, 500, None, 1.0)])
+SHARE = WorkerDemand(0, 300, 1000, 0, None)  # 0.3 of a GPU, 1 CPU
+WHOLE = WorkerDemand(1, 0, 2000, 0, None)
 
 
 def two_nodes(n2_cpus: int = 8) -> dict[str, NodeFree]:
@@ -34,16 +37,16 @@ def test_fragmentation_by_hand() -> None:
     nodes = two_nodes()
     plugin = frag.FragPlacement(MIX)
     n1, n2 = frag.node_key(nodes["n1"]), frag.node_key(nodes["n2"])
-    assert n1 == ("Sim", 8, (1000, 300)) and n2 == ("Sim", 8, (1000, 1000))
+    assert n1 == ("Sim", 8000, (1000, 300)) and n2 == ("Sim", 8000, (1000, 1000))
     # n1: both shapes fit on GPU 1; for both, the 300 left on GPU 0 is a sliver: 0.5*300 + 0.5*300.
     assert plugin.fragmentation(n1) == pytest.approx(300)
     assert plugin.fragmentation(n2) == 0
     # The whole-GPU shape cannot run where only slivers are left: all 300 + 0 count for both shapes.
-    assert plugin.fragmentation(("Sim", 8, (300, 0))) == pytest.approx(300)
+    assert plugin.fragmentation(("Sim", 8000, (300, 0))) == pytest.approx(300)
     # 0.3 on n2 leaves 700: too small for a whole GPU (0.5*700), room for a half (0).
-    assert plugin.fragmentation(("Sim", 8, (1000, 700))) == pytest.approx(350)
+    assert plugin.fragmentation(("Sim", 8000, (1000, 700))) == pytest.approx(350)
     # Too few CPUs for the whole-GPU shape: all free capacity counts for it.
-    assert plugin.fragmentation(("Sim", 1, (1000, 1000))) == pytest.approx(1000)
+    assert plugin.fragmentation(("Sim", 1000, (1000, 1000))) == pytest.approx(1000)
 
 
 def test_a_share_goes_where_it_fills_the_sliver() -> None:
@@ -53,7 +56,7 @@ def test_a_share_goes_where_it_fills_the_sliver() -> None:
     # Scores count tenths of a GPU; no CPU shortfall on either (8 CPUs feed 16 GPUs at this mix).
     assert plugin.score(nodes["n1"], SHARE)[0] == -3
     assert plugin.score(nodes["n2"], SHARE)[0] == 4
-    assert frag.place(frag.node_key(nodes["n1"]), frag.demand_key(SHARE)) == ("Sim", 7, (1000, 0))
+    assert frag.place(frag.node_key(nodes["n1"]), frag.demand_key(SHARE)) == ("Sim", 7000, (1000, 0))
 
 
 def test_a_whole_gpu_keeps_off_the_node_that_shares_when_fragmentation_ties() -> None:
@@ -71,13 +74,13 @@ def test_cpu_bound_node_counts_its_stranded_gpus() -> None:
     # n2 has 3 CPUs; a whole-GPU worker with 2 leaves 1: the whole-GPU shape (2 CPUs) cannot run
     # there any more, so the GPU left free counts whole for it (0.5*1000); the half-GPU shape
     # (1 CPU) still can (0). It was 0 before: growth 500.
-    demand = WorkerDemand(1, 0, 2, 0, None)
+    demand = WorkerDemand(1, 0, 2000, 0, None)
     after = frag.place(frag.node_key(nodes["n2"]), frag.demand_key(demand))
-    assert after == ("Sim", 1, (1000, 0))
+    assert after == ("Sim", 1000, (1000, 0))
     assert plugin.fragmentation(after) == pytest.approx(500)
-    # The mix asks 750 thousandths of a GPU for 1.5 CPUs: 500 a CPU. 3 CPUs feed 1,500 of the 2,000
+    # The mix asks 750 thousandths of a GPU for 1,500 millicores: 0.5 a millicore. 3 CPUs feed 1,500 of the 2,000
     # free (500 short); after, 1 CPU feeds 500 of the 1,000 left (500 short): no growth there.
-    assert MIX.gpu_per_cpu == pytest.approx(500)
+    assert MIX.gpu_per_cpu == pytest.approx(0.5)
     assert plugin.cpu_shortfall(frag.node_key(nodes["n2"])) == pytest.approx(500)
     assert plugin.cpu_shortfall(after) == pytest.approx(500)
     assert plugin.score(nodes["n2"], demand)[0] == 5
@@ -91,7 +94,7 @@ def test_cpu_shortfall_sends_cpu_heavy_work_to_the_cpu_rich_node() -> None:
     snap = snapshot([node("a", 2, cpus=4), node("b", 2, cpus=16)], [])
     nodes = ClusterState(snap).nodes
     plugin = frag.FragPlacement(MIX)
-    demand = WorkerDemand(1, 0, 3, 0, None)
+    demand = WorkerDemand(1, 0, 3000, 0, None)
     assert plugin.score(nodes["a"], demand) == (15, 0, 1000)
     assert plugin.score(nodes["b"], demand) == (0, 0, 1000)
 
@@ -112,20 +115,63 @@ def test_the_registered_plugin_in_a_cycle() -> None:
     assert (where[3].node, where[3].gpus) == ("n1", (1,))
 
 
+CPU_CHOICES: list[float | str] = [0, 0, 1, 2, 4, 0.5, 1.5, "250m"]
+
+
+@st.composite
+def fractional_cpus(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[type-arg]
+    """``clusters()`` with some workers asking for a fraction of a core, or a core and a half."""
+    nodes, jobs = draw(clusters())
+    return nodes, [
+        pending(
+            j.id,
+            gpus=j.spec.gpus,
+            workers=j.spec.workers,
+            cpus=draw(st.sampled_from(CPU_CHOICES)),
+            memory=f"{j.spec.memory_mib}M" if j.spec.memory_mib else None,
+            gpu_memory=f"{j.spec.gpu_memory_mib}M" if j.spec.gpu_memory_mib else None,
+        )
+        for j in jobs
+    ]
+
+
 @settings(max_examples=200, deadline=None)
-@given(clusters())
+@given(fractional_cpus())
 def test_frag_never_over_allocates_cpus_memory_or_gpu_shares(cluster: tuple[list, list[PendingJob]]) -> None:  # type: ignore[type-arg]
     nodes, jobs = cluster
     result = schedule(snapshot(nodes, jobs), SchedulerConfig(placement="frag"))
-    _check_no_overallocation(nodes, list(result.starts), [])
+    placements = [p for s in result.starts for p in s.placements]
+    whole: Counter[tuple[str, int]] = Counter()
+    shares: Counter[tuple[str, int]] = Counter()
+    pinned: Counter[tuple[str, int]] = Counter()
+    milli: Counter[str] = Counter()
+    memory: Counter[str] = Counter()
+    for p in placements:
+        for g in p.gpus:
+            (shares if p.gpu_share else whole)[(p.node, g)] += fraction_steps(p.gpu_share) if p.gpu_share else 1
+        if p.cpu_milli:
+            milli[p.node] += p.cpu_milli
+        else:
+            pinned.update((p.node, c) for c in p.cpus)
+            milli[p.node] += 1000 * len(p.cpus)
+        memory[p.node] += p.memory_mib
+    by_name = {n.name: n for n in nodes}
+    assert all(n == 1 for n in whole.values()), "a whole GPU given twice"
+    assert not set(whole) & set(shares), "a GPU both whole and shared"
+    assert all(n <= 1000 for n in shares.values()), "a GPU shared beyond 100 %"
+    assert all(n == 1 for n in pinned.values()), "a core pinned twice"
+    assert all(c < by_name[name].cpus for name, c in pinned), "a core the node does not have"
+    assert all(used <= 1000 * by_name[name].cpus for name, used in milli.items()), "CPU over-allocated"
+    assert all(used <= by_name[name].memory_mib for name, used in memory.items()), "memory over-allocated"
     by_id = {j.id: j for j in jobs}
     for start in result.starts:
+        asked = by_id[start.job_id].spec.cpu_milli
         for p in start.placements:
-            assert len(p.cpus) == by_id[start.job_id].spec.cpus
+            assert (p.cpu_milli == asked) if asked % 1000 else (len(p.cpus) == asked // 1000 and not p.cpu_milli)
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters(), st.data())
+@given(fractional_cpus(), st.data())
 def test_the_key_based_choice_is_the_schedulers(cluster: tuple[list, list[PendingJob]], data: st.DataObject) -> None:  # type: ignore[type-arg]
     """What the placement study does (the best (score_key, name) over node keys, memory checked
     apart) chooses the node ``Session._best_node`` chooses, pod after pod."""

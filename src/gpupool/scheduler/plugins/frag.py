@@ -36,9 +36,9 @@ from gpupool.scheduler.cluster import NodeFree
 from gpupool.scheduler.demand import WorkerDemand
 
 MILLI = GPU_FRACTION_STEPS
-# (model or "" when no shape asks for one, free CPUs, free thousandths per GPU in descending order)
+# (model or "" when no shape asks for one, free CPU millicores, free thousandths per GPU, descending)
 NodeKey = tuple[str, int, tuple[int, ...]]
-# (whole GPUs, share, CPUs, allowed models)
+# (whole GPUs, share, CPU millicores, allowed models)
 DemandKey = tuple[int, int, int, frozenset[str] | None]
 _MEMO_LIMIT = 500_000  # entries; the memos start again beyond it (a long-lived head sees many keys)
 # Growths within a tenth of a GPU count as equal: among them the scan packs (the node left with
@@ -93,9 +93,9 @@ OPENB_MIX = (
 @dataclass(frozen=True, slots=True)
 class PodShape:
     """One shape of the typical mix: ``gpus`` GPUs of ``milli`` thousandths each (1 GPU and less
-    than 1000 for a share, 0 GPUs for CPU-only work), ``cpus`` CPUs, how common it is."""
+    than 1000 for a share, 0 GPUs for CPU-only work), CPU millicores, how common it is."""
 
-    cpus: int
+    cpu_milli: int
     gpus: int
     milli: int
     models: frozenset[str] | None
@@ -108,11 +108,11 @@ class Mix:
     def __init__(self, shapes: Iterable[PodShape]) -> None:
         listed = [s for s in shapes if s.weight > 0]
         total = sum(s.weight for s in listed) or 1.0
-        self.shapes = tuple(PodShape(s.cpus, s.gpus, s.milli, s.models, s.weight / total) for s in listed)
+        self.shapes = tuple(PodShape(s.cpu_milli, s.gpus, s.milli, s.models, s.weight / total) for s in listed)
         self.constrained = any(s.models is not None for s in self.shapes)
-        # GPU thousandths per CPU the mix's GPU workers ask for, on average.
+        # GPU thousandths per CPU millicore the mix's GPU workers ask for, on average.
         gpu = [s for s in self.shapes if s.milli]
-        cpus = sum(s.weight * s.cpus for s in gpu)
+        cpus = sum(s.weight * s.cpu_milli for s in gpu)
         self.gpu_per_cpu = sum(s.weight * s.gpus * s.milli for s in gpu) / cpus if cpus else 0.0
 
     @classmethod
@@ -132,7 +132,7 @@ class Mix:
 
     @classmethod
     def openb(cls) -> Mix:
-        return cls(PodShape(cpu_units(m), g, milli, None, float(n)) for m, g, milli, n in OPENB_MIX)
+        return cls(PodShape(m, g, milli, None, float(n)) for m, g, milli, n in OPENB_MIX)
 
 
 class FragPlacement:
@@ -195,7 +195,7 @@ def fragmentation(key: NodeKey, mix: Mix) -> float:
         return 0.0
     frag = 0.0
     for shape in mix.shapes:
-        if shape.milli == 0 or cpus < shape.cpus or (shape.models is not None and model not in shape.models):
+        if shape.milli == 0 or cpus < shape.cpu_milli or (shape.models is not None and model not in shape.models):
             frag += shape.weight * total
             continue
         hosts = 0
@@ -245,28 +245,17 @@ def node_key(free: NodeFree, with_model: bool = True) -> NodeKey:
     if full > 0:
         rooms.extend([0] * full)
     model = (free.node.gpus[0].model if free.node.gpus else "") if with_model else ""
-    return (model, free_cpus(free), tuple(rooms))
-
-
-def cpu_units(millicores: int) -> int:
-    """CPU millicores in the unit demands count CPUs in (whole cores, rounded up as the trace
-    loader rounds them)."""
-    return -(-millicores // 1000)
-
-
-def free_cpus(free: NodeFree) -> int:
-    """Free CPUs in the unit the demands count them in."""
-    return len(free.free_cpus)
+    return (model, free.free_milli, tuple(rooms))
 
 
 def demand_key(demand: WorkerDemand) -> DemandKey:
-    return (demand.whole_gpus, demand.share, demand.cpus, demand.models)
+    return (demand.whole_gpus, demand.share, demand.cpu_milli, demand.models)
 
 
 def _shape_of(demand: WorkerDemand) -> tuple[int, int, int, frozenset[str] | None]:
     if demand.share:
-        return (demand.cpus, 1, demand.share, demand.models)
-    return (demand.cpus, demand.whole_gpus, MILLI if demand.whole_gpus else 0, demand.models)
+        return (demand.cpu_milli, 1, demand.share, demand.models)
+    return (demand.cpu_milli, demand.whole_gpus, MILLI if demand.whole_gpus else 0, demand.models)
 
 
 def _mixing(key: NodeKey, demand: DemandKey) -> int:
