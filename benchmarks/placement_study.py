@@ -30,7 +30,7 @@ replay; draws the curves beside the published ones to ``benchmarks/results/place
 (needs matplotlib) and writes them to ``placement_study.csv``.
 
     .venv/bin/python benchmarks/placement_study.py [--seeds 42-51] [--policies binpack,spread,fgd,frag]
-        [--tune 1.3] [--pods FILE] [--nodes FILE] [--no-plot]
+        [--tune 1.3] [--pods FILE] [--nodes FILE] [--no-plot] [--out benchmarks/results/placement_study]
 """
 
 from __future__ import annotations
@@ -211,6 +211,9 @@ def main() -> None:
     parser.add_argument("--pods", type=Path, default=TRACES / "openb_pod_list_default.csv")
     parser.add_argument("--nodes", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "placement_study", help="where the .csv and .png go (without suffix)"
+    )
     args = parser.parse_args()
     seeds = _seeds(args.seeds)
     nodes = load_cluster(args.nodes)
@@ -240,10 +243,10 @@ def main() -> None:
     paper = published(TRACES / "fgd_expected_results" / "analysis_allo_discrete.csv", args.pods.stem, f"{args.tune:g}")
     for name, curve in paper.items():
         print(f"{name:14} published {curve[max(curve)]:6.2f} % (the paper's 10 seeds)")
-    RESULTS.mkdir(exist_ok=True)
-    _write_csv(RESULTS / "placement_study.csv", curves, paper)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    _write_csv(args.out.with_suffix(".csv"), curves, paper)
     if not args.no_plot:
-        _plot(RESULTS / "placement_study.png", curves, paper, args.pods.stem, len(seeds))
+        _plot(args.out.with_suffix(".png"), curves, paper, args.pods.stem, len(seeds))
 
 
 def _seeds(text: str) -> list[int]:
