@@ -31,6 +31,7 @@ replay; draws the curves beside the published ones to ``benchmarks/results/place
 
     .venv/bin/python benchmarks/placement_study.py [--seeds 42-51] [--policies binpack,spread,fgd,frag]
         [--tune 1.3] [--pods FILE] [--nodes FILE] [--no-plot] [--out benchmarks/results/placement_study]
+        [--with EARLIER.csv]  # --policies "" --with A.csv --with B.csv: redraw earlier runs together
 """
 
 from __future__ import annotations
@@ -212,6 +213,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
+        "--with",
+        dest="with_",
+        type=Path,
+        action="append",
+        default=[],
+        help="add an earlier run's curves (its CSV)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=RESULTS / "placement_study", help="where the .csv and .png go (without suffix)"
     )
     args = parser.parse_args()
@@ -222,7 +231,9 @@ def main() -> None:
     pods = [(d, d.share or d.whole_gpus * frag.MILLI) for d in (WorkerDemand.of(j.spec) for j in jobs)]
     print(f"{len(nodes)} nodes, {capacity // frag.MILLI} GPUs; {len(pods)} pods in {args.pods.name}; tune {args.tune}")
     curves: dict[str, dict[int, float]] = {}
-    for policy in args.policies.split(","):
+    for path in args.with_:
+        curves.update(_read_csv(path))
+    for policy in filter(None, args.policies.split(",")):
         finals, walls, sizes, per_seed = [], [], [], []
         for seed in seeds:
             order = workload(pods, capacity, args.tune, seed)
@@ -233,7 +244,9 @@ def main() -> None:
             points = discretise(curve, capacity)
             per_seed.append(points)
             finals.append(points[max(points)])
-        curves[policy] = {p: statistics.fmean(c[p] for c in per_seed if p in c) for p in per_seed[0]}
+        curves[f"{policy}, seeds {args.seeds}"] = {
+            p: statistics.fmean(c[p] for c in per_seed if p in c) for p in per_seed[0]
+        }
         spread = f" ± {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
         print(
             f"{policy:8} final allocation {statistics.fmean(finals):6.2f} %{spread} (seeds {args.seeds}); "
@@ -246,7 +259,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     _write_csv(args.out.with_suffix(".csv"), curves, paper)
     if not args.no_plot:
-        _plot(args.out.with_suffix(".png"), curves, paper, args.pods.stem, len(seeds))
+        _plot(args.out.with_suffix(".png"), curves, paper, args.pods.stem)
 
 
 def _seeds(text: str) -> list[int]:
@@ -254,6 +267,15 @@ def _seeds(text: str) -> list[int]:
         first, last = text.split("-")
         return list(range(int(first), int(last) + 1))
     return [int(s) for s in text.split(",")]
+
+
+def _read_csv(path: Path) -> dict[str, dict[int, float]]:
+    with path.open(newline="") as handle:
+        return {
+            row["policy"]: {p: float(row[str(p)]) for p in range(131) if row.get(str(p))}
+            for row in csv.DictReader(handle)
+            if row["source"] == "gpupool"
+        }
 
 
 def _write_csv(path: Path, ours: dict[str, dict[int, float]], paper: dict[str, dict[int, float]]) -> None:
@@ -266,9 +288,7 @@ def _write_csv(path: Path, ours: dict[str, dict[int, float]], paper: dict[str, d
     print(f"curves written to {path}")
 
 
-def _plot(
-    path: Path, ours: dict[str, dict[int, float]], paper: dict[str, dict[int, float]], trace: str, n: int
-) -> None:
+def _plot(path: Path, ours: dict[str, dict[int, float]], paper: dict[str, dict[int, float]], trace: str) -> None:
     try:
         import matplotlib
 
@@ -287,7 +307,7 @@ def _plot(
     ax.plot([0, 100, 130], [0, 100, 100], color="grey", linewidth=0.5)
     ax.set_xlabel("arrived workload (% of GPU capacity)")
     ax.set_ylabel("GPU allocation (%)")
-    ax.set_title(f"{trace}: allocation vs arrived load, mean of {n} seeds")
+    ax.set_title(f"{trace}: GPU allocation vs arrived load (tune 1.3), mean over seeds")
     ax.set_xlim(60, 130)
     ax.set_ylim(60, 100)
     ax.grid(alpha=0.3)
