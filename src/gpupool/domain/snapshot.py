@@ -22,6 +22,13 @@ class PendingJob:
     submitted_at: datetime
     restarts: int = 0
     owner: str = ""  # who submitted it: within a project, the jobs of whoever used less go first
+    # GPU-seconds its earlier runs received (a job requeued after a preemption), and since when it
+    # waits again (None: since it was submitted). The attained-service order (``plugins.las``) reads both.
+    attained: float = 0.0
+    waiting_since: datetime | None = None
+    # Seconds of work it has left, known only to a simulator replaying a trace: the oracle bound
+    # (``plugins.srtf``). The head never knows it and never sets it.
+    oracle_remaining_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,8 @@ class RunningJob:
     started_at: datetime | None
     stopping: bool = False  # being cancelled or preempted: its resources are on their way back
     owner: str = ""
+    attained: float = 0.0  # GPU-seconds its earlier runs received; this run's come from ``started_at``
+    oracle_end: datetime | None = None  # when it will end, known only to a simulator (``plugins.srtf``)
 
     @property
     def preemptible(self) -> bool:

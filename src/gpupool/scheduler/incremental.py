@@ -95,7 +95,11 @@ class CycleMemory:
             kept = [
                 (key, job)
                 for (key, old), job, alike in zip(ranked, now, same, strict=True)
-                if job is not None and (alike or (job.spec is old.spec and job.submitted_at == old.submitted_at))
+                if job is not None
+                and (
+                    alike
+                    or (job.spec is old.spec and job.submitted_at == old.submitted_at and job.attained == old.attained)
+                )
             ]
         if len(kept) < len(current):
             known = set(map(_ID, map(_SECOND, kept)))

@@ -2,8 +2,12 @@
 the same ``schedule()`` the head runs. There is no ``if simulating`` in the scheduler: only the
 snapshot's source differs.
 
-A preempted job goes back to the queue at once (the head would give it a grace period) and, as no
-checkpoint is modelled, later runs its whole duration again.
+A preempted job goes back to the queue at once (the head would give it a grace period). One with a
+checkpoint directory resumes where it was, less ``RESUME_LOSS_S`` (the work since its last
+checkpoint and the restore, as Tiresias assumes); one without runs its whole duration again. Either
+way it keeps the GPU-seconds it received (its attained service, which the ``las`` order reads), and
+the replay tells the scheduler each job's remaining time only through the oracle fields of the
+snapshot, which only the ``srtf-oracle`` policy reads.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from gpupool.sim.trace_job import TraceJob
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 ROUNDS_PER_EVENT = 3  # preemptions free GPUs at once: schedule again at the same instant
+RESUME_LOSS_S = 60.0  # what a checkpointing job loses at each preemption
 
 
 @dataclass(slots=True)
@@ -33,6 +38,8 @@ class JobRun:
     start: float | None = None
     finish: float | None = None
     preemptions: int = 0
+    attained: float = 0.0  # GPU-seconds received by its runs before the current one
+    done: float = 0.0  # seconds of its duration a resumed run need not do again
 
 
 @dataclass(slots=True)
@@ -113,7 +120,9 @@ class _Replay:
                 job_id = arrivals[next_arrival]
                 trace = runs[job_id].trace
                 at = EPOCH + timedelta(seconds=trace.submit_time)
-                self.pending[job_id] = PendingJob(job_id, trace.spec, at, owner=trace.user)
+                self.pending[job_id] = PendingJob(
+                    job_id, trace.spec, at, owner=trace.user, oracle_remaining_s=trace.duration
+                )
                 self.wanted[trace.spec.project] += trace.spec.total_gpus
                 next_arrival += 1
             for _ in range(ROUNDS_PER_EVENT):
@@ -155,10 +164,14 @@ class _Replay:
                 run.first_start = now
                 if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
                     self.late += 1
-            self.running[job.id] = RunningJob(job.id, job.spec, start.placements, at, owner=job.owner)
+            left = None if run.trace.duration is None else run.trace.duration - run.done
+            end = None if left is None else at + timedelta(seconds=left)
+            self.running[job.id] = RunningJob(
+                job.id, job.spec, start.placements, at, owner=job.owner, attained=run.attained, oracle_end=end
+            )
             self.held[job.spec.project] += job.spec.total_gpus
-            if run.trace.duration is not None:
-                self.end_of[job.id] = now + run.trace.duration
+            if left is not None:
+                self.end_of[job.id] = now + left
                 heapq.heappush(self.ends, (self.end_of[job.id], job.id))
         for victim in result.preemptions:
             stopped = self._stop(victim.job_id)
@@ -166,9 +179,19 @@ class _Replay:
                 continue
             run = self.runs[victim.job_id]
             run.preemptions += 1
+            ran = now - run.start if run.start is not None else 0.0
             run.start = None
+            run.attained += ran * stopped.spec.total_gpus
+            run.done = run.done + max(0.0, ran - RESUME_LOSS_S) if stopped.spec.checkpoint_dir else 0.0
+            duration = run.trace.duration
             self.pending[victim.job_id] = PendingJob(
-                victim.job_id, stopped.spec, EPOCH + timedelta(seconds=run.trace.submit_time), owner=stopped.owner
+                victim.job_id,
+                stopped.spec,
+                EPOCH + timedelta(seconds=run.trace.submit_time),
+                owner=stopped.owner,
+                attained=run.attained,
+                waiting_since=at,
+                oracle_remaining_s=None if duration is None else duration - run.done,
             )
         return bool(result.preemptions)
 
