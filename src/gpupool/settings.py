@@ -102,7 +102,7 @@ class Settings:
         the scheduler (~55 ms of imports)."""
         from gpupool.scheduler import policies
 
-        return policies.preset(self.policy, placement=self.placement, partition=self.partition)
+        return policies.for_head(self.policy, placement=self.placement, partition=self.partition)
 
     @classmethod
     def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:

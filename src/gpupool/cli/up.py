@@ -13,7 +13,7 @@ from gpupool.cli.render import span
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
-from gpupool.scheduler.policies import POLICIES, preset
+from gpupool.scheduler.policies import POLICIES, SIM_ONLY, for_head
 from gpupool.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORT, Settings
 
 
@@ -52,7 +52,9 @@ def up(
         str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
     ] = "1d",
     placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread or topology")] = "binpack",
-    policy: Annotated[str, typer.Option(help=f"scheduling policy: {', '.join(POLICIES)}")] = "default",
+    policy: Annotated[
+        str, typer.Option(help=f"scheduling policy: {', '.join(n for n in POLICIES if n not in SIM_ONLY)}")
+    ] = "default",
     partition: Annotated[
         str | None,
         typer.Option(
@@ -137,7 +139,7 @@ def up(
     ] = "30s",
 ) -> None:
     """Start the head: API, controller and executor (local virtual nodes, or a Ray cluster) in one process."""
-    preset(policy, partition=partition)  # an unknown name is refused before anything starts
+    for_head(policy, partition=partition)  # an unknown or simulator-only name is refused before anything starts
     if gateway and gateway_port and gateway_port == port:
         raise InvalidInput(f"--gateway-port {gateway_port} is the API's --port: give the gateway another one")
     from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick

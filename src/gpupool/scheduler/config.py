@@ -6,7 +6,21 @@ the others."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class LasConfig:
+    """The attained-service order's knobs (``plugins.las``): Tiresias' discretised 2D-LAS.
+
+    A job's queue is the number of ``thresholds`` (GPU-seconds received, across preemptions) it
+    has passed; queue 0 goes first. A running job may be displaced by a waiting job of a lower
+    queue once it has run ``min_run_s`` in its current run (so no job is thrashed), and a job that
+    has waited ``promote_after`` times as long as it ran goes back to queue 0 (no starvation)."""
+
+    thresholds: tuple[float, ...] = (3_600.0, 36_000.0)
+    min_run_s: float = 600.0
+    promote_after: float = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +35,4 @@ class SchedulerConfig:
     # Where the isolated quota check confines a project: "gpus", its quota in GPUs on any node;
     # "nodes", its own whole nodes (``partition``), as Philly's virtual clusters and Slurm did.
     partition: str = "gpus"
+    las: LasConfig = field(default_factory=LasConfig)  # the ``las`` job order's queues and bounds

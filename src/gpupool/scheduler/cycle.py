@@ -7,8 +7,8 @@ from collections.abc import Callable
 from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
-from gpupool.scheduler import policies, registry
-from gpupool.scheduler.actions import allocate, backfill, preempt, reclaim
+from gpupool.scheduler import orders, policies
+from gpupool.scheduler.actions import allocate, backfill, displace, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import Known, explain, explain_partition
@@ -21,6 +21,7 @@ ACTIONS: dict[str, Callable[[Session], None]] = {
     "backfill": backfill.run,
     "reclaim": reclaim.run,
     "preempt": preempt.run,
+    "displace": displace.run,
 }
 # Reasons a job may wait for while other users' later jobs of its project go first; the rest say
 # it could never start, or that GPUs are on their way to it.
@@ -89,7 +90,7 @@ def _explain(session: Session) -> dict[int, Reason]:
                 reason = by_shape[shape] = explain(job, session.cluster, demand, known)
         reasons[job.id] = reason
     order = policies.hooks(session.config).user_order
-    notes = behind_lighter_users(session, session.queue, order, registry.job_order(session.config.job_order))
+    notes = behind_lighter_users(session, session.queue, order, orders.job_order(session.config))
     for job_id, note in notes.items():
         reason = reasons[job_id]
         if reason.code in BEHIND_USERS:

@@ -34,6 +34,7 @@ HOLD_UPS: dict[str, HoldUp] = {
     "none": hold_up.nothing,
 }
 
+_DEFAULT_ACTIONS = SchedulerConfig().actions
 POLICIES: dict[str, SchedulerConfig] = {
     # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt.
     "default": SchedulerConfig(),
@@ -53,7 +54,16 @@ POLICIES: dict[str, SchedulerConfig] = {
         hold_up="project",
         partition="nodes",
     ),
+    # The default with the attained-service order (Tiresias' discretised LAS, ``plugins.las``):
+    # least GPU time received first, in a few queues; a waiting job displaces running jobs of a
+    # later queue, within bounds, and within the quotas and fair share between projects.
+    "las": SchedulerConfig(actions=(*_DEFAULT_ACTIONS, "displace"), job_order="las"),
+    # Shortest remaining time first with the durations known: the bound for ``las``, for the
+    # simulator only (``SIM_ONLY``: the head knows no durations).
+    "srtf-oracle": SchedulerConfig(actions=(*_DEFAULT_ACTIONS, "displace"), job_order="srtf_oracle", user_order="none"),
 }
+# Policies that read what only a replayed trace knows: the head refuses them.
+SIM_ONLY = frozenset({"srtf-oracle"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,17 @@ def preset(name: str, *, placement: str | None = None, partition: str | None = N
             )
         config = replace(config, partition=partition)
     return config
+
+
+def for_head(name: str, *, placement: str | None = None, partition: str | None = None) -> SchedulerConfig:
+    """``preset`` for the head: a policy that reads what only a replayed trace knows is refused."""
+    if name in SIM_ONLY:
+        live = ", ".join(n for n in POLICIES if n not in SIM_ONLY)
+        raise InvalidInput(
+            f"policy {name!r} reads job durations, which only a simulated trace knows: use it with "
+            f"gpupool simulate; the head runs one of {live}"
+        )
+    return preset(name, placement=placement, partition=partition)
 
 
 def _lookup(table: dict[str, T], name: str, what: str) -> T:

@@ -10,7 +10,7 @@ from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import partition, registry
+from gpupool.scheduler import orders, partition, registry
 from gpupool.scheduler.capacity import ever_fits, holds
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
@@ -58,13 +58,17 @@ class Session:
     def open(cls, snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
         """``memory`` carries the free-resource index over from the caller's previous cycle;
         without it the index is built from the snapshot alone."""
-        order = registry.job_order(config.job_order)
+        order = orders.job_order(config)
         memory = memory or CycleMemory()
         cluster, allocated, bound = memory.open(snapshot)
         projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
         # Through builtins where it can: a queue of thousands is ordered at every cycle (and every
         # simulated event).
-        queue = list(map(itemgetter(1), memory.in_order(snapshot.pending, order)))
+        ranked = memory.in_order(snapshot.pending, order)
+        preemptive = orders.preemptive(config)
+        if preemptive is not None:  # a waiting job's place may move as time passes (promotion)
+            ranked = preemptive.promote(ranked, snapshot.now, config)
+        queue = list(map(itemgetter(1), ranked))
         for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
         sets, gpus = _partitions(snapshot, config, memory)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler import policies, registry
+from gpupool.scheduler import orders, policies
 from gpupool.scheduler.plugins.queues import one_queue
 from gpupool.scheduler.plugins.quota import QuotaCheck
 from gpupool.scheduler.session import Session
@@ -80,7 +80,7 @@ def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
                 by_key[name] = [job]
             else:
                 jobs.append(job)
-    job_order = registry.job_order(session.config.job_order)
+    job_order = orders.job_order(session.config)
     return {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
 
 

@@ -1,0 +1,111 @@
+"""Displace: under a preemptive job order (``orders.PREEMPTIVE``: attained service, or the
+simulator's oracle), a waiting train job may stop running train jobs that rank behind it, e.g.
+a job that has received no service yet displaces one that has received hours of it.
+
+Within the quota and borrowing model: a job displaces its own project's jobs, or another
+project's only where that project keeps its quota and stays at least as far above its fair share
+as the displacing job's project will be (so no project loses its guarantee, and a short job
+does not take GPUs from a project poorer than its own). Victims are the worst ranked first,
+then the most recently started; the waiting job starts in a later cycle, once they are gone.
+
+To bound a cycle's work the first ``TRIES`` waiting jobs that could use a victim are tried; the
+rest are tried in later cycles."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import orders
+from gpupool.scheduler.session import Session
+from gpupool.scheduler.victims import already_failed, choose_victims
+
+TRIES = 64
+_PROMISED = (ReasonCode.RECLAIM, ReasonCode.PREEMPTING)
+
+
+def run(session: Session) -> None:
+    hooks = orders.preemptive(session.config)
+    if hooks is None:
+        return
+    now, config = session.snapshot.now, session.config
+    ranked = [(rank, r) for r in session.preemptible() if (rank := hooks.running_rank(r, now, config)) is not None]
+    if not ranked:
+        return
+    ranked.sort(key=lambda e: -e[0])  # stable: the most recently started first among equals
+    pool = [r for _, r in ranked]
+    below = [-rank for rank, _ in ranked]  # ascending
+    tries = 0
+    for job in session.queue:
+        if tries >= TRIES:
+            break
+        if job.spec.quota_bound or session.policy_refused(job.id):
+            continue
+        given = session.reasons.get(job.id)
+        if given is not None and given.code in _PROMISED:
+            continue
+        mine = hooks.pending_rank(job, now, config)
+        behind = bisect_left(below, -mine)  # pool[:behind] rank strictly behind this job
+        if behind == 0:
+            continue
+        purpose = f"displace:{mine}"
+        if already_failed(session, job, purpose):
+            continue
+        tries += 1
+        victims = _victims(session, job, pool[:behind], purpose)
+        if victims is not None:
+            _record(session, job, victims)
+
+
+def _victims(session: Session, job: PendingJob, candidates: list[RunningJob], purpose: str) -> list[RunningJob] | None:
+    reservation = session.reservation
+    mine = reservation is not None and reservation.job_id == job.id
+    if mine:  # the GPUs kept for it count as its own
+        session.release_reserved()
+    try:
+        return choose_victims(session, job, candidates, _fair(session, job), purpose=purpose)
+    finally:
+        if mine and reservation is not None:
+            session.keep_reserved(reservation)
+
+
+def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], RunningJob], bool]:
+    project = job.spec.project
+    share = session.shares.get(project, 0.0)
+    after = (session.allocated.get(project, 0.0) + job.spec.total_gpus) / share if share > 0 else float("inf")
+
+    def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
+        lender = victim.spec.project
+        if lender == project:
+            return True
+        taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
+        left = session.allocated.get(lender, 0.0) - taken
+        if left < session.project(lender).quota - 1e-9:
+            return False
+        lender_share = session.shares.get(lender, 0.0)
+        return lender_share <= 0 or left / lender_share >= after - 1e-9
+
+    return allowed
+
+
+def _record(session: Session, job: PendingJob, victims: list[RunningJob]) -> None:
+    for victim in victims:
+        session.allocated[victim.spec.project] -= victim.spec.total_gpus
+        session.preemptions.append(
+            Preempt(
+                victim.id,
+                f"preempted: job {job.id} of project {job.spec.project} comes first in the "
+                f"{session.config.job_order} order (less GPU time received) and waits for its GPUs",
+                for_job=job.id,
+            )
+        )
+    session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+    session.reasons[job.id] = Reason(
+        ReasonCode.PREEMPTING,
+        f"displacing {len(victims)} job(s) that come after it in the {session.config.job_order} order; "
+        "starts when their GPUs are free"
+        if victims
+        else "waiting for jobs being stopped to free their GPUs",
+    )

@@ -1,0 +1,39 @@
+"""Oracle shortest-remaining-time-first: the bound the attained-service order is measured
+against. It reads the seconds of work each job has left, which only a simulator replaying a
+trace knows (``PendingJob.oracle_remaining_s``, ``RunningJob.oracle_end``); the head refuses the
+policy (``policies.SIM_ONLY``) and the order refuses a job without them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.registry import JobOrder
+
+
+def order(config: SchedulerConfig) -> JobOrder:
+    return _key
+
+
+def pending_rank(job: PendingJob, now: datetime, config: SchedulerConfig) -> float:
+    return _remaining(job)
+
+
+def running_rank(job: RunningJob, now: datetime, config: SchedulerConfig) -> float | None:
+    if job.oracle_end is None:
+        raise InvalidInput(f"job {job.id}: the oracle order needs its end, which only a simulator knows")
+    if job.started_at is None:
+        return None
+    return (job.oracle_end - now).total_seconds()
+
+
+def _key(job: PendingJob) -> tuple[int, float, int]:
+    return (-job.spec.priority.rank, _remaining(job), job.id)
+
+
+def _remaining(job: PendingJob) -> float:
+    if job.oracle_remaining_s is None:
+        raise InvalidInput(f"job {job.id}: the oracle order needs its duration, which only a simulator knows")
+    return job.oracle_remaining_s
