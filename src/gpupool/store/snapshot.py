@@ -19,18 +19,20 @@ from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
+from gpupool.store.service import NONE, Service, earlier_service
 from gpupool.store.user_usage import recent as recent_user_usage
 
 
 class SpecCache:
     def __init__(self) -> None:
         self._specs: dict[int, JobSpec] = {}
-        # A pending job's submit time, restarts and owner, by its id and how often it started:
-        # none of them changes until it starts again.
-        self._waiting: dict[int, tuple[int, datetime, int, str]] = {}
+        # A pending job's submit time, restarts, owner and earlier attempts' service, by its id and
+        # how often it started: none of them changes until it starts again.
+        self._waiting: dict[int, tuple[int, datetime, int, str, Service]] = {}
+        self._running: dict[tuple[int, int], Service] = {}  # a running job's earlier attempts', by (id, starts)
 
-    def waiting(self, session: Session, found: list[tuple[int, int]]) -> list[tuple[int, datetime, int, str]]:
-        """(id, submitted_at, restarts, owner) of the pending jobs ``found`` as (id, starts):
+    def waiting(self, session: Session, found: list[tuple[int, int]]) -> list[tuple[int, datetime, int, str, Service]]:
+        """(id, submitted_at, restarts, owner, service) of the pending jobs ``found`` as (id, starts):
         a queue of 10,000 costs 10,000 pairs of integers a cycle, not 10,000 rows with times."""
         stale = [job_id for job_id, starts in found if self._waiting.get(job_id, (-1,))[0] != starts]
         for start in range(0, len(stale), 500):
@@ -39,12 +41,14 @@ class SpecCache:
                     JobRow.id.in_(stale[start : start + 500])
                 )
             )
-            for job_id, starts, submitted, restarts, owner in rows:
-                self._waiting[job_id] = (starts, submitted, restarts, owner)
+            read = list(rows)
+            service = earlier_service(session, {job_id: starts + 1 for job_id, starts, *_ in read if starts})
+            for job_id, starts, submitted, restarts, owner in read:
+                self._waiting[job_id] = (starts, submitted, restarts, owner, service.get(job_id, NONE))
         out = []
         for job_id, _ in found:
-            _, submitted, restarts, owner = self._waiting[job_id]
-            out.append((job_id, submitted, restarts, owner))
+            _, submitted, restarts, owner, served = self._waiting[job_id]
+            out.append((job_id, submitted, restarts, owner, served))
         if len(self._waiting) > 2 * len(found) + 1000:
             keep = {job_id for job_id, _ in found}
             self._waiting = {k: v for k, v in self._waiting.items() if k in keep}
@@ -57,6 +61,15 @@ class SpecCache:
             for row in session.scalars(select(JobRow).where(JobRow.id.in_(missing[start : start + 500]))):
                 self._specs[row.id] = spec_of(row)
         return {i: self._specs[i] for i in wanted}
+
+    def running(self, session: Session, starts: dict[int, int]) -> dict[int, Service]:
+        """The service of the earlier attempts of running jobs (``starts``: id -> attempts)."""
+        wanted = {job_id: n for job_id, n in starts.items() if n > 1 and (job_id, n) not in self._running}
+        for job_id, served in earlier_service(session, wanted).items():
+            self._running[(job_id, wanted[job_id])] = served
+        if len(self._running) > 2 * len(starts) + 1000:
+            self._running = {k: v for k, v in self._running.items() if starts.get(k[0]) == k[1]}
+        return {job_id: self._running.get((job_id, n), NONE) for job_id, n in starts.items()}
 
     def keep_only(self, ids: set[int]) -> None:
         for stale in set(self._specs) - ids:
@@ -76,16 +89,18 @@ def load_snapshot(
         by_job.setdefault(w.job_id, []).append(w)
     started: dict[int, datetime | None] = {}
     owners: dict[int, str] = {}
+    attempts: dict[int, int] = {}
     stopping: set[int] = set()
     if by_job:
         rows = session.execute(
-            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.stop_reason, JobRow.owner).where(
+            select(JobRow.id, JobRow.started_at, JobRow.state, JobRow.stop_reason, JobRow.owner, JobRow.starts).where(
                 JobRow.id.in_(list(by_job))
             )
         )
-        for job_id, at, state, stop_reason, owner in rows:
+        for job_id, at, state, stop_reason, owner, starts in rows:
             started[job_id] = at
             owners[job_id] = owner
+            attempts[job_id] = starts
             if stop_reason is not None or not JobState(state).active:
                 stopping.add(job_id)
     found: list[tuple[int, int]] = [
@@ -104,8 +119,9 @@ def load_snapshot(
     if held:
         found = [(job_id, starts) for job_id, starts in found if job_id not in held]
     waiting = cache.waiting(session, found)
-    specs = cache.get(session, [*by_job, *(job_id for job_id, _, _, _ in waiting)])
+    specs = cache.get(session, [*by_job, *(job_id for job_id, *_ in waiting)])
     cache.keep_only(set(specs))
+    served = cache.running(session, attempts)
     running = tuple(
         RunningJob(
             id=job_id,
@@ -114,12 +130,21 @@ def load_snapshot(
             started_at=started.get(job_id),
             stopping=job_id in stopping,
             owner=owners.get(job_id, ""),
+            attained=served.get(job_id, NONE)[0],
         )
         for job_id, ws in sorted(by_job.items())
     )
     pending = tuple(
-        PendingJob(id=job_id, spec=specs[job_id], submitted_at=submitted, restarts=restarts, owner=owner)
-        for job_id, submitted, restarts, owner in waiting
+        PendingJob(
+            id=job_id,
+            spec=specs[job_id],
+            submitted_at=submitted,
+            restarts=restarts,
+            owner=owner,
+            attained=attained,
+            waiting_since=since,
+        )
+        for job_id, submitted, restarts, owner, (attained, since) in waiting
     )
     return Snapshot(
         now=now,
