@@ -36,6 +36,11 @@ def main() -> None:
     parser.add_argument("--scale-load", type=float, default=1.0, help="arrivals this many times as frequent")
     parser.add_argument("--duration-scale", type=float, default=1.0, help="run times multiplied by this")
     parser.add_argument("--partition", default=None, help="fifo-isolated's partition: nodes (its default) or gpus")
+    parser.add_argument(
+        "--checkpointed",
+        action="store_true",
+        help="every job checkpoints: a preempted job resumes, less a minute (Tiresias' assumption)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -47,12 +52,25 @@ def main() -> None:
             replace(j, duration=None if j.duration is None else j.duration * args.duration_scale) for j in study.jobs
         ]
         study = replace(study, jobs=longer)
+    if args.checkpointed:
+        saved = [replace(j, spec=replace(j.spec, checkpoint_dir="/checkpoints")) for j in study.jobs]
+        study = replace(study, jobs=saved)
     load_s = time.perf_counter() - started
     print(
         f"loaded {len(study.jobs):,} jobs in {load_s:.1f} s; {args.nodes} nodes x 8 GPUs; "
         f"arrivals x{args.scale_load:g}, durations x{args.duration_scale:g}"
+        + (", every job checkpoints" if args.checkpointed else "")
     )
-    keys = ("completed", "avg_jct_s", "p95_jct_s", "avg_queue_s", "p95_queue_s", "gpu_utilization", "fairness")
+    keys = (
+        "completed",
+        "avg_jct_s",
+        "p95_jct_s",
+        "avg_queue_s",
+        "p95_queue_s",
+        "gpu_utilization",
+        "fairness",
+        "preemptions",
+    )
     if not args.json:
         print(f"{'policy':<14}" + "".join(f"{k:>16}" for k in keys) + f"{'wall_s':>10}")
     for name in study.policies:
