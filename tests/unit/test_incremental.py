@@ -14,6 +14,7 @@ from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.scheduler.cluster import ClusterState
+from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
 from gpupool.sim.engine import simulate
 from gpupool.sim.trace import TraceJob
@@ -26,6 +27,8 @@ POLICIES = [
     preset("default", placement="spread"),
     preset("fifo-isolated"),
     preset("fifo-isolated", partition="gpus"),
+    preset("las"),
+    replace(preset("las"), las=LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0)),  # displaces within minutes
 ]
 PROJECTS = [Project("a", quota=4), Project("b", quota=2, limit=6), Project("c", quota=0, weight=2)]
 

@@ -18,19 +18,24 @@ from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, policies, registry, schedule
+from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
 from gpupool.scheduler.registry import JobOrder
 from gpupool.scheduler.session import Session
 from tests.unit.builders import T0, node, running, snapshot
 
 # fifo-isolated confines projects to their own nodes (partition "nodes", which the memory keeps);
-# ":gpus" is its quota in GPUs anywhere.
-POLICIES = ["default", "greedy", "fifo", "fifo-isolated", "fifo-isolated:gpus"]
+# ":gpus" is its quota in GPUs anywhere. "las:fast" is las with queues of a minute and ten, and no
+# minimum run, so that cycles a minute apart displace jobs.
+POLICIES = ["default", "greedy", "fifo", "fifo-isolated", "fifo-isolated:gpus", "las", "las:fast"]
+FAST_LAS = LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0)
 PROJECTS = (Project("a", quota=6), Project("b", quota=4, limit=10), Project("c", quota=0, weight=2))
 
 
 def config_of(name: str) -> SchedulerConfig:
     policy, _, partition = name.partition(":")
+    if partition == "fast":
+        return replace(preset(policy), las=FAST_LAS)
     return preset(policy, partition=partition or None)
 
 
@@ -99,7 +104,7 @@ def test_a_steady_cycle_decides_what_a_cold_one_does(policy: str, data: st.DataO
     assert memory.rebuilds == 1  # the nodes never changed: every later cycle was incremental
 
 
-@pytest.mark.parametrize("policy", ["default", "greedy", "fifo-isolated"])
+@pytest.mark.parametrize("policy", ["default", "greedy", "fifo-isolated", "las"])
 def test_a_queue_of_identical_jobs_costs_about_one(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"quota": 0, "nodes": 0}
     config = preset(policy)
