@@ -100,7 +100,7 @@ def test_displacing_keeps_each_project_its_quota_and_takes_from_the_richer_proje
     long_b = [ran(running(20 + i, ("n2", (i,)), project="b"), 2 * HOUR) for i in range(4)]
     # Each holds its quota: b's new job may not take a's GPUs, only b's own.
     result = schedule(snapshot([node("n1"), node("n2")], [pending(1, project="b")], long_a + long_b, projects), LAS)
-    assert [p.job_id for p in result.preemptions] == [23]  # started together: the later job goes
+    assert [p.job_id for p in result.preemptions] == [20]  # alike: the first to reach its queue (by id)
     # a borrows 4 of b's quota (b idle): b's job takes one of a's borrowed GPUs back, a keeps its 4.
     long_a += [ran(running(30 + i, ("n2", (i,)), project="a"), 2 * HOUR) for i in range(4)]
     wave = [pending(i, project="b") for i in range(1, 7)]

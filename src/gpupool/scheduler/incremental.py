@@ -55,6 +55,8 @@ class CycleMemory:
         # The last cycle's queue in the job order, with each job's key, and the order it was in.
         self._ranked: list[tuple[tuple[int, float, int], PendingJob]] = []
         self._order: Callable[[PendingJob], tuple[int, float, int]] | None = None
+        # The displace action's index of running jobs (``displace_index``), for its configuration.
+        self.displace: object | None = None
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:
         """The free-resource index for ``snapshot`` and GPUs held per project (all, and in
@@ -130,6 +132,7 @@ class CycleMemory:
         """After a cycle that failed half-way: the index may hold its half-made changes."""
         self._cluster = None
         self._nodes = None
+        self.displace = None
 
     def _rebuild(self, snapshot: Snapshot) -> None:
         self._cluster = ClusterState(snapshot)

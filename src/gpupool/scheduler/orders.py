@@ -27,17 +27,19 @@ def _unchanged(ranked: Ranked, now: datetime, config: SchedulerConfig) -> Ranked
 
 @dataclass(frozen=True, slots=True)
 class PreemptiveOrder:
+    """A waiting job's ``pending_level`` is (its level, a bound): it may displace a running job
+    whose key at that level (``running_keys``, fixed while the job runs) is below the bound;
+    None: it displaces nobody. ``displace_index`` keeps the keys sorted from cycle to cycle."""
+
     order: Callable[[SchedulerConfig], JobOrder]
-    # Smaller goes first; a waiting job may displace running jobs whose rank is larger. A running
-    # job's None: it may not be displaced now.
-    pending_rank: Callable[[PendingJob, datetime, SchedulerConfig], float]
-    running_rank: Callable[[RunningJob, datetime, SchedulerConfig], float | None]
+    pending_level: Callable[[PendingJob, datetime, SchedulerConfig], tuple[int, float] | None]
+    running_keys: Callable[[RunningJob, SchedulerConfig], tuple[float, ...]]
     promote: Callable[[Ranked, datetime, SchedulerConfig], Ranked] = _unchanged
 
 
 PREEMPTIVE: dict[str, PreemptiveOrder] = {
-    "las": PreemptiveOrder(las.order, las.pending_rank, las.running_rank, las.promote),
-    "srtf_oracle": PreemptiveOrder(srtf.order, srtf.pending_rank, srtf.running_rank),
+    "las": PreemptiveOrder(las.order, las.pending_level, las.running_keys, las.promote),
+    "srtf_oracle": PreemptiveOrder(srtf.order, srtf.pending_level, srtf.running_keys),
 }
 
 

@@ -7,7 +7,7 @@ exit, and the waiting job starts in a later cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.session import Session
@@ -16,7 +16,7 @@ from gpupool.scheduler.session import Session
 def choose_victims(
     session: Session,
     job: PendingJob,
-    candidates: Sequence[RunningJob],
+    candidates: Iterable[RunningJob],
     allowed: Callable[[list[RunningJob], RunningJob], bool] = lambda chosen, victim: True,
     *,
     purpose: str,

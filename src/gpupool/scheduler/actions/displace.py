@@ -5,20 +5,22 @@ a job that has received no service yet displaces one that has received hours of 
 Within the quota and borrowing model: a job displaces its own project's jobs, or another
 project's only where that project keeps its quota and stays at least as far above its fair share
 as the displacing job's project will be (so no project loses its guarantee, and a short job
-does not take GPUs from a project poorer than its own). Victims are the worst ranked first,
-then the most recently started; the waiting job starts in a later cycle, once they are gone.
+does not take GPUs from a project poorer than its own). Victims come from the deepest level
+first (most service received), in each the first to have got there (``displace_index``); the
+waiting job starts in a later cycle, once they are gone.
 
 To bound a cycle's work the first ``TRIES`` waiting jobs that could use a victim are tried; the
 rest are tried in later cycles."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import orders
+from gpupool.scheduler.displace_index import DisplaceIndex
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims
 
@@ -28,15 +30,13 @@ _PROMISED = (ReasonCode.RECLAIM, ReasonCode.PREEMPTING)
 
 def run(session: Session) -> None:
     hooks = orders.preemptive(session.config)
-    if hooks is None:
+    if hooks is None or not session.queue:
         return
     now, config = session.snapshot.now, session.config
-    ranked = [(rank, r) for r in session.preemptible() if (rank := hooks.running_rank(r, now, config)) is not None]
-    if not ranked:
-        return
-    ranked.sort(key=lambda e: -e[0])  # stable: the most recently started first among equals
-    pool = [r for _, r in ranked]
-    below = [-rank for rank, _ in ranked]  # ascending
+    known = session.memory.displace
+    index = DisplaceIndex.of(known if isinstance(known, DisplaceIndex) else None, config)
+    session.memory.displace = index
+    running = index.update(session.snapshot.running, hooks)
     tries = 0
     for job in session.queue:
         if tries >= TRIES:
@@ -46,20 +46,26 @@ def run(session: Session) -> None:
         given = session.reasons.get(job.id)
         if given is not None and given.code in _PROMISED:
             continue
-        mine = hooks.pending_rank(job, now, config)
-        behind = bisect_left(below, -mine)  # pool[:behind] rank strictly behind this job
-        if behind == 0:
+        level = hooks.pending_level(job, now, config)
+        if level is None:
             continue
-        purpose = f"displace:{mine}"
+        purpose = f"displace:{level[0]}:{level[1]}"
         if already_failed(session, job, purpose):
             continue
+        ids = index.candidates(*level)
+        first = next(ids, None)
+        if first is None:
+            continue
         tries += 1
-        victims = _victims(session, job, pool[:behind], purpose)
+        candidates = (r for i in chain((first,), ids) if not (r := running[i]).stopping)
+        victims = _victims(session, job, candidates, purpose)
         if victims is not None:
             _record(session, job, victims)
 
 
-def _victims(session: Session, job: PendingJob, candidates: list[RunningJob], purpose: str) -> list[RunningJob] | None:
+def _victims(
+    session: Session, job: PendingJob, candidates: Iterable[RunningJob], purpose: str
+) -> list[RunningJob] | None:
     reservation = session.reservation
     mine = reservation is not None and reservation.job_id == job.id
     if mine:  # the GPUs kept for it count as its own

@@ -17,6 +17,7 @@ so the user order and the fair share between projects apply as with the FIFO ord
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from datetime import datetime
 from functools import lru_cache
@@ -63,23 +64,34 @@ def promote(ranked: Ranked, now: datetime, config: SchedulerConfig) -> Ranked:
     return out
 
 
-def pending_rank(job: PendingJob, now: datetime, config: SchedulerConfig) -> float:
-    """The queue a waiting job displaces from (0 when it starves)."""
-    if _starving(job, now, config.las):
-        return 0.0
-    return float(queue_of(job.attained, job.spec.total_gpus, job.spec.max_runtime_s, config.las))
+def pending_level(job: PendingJob, now: datetime, config: SchedulerConfig) -> tuple[int, float] | None:
+    """A waiting job displaces from its queue (0 when it starves) running jobs whose key at that
+    queue (``running_keys``) has come: now. In the last queue it displaces nobody."""
+    las = config.las
+    queue = 0 if _starving(job, now, las) else queue_of(job.attained, job.spec.total_gpus, job.spec.max_runtime_s, las)
+    if queue >= len(las.thresholds):
+        return None
+    return (queue, now.timestamp())
 
 
-def running_rank(job: RunningJob, now: datetime, config: SchedulerConfig) -> float | None:
-    """The queue a running job is in now; None while it may not be displaced (starting, or not
-    yet ``min_run_s`` into its current run)."""
-    if job.started_at is None:
-        return None
-    ran = (now - job.started_at).total_seconds()
-    if ran < config.las.min_run_s:
-        return None
-    gpus = job.spec.total_gpus
-    return float(queue_of(job.attained + ran * gpus, gpus, job.spec.max_runtime_s, config.las))
+def running_keys(job: RunningJob, config: SchedulerConfig) -> tuple[float, ...]:
+    """Per queue q, when a waiting job of queue q may displace ``job``: once it has passed the
+    threshold that puts it below q, and has run ``min_run_s`` (never, where its ``--max-runtime``
+    keeps it above that threshold)."""
+    las = config.las
+    assert job.started_at is not None
+    start, gpus = job.started_at.timestamp(), job.spec.total_gpus
+    ceiling = len(las.thresholds)
+    if job.spec.max_runtime_s is not None:
+        ceiling = bisect_left(las.thresholds, job.spec.max_runtime_s * gpus)
+    earliest = start + las.min_run_s
+    keys = []
+    for queue, threshold in enumerate(las.thresholds):
+        if queue >= ceiling or gpus <= 0:
+            keys.append(math.inf)
+        else:
+            keys.append(max(earliest, start + max(0.0, threshold - job.attained) / gpus))
+    return tuple(keys)
 
 
 @lru_cache(maxsize=32)

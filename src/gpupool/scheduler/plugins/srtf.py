@@ -17,16 +17,15 @@ def order(config: SchedulerConfig) -> JobOrder:
     return _key
 
 
-def pending_rank(job: PendingJob, now: datetime, config: SchedulerConfig) -> float:
-    return _remaining(job)
+def pending_level(job: PendingJob, now: datetime, config: SchedulerConfig) -> tuple[int, float] | None:
+    """It displaces running jobs that end later than it would if it started now."""
+    return (0, -(now.timestamp() + _remaining(job)))
 
 
-def running_rank(job: RunningJob, now: datetime, config: SchedulerConfig) -> float | None:
+def running_keys(job: RunningJob, config: SchedulerConfig) -> tuple[float, ...]:
     if job.oracle_end is None:
         raise InvalidInput(f"job {job.id}: the oracle order needs its end, which only a simulator knows")
-    if job.started_at is None:
-        return None
-    return (job.oracle_end - now).total_seconds()
+    return (-job.oracle_end.timestamp(),)
 
 
 def _key(job: PendingJob) -> tuple[int, float, int]:
