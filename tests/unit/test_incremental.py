@@ -28,7 +28,8 @@ POLICIES = [
     preset("fifo-isolated"),
     preset("fifo-isolated", partition="gpus"),
     preset("las"),
-    replace(preset("las"), las=LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0)),  # displaces within minutes
+    # las with minute-long queues, displacing any job: it displaces within the traces' minutes.
+    replace(preset("las"), las=LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0, checkpointed_only=False)),
 ]
 PROJECTS = [Project("a", quota=4), Project("b", quota=2, limit=6), Project("c", quota=0, weight=2)]
 

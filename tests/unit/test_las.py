@@ -52,8 +52,11 @@ def waited(job: PendingJob, attained: float, since_s: float) -> PendingJob:
     return replace(job, attained=attained, waiting_since=T0 - timedelta(seconds=since_s))
 
 
-def ran(job: RunningJob, seconds: float, attained: float = 0.0) -> RunningJob:
-    return replace(job, started_at=T0 - timedelta(seconds=seconds), attained=attained)
+def ran(job: RunningJob, seconds: float, attained: float = 0.0, checkpoint: str | None = "/ckpt") -> RunningJob:
+    """``job`` ``seconds`` into its current run, after earlier runs gave it ``attained``; it
+    checkpoints unless told (only such jobs are displaced)."""
+    spec = replace(job.spec, checkpoint_dir=checkpoint)
+    return replace(job, spec=spec, started_at=T0 - timedelta(seconds=seconds), attained=attained)
 
 
 def test_the_job_with_less_service_goes_first_where_fifo_takes_the_earlier() -> None:
@@ -135,10 +138,18 @@ def test_a_preempted_job_keeps_its_service_in_the_replay() -> None:
         TraceJob("long", 0.0, 10 * HOUR, JobSpec(command=("x",), gpus=2)),  # no checkpoint: starts over
         TraceJob("short", 2 * HOUR, 60.0, JobSpec(command=("x",), gpus=2)),
     ]
-    result = simulate(jobs, uniform(1, 2), (), LAS)
+    result = simulate(jobs, uniform(1, 2), (), replace(LAS, las=LasConfig(checkpointed_only=False)))
     long = result.runs[1]
     assert long.preemptions == 1 and long.attained == pytest.approx(2 * 2 * HOUR)
     assert long.finish == pytest.approx(2 * HOUR + 60 + 10 * HOUR)  # its whole duration again
+
+
+def test_a_job_without_a_checkpoint_is_not_displaced_unless_configured() -> None:
+    busy = ran(running(9, ("n1", (0,))), 2 * HOUR, checkpoint=None)
+    snap = snapshot([node("n1", 1)], [pending(1)], [busy])
+    assert schedule(snap, LAS).preemptions == ()
+    anyway = replace(LAS, las=LasConfig(checkpointed_only=False))
+    assert [p.job_id for p in schedule(snap, anyway).preemptions] == [9]
 
 
 def test_the_oracle_is_for_the_simulator_only() -> None:

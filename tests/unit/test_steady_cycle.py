@@ -28,7 +28,7 @@ from tests.unit.builders import T0, node, running, snapshot
 # ":gpus" is its quota in GPUs anywhere. "las:fast" is las with queues of a minute and ten, and no
 # minimum run, so that cycles a minute apart displace jobs.
 POLICIES = ["default", "greedy", "fifo", "fifo-isolated", "fifo-isolated:gpus", "las", "las:fast"]
-FAST_LAS = LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0)
+FAST_LAS = LasConfig(thresholds=(60.0, 600.0), min_run_s=0.0, checkpointed_only=False)
 PROJECTS = (Project("a", quota=6), Project("b", quota=4, limit=10), Project("c", quota=0, weight=2))
 
 

@@ -16,11 +16,14 @@ class LasConfig:
     A job's queue is the number of ``thresholds`` (GPU-seconds received, across preemptions) it
     has passed; queue 0 goes first. A running job may be displaced by a waiting job of a lower
     queue once it has run ``min_run_s`` in its current run (so no job is thrashed), and a job that
-    has waited ``promote_after`` times as long as it ran goes back to queue 0 (no starvation)."""
+    has waited ``promote_after`` times as long as it ran goes back to queue 0 (no starvation).
+    With ``checkpointed_only`` only jobs with a checkpoint directory are displaced: one without
+    would lose all its work each time, and a long one might never finish."""
 
     thresholds: tuple[float, ...] = (3_600.0, 36_000.0)
     min_run_s: float = 600.0
     promote_after: float = 4.0
+    checkpointed_only: bool = True
 
 
 @dataclass(frozen=True, slots=True)

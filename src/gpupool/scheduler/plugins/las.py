@@ -12,6 +12,9 @@ Bounds, so that no job is thrashed or starved: a running job may be displaced on
 long as it ran goes back to queue 0. A ``--max-runtime`` puts a ceiling on a job's queue: a job
 that will end before it passes a threshold never sinks below it.
 
+Only a job with a checkpoint directory is displaced (``checkpointed_only``, the default): it
+resumes where it was (``GPUPOOL_PREEMPTED=1``); one without would start over each time.
+
 The queue sits in the job order's first key, after the priority class (``-rank * 16 + queue``),
 so the user order and the fair share between projects apply as with the FIFO order."""
 
@@ -77,11 +80,13 @@ def pending_level(job: PendingJob, now: datetime, config: SchedulerConfig) -> tu
 def running_keys(job: RunningJob, config: SchedulerConfig) -> tuple[float, ...]:
     """Per queue q, when a waiting job of queue q may displace ``job``: once it has passed the
     threshold that puts it below q, and has run ``min_run_s`` (never, where its ``--max-runtime``
-    keeps it above that threshold)."""
+    keeps it above that threshold, or where it has no checkpoint and ``checkpointed_only``)."""
     las = config.las
     assert job.started_at is not None
     start, gpus = job.started_at.timestamp(), job.spec.total_gpus
     ceiling = len(las.thresholds)
+    if las.checkpointed_only and job.spec.checkpoint_dir is None:
+        ceiling = 0  # it would start over: never displaced
     if job.spec.max_runtime_s is not None:
         ceiling = bisect_left(las.thresholds, job.spec.max_runtime_s * gpus)
     earliest = start + las.min_run_s
