@@ -215,11 +215,13 @@ def by_id(snapshot: Snapshot) -> Snapshot:
     """The store lists running and pending jobs by id and projects by name; the simulator in the
     order it met them. The scheduler sorts the queue (priority, submit time, id) and the projects
     itself; running jobs it sorts by start time, so there the orders agree but for jobs started at
-    the same instant (see ``test_a_tie_in_start_time_is_broken_alike``)."""
+    the same instant (see ``test_a_tie_in_start_time_is_broken_alike``). The oracle fields (a
+    job's remaining time) are the one thing only the simulator knows, and only ``srtf-oracle``
+    reads them: they are left out."""
     return replace(
         snapshot,
-        running=tuple(sorted(snapshot.running, key=lambda r: r.id)),
-        pending=tuple(sorted(snapshot.pending, key=lambda p: p.id)),
+        running=tuple(sorted((replace(r, oracle_end=None) for r in snapshot.running), key=lambda r: r.id)),
+        pending=tuple(sorted((replace(p, oracle_remaining_s=None) for p in snapshot.pending), key=lambda p: p.id)),
         projects=tuple(sorted(snapshot.projects, key=lambda p: p.name)),
     )
 
