@@ -47,6 +47,7 @@ from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.simulated import SimulatedSensors
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
 from gpupool.services import jobs as job_service
 from gpupool.services import projects as project_service
@@ -343,3 +344,26 @@ def test_partitions_place_alike_on_the_controller_and_the_simulator(
     own = {"a": "node-1", "b": "node-2", "c": "node-3"}
     placed = [(project[s.job_id], p.node) for c in calls for s in c.result.starts for p in s.placements]
     assert len(placed) > 10 and all(own[name] == node for name, node in placed)
+
+
+# las with a 100 GPU-second queue: the long job passes it within 25 s on 4 GPUs and, 30 s into its
+# run, is displaced by each short one; requeued, the store must give it the attained service and
+# the time it waits since that the simulator does.
+DISPLACED = Scenario(
+    trace=[
+        job("long", 0, 500, "a", gpus=4, checkpoint_dir="/ckpt"),
+        job("short1", 60, 20, "a", gpus=2),
+        job("short2", 200, 20, "a", gpus=4),
+    ],
+    projects=[Project.create("a", 4)],
+    nodes=uniform(1, 4),
+    config=replace(preset("las"), las=LasConfig(thresholds=(100.0,), min_run_s=30.0)),
+)
+
+
+def test_attained_service_and_displacing_alike_on_the_controller_and_the_simulator(
+    monkeypatch: pytest.MonkeyPatch, db: Database
+) -> None:
+    calls = replay_on_controller(monkeypatch, db, DISPLACED)
+    assert sum(len(c.result.preemptions) for c in calls) >= 1
+    assert any(p.attained > 0 for c in calls for p in c.snapshot.pending)
