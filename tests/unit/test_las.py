@@ -152,6 +152,14 @@ def test_a_job_without_a_checkpoint_is_not_displaced_unless_configured() -> None
     assert [p.job_id for p in schedule(snap, anyway).preemptions] == [9]
 
 
+def test_min_run_share_lets_a_job_that_ran_long_before_run_longer_before_it_is_displaced_again() -> None:
+    busy = ran(running(9, ("n1", (0,))), HOUR, attained=10 * HOUR)  # ran 10 h before, 1 h now
+    snap = snapshot([node("n1", 1)], [pending(1)], [busy])
+    assert [p.job_id for p in schedule(snap, LAS).preemptions] == [9]
+    patient = replace(LAS, las=LasConfig(min_run_share=0.5))  # 5 h before it may go again
+    assert schedule(snap, patient).preemptions == ()
+
+
 def test_the_oracle_is_for_the_simulator_only() -> None:
     with pytest.raises(InvalidInput, match="only a simulated trace knows"):
         for_head("srtf-oracle")

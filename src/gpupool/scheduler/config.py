@@ -24,6 +24,9 @@ class LasConfig:
     min_run_s: float = 600.0
     promote_after: float = 4.0
     checkpointed_only: bool = True
+    # A displaced job's next run lasts at least this share of the time it ran before (besides
+    # ``min_run_s``): a long job sinking to the last queue is not displaced every ``min_run_s``.
+    min_run_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

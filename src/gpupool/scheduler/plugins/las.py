@@ -89,7 +89,8 @@ def running_keys(job: RunningJob, config: SchedulerConfig) -> tuple[float, ...]:
         ceiling = 0  # it would start over: never displaced
     if job.spec.max_runtime_s is not None:
         ceiling = bisect_left(las.thresholds, job.spec.max_runtime_s * gpus)
-    earliest = start + las.min_run_s
+    ran_before = job.attained / gpus if gpus > 0 else 0.0
+    earliest = start + max(las.min_run_s, las.min_run_share * ran_before)
     keys = []
     for queue, threshold in enumerate(las.thresholds):
         if queue >= ceiling or gpus <= 0:
