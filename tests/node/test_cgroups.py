@@ -107,16 +107,17 @@ def live(pids: set[int]) -> set[int]:
 
 def test_detect_reports_the_hybrid_layout_of_this_machine(layout: Layout) -> None:
     found = (layout.unified, sorted(layout.v2), sorted(layout.v1))
-    if found != ("/sys/fs/cgroup/unified", [], ["cpuset", "devices", "memory", "pids"]):
+    if found != ("/sys/fs/cgroup/unified", [], ["cpu", "cpuset", "devices", "memory", "pids"]):
         pytest.skip(f"not the hybrid layout this project is built on: unified, v2, v1 = {found}")
     assert layout.isolation() == {
         "memory": "cgroup v1 memory+swap",
         "cpus": "cgroup v1 cpuset",
+        "cpu quota": "cgroup v1 cpu",
         "devices": "cgroup v1 devices",
         "kill": "cgroup v2 cgroup.kill",
     }
     assert layout.mechanism("pids") == "cgroup v1 pids"
-    assert layout.mounts() == [f"/sys/fs/cgroup/{h}" for h in ("unified", "cpuset", "devices", "memory", "pids")]
+    assert layout.mounts() == [f"/sys/fs/cgroup/{h}" for h in ("unified", "cpu", "cpuset", "devices", "memory", "pids")]
     assert layout.notes == ()
 
 
