@@ -62,13 +62,14 @@ NodeKey = tuple[str, int, tuple[int, ...]]
 def node_key(free: NodeFree) -> NodeKey:
     """What a node offers, in a few numbers: nodes with equal keys are alike but for memory, GPU
     memory, health and mixed models, which ``can_fit`` checks."""
-    rooms = [GPU_FRACTION_STEPS] * len(free.free_gpus)
-    rooms.extend(GPU_FRACTION_STEPS - used for used in free.shared.values())
-    rooms.sort(reverse=True)
-    full = len(free.node.gpus) - len(rooms)
-    if full > 0:
-        rooms.extend([0] * full)
-    return (free.node.gpus[0].model if free.node.gpus else "", free.free_milli, tuple(rooms))
+    whole = len(free.free_gpus)
+    gpus = free.node.gpus
+    if free.shared:
+        rooms = sorted([GPU_FRACTION_STEPS - used for used in free.shared.values()], reverse=True)
+        left = (GPU_FRACTION_STEPS,) * whole + tuple(rooms) + (0,) * (len(gpus) - whole - len(rooms))
+    else:
+        left = (GPU_FRACTION_STEPS,) * whole + (0,) * (len(gpus) - whole)
+    return (gpus[0].model if gpus else "", len(free.free_cpus) * CPU_MILLI - free.shared_milli, left)
 
 
 class ClusterState:

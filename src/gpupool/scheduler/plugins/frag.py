@@ -155,11 +155,14 @@ class FragPlacement:
         wanted = demand_key(demand)
         with_model = self.mix.constrained or demand.models is not None
         ranked: list[tuple[tuple[int, ...], list[str]]] = []
+        ranks = self._ranks
         for level in state.keys()[demand.whole_gpus :]:
             for key, names in level.items():
-                rank = self._rank(key, wanted, with_model)
+                rank = ranks.get((key, wanted, with_model), _MISSING)
+                if rank is _MISSING:
+                    rank = self._rank(key, wanted, with_model)
                 if rank is not None:
-                    ranked.append((rank, names))
+                    ranked.append((rank, names))  # type: ignore[arg-type]
         ranked.sort(key=_FIRST)
         nodes = state.nodes
         start = 0
