@@ -106,7 +106,8 @@ class ClusterState:
         self._room: dict[str, int] = {}
         self.shared_with_free: dict[str, NodeFree] = {}  # sharing nodes that also have a whole GPU free
         self._keys: list[dict[NodeKey, list[str]]] | None = None  # see keys()
-        self._key_of: dict[str, NodeKey] = {}
+        self._key_of: dict[str, tuple[NodeKey, int]] = {}  # key and free whole GPUs when last indexed
+        self._changed: set[str] = set()  # nodes changed since keys() last looked
         for free in self.nodes.values():
             self.by_free[len(free.free_gpus)][free.name] = free
         for job in snapshot.running:
@@ -186,33 +187,42 @@ class ClusterState:
 
     def keys(self) -> list[dict[NodeKey, list[str]]]:
         """``keys()[k]``: the nodes with k free whole GPUs by node key, each key's names sorted.
-        Built on the first call; from then on every change keeps it up to date."""
-        if self._keys is None:
-            self._keys = [{} for _ in range(self.max_gpus + 1)]
+        Built on the first call; from then on changed nodes are noted and moved at the next call
+        (a victim search or a trial placement takes and gives back many times between two)."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = [{} for _ in range(self.max_gpus + 1)]
             for name in sorted(self.nodes):
                 free = self.nodes[name]
-                key = self._key_of[name] = node_key(free)
-                self._keys[len(free.free_gpus)].setdefault(key, []).append(name)
-        return self._keys
+                key = node_key(free)
+                level = len(free.free_gpus)
+                self._key_of[name] = (key, level)
+                keys[level].setdefault(key, []).append(name)
+            self._changed.clear()
+        elif self._changed:
+            for name in self._changed:
+                self._rekey(keys, self.nodes[name])
+            self._changed.clear()
+        return keys
 
-    def _rekey(self, keys: list[dict[NodeKey, list[str]]], free: NodeFree, before: int) -> None:
+    def _rekey(self, keys: list[dict[NodeKey, list[str]]], free: NodeFree) -> None:
         name = free.name
         key = node_key(free)
-        old = self._key_of[name]
-        if key == old:
+        level = len(free.free_gpus)
+        old, before = self._key_of[name]
+        if key == old and level == before:
             return
-        level = keys[before]
-        names = level[old]
+        names = keys[before][old]
         del names[bisect_left(names, name)]
         if not names:
-            del level[old]
-        insort(keys[len(free.free_gpus)].setdefault(key, []), name)
-        self._key_of[name] = key
+            del keys[before][old]
+        insort(keys[level].setdefault(key, []), name)
+        self._key_of[name] = (key, level)
 
     def _reindex(self, free: NodeFree, before: int) -> None:
         after = len(free.free_gpus)
         if self._keys is not None:
-            self._rekey(self._keys, free, before)
+            self._changed.add(free.name)
         if after != before:
             del self.by_free[before][free.name]
             self.by_free[after][free.name] = free
