@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.jobs import Placement
+from gpupool.domain.nodes import Node
 from gpupool.domain.resources import fraction_steps
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler import registry, schedule
@@ -203,3 +206,69 @@ def _keyed_choice(cluster: ClusterState, demand: WorkerDemand) -> NodeFree | Non
         if best is None or (score, name) < best:
             best, chosen = (score, name), free
     return chosen
+
+
+@st.composite
+def mixed_nodes(draw: st.DrawFn) -> list[Node]:
+    """Nodes of two models, some with a GPU of the other model, some with unhealthy GPUs."""
+    nodes = []
+    for i in range(draw(st.integers(1, 8))):
+        gpus = draw(st.integers(0, 8))
+        made = node(
+            f"n{i}",
+            gpus,
+            cpus=draw(st.integers(1, 16)),
+            model=draw(st.sampled_from(["A100", "H100"])),
+            unhealthy=tuple(draw(st.sets(st.integers(0, gpus - 1), max_size=2))) if gpus else (),
+            gpu_memory_mib=draw(st.sampled_from([40960, 81920])),
+        )
+        if gpus > 1 and draw(st.booleans()):
+            other = replace(made.gpus[-1], model="L4", memory_mib=24576)
+            made = replace(made, gpus=(*made.gpus[:-1], other))
+        nodes.append(made)
+    return nodes
+
+
+@settings(max_examples=200, deadline=None)
+@given(mixed_nodes(), fractional_cpus(), st.data())
+def test_the_indexed_choice_is_a_scan_of_every_node(
+    nodes: list[Node],
+    cluster: tuple[list, list[PendingJob]],  # type: ignore[type-arg]
+    data: st.DataObject,
+) -> None:
+    """``choose`` (each node key scored once) picks the node that scoring every node that fits
+    and taking the lowest (score, name) picks, with avoid sets, model choices, GPU memory,
+    unhealthy and mixed-model nodes, while placements come and go; and the key index it reads
+    stays what a fresh one would be."""
+    _, jobs = cluster
+    plugin_entry = registry.placement("frag")
+    session = Session.open(snapshot(nodes, []), SchedulerConfig(placement="frag"))
+    state = session.cluster
+    placed: list[Placement] = []
+    names = sorted(state.nodes)
+    for job in jobs:
+        demand = WorkerDemand.of(job.spec)
+        if data.draw(st.booleans()):
+            demand = replace(
+                demand, models=frozenset(data.draw(st.sets(st.sampled_from(["A100", "H100", "L4"]), min_size=1)))
+            )
+        avoid = frozenset(data.draw(st.sets(st.sampled_from(names), max_size=2))) if names else frozenset()
+        for worker in range(job.spec.workers):
+            live = session._best_node(demand, plugin_entry, avoid)
+            scanned = [
+                (frag.DEFAULT.score(free, demand), name)
+                for name, free in state.nodes.items()
+                if name not in avoid and can_fit(free, demand)
+            ]
+            assert (live.name if live else None) == (min(scanned)[1] if scanned else None)
+            if live is None:
+                break
+            p = build(live, demand, worker)
+            state.take(p)
+            placed.append(p)
+        if len(placed) > 0 and data.draw(st.booleans()):
+            state.give_back(placed.pop(data.draw(st.integers(0, len(placed) - 1))))
+    fresh = ClusterState(snapshot(nodes, []))
+    for p in placed:
+        fresh.take(p)
+    assert state.keys() == fresh.keys()

@@ -6,12 +6,16 @@ cannot be placed whole rolls back cleanly (the KAI-Scheduler pattern).
 Two structures keep a cycle over thousands of nodes and jobs cheap:
 - ``by_free[k]``: the nodes with exactly k free whole GPUs, so a placement looks only at nodes
   that could hold it, in the order the placement plugin prefers;
+- ``keys()``: the nodes by free whole GPUs and then by node key (GPU model, free CPU millicores,
+  free thousandths per GPU), built on a plugin's first call and kept up to date from then on, so a
+  placement whose score reads only the key scores each key once rather than each node;
 - ``generation``: bumped whenever resources come back (a job's GPUs given back), so a job shape
   that failed stays failed, without another scan, until something was freed.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import Placement
@@ -51,6 +55,23 @@ class NodeFree:
         return len(self.free_cpus) * CPU_MILLI - self.shared_milli
 
 
+# (GPU model of the node's first GPU or "", free CPU millicores, free thousandths per GPU, descending)
+NodeKey = tuple[str, int, tuple[int, ...]]
+
+
+def node_key(free: NodeFree) -> NodeKey:
+    """What a node offers, in a few numbers: nodes with equal keys are alike but for memory, GPU
+    memory, health and mixed models, which ``can_fit`` checks."""
+    whole = len(free.free_gpus)
+    gpus = free.node.gpus
+    if free.shared:
+        rooms = sorted([GPU_FRACTION_STEPS - used for used in free.shared.values()], reverse=True)
+        left = (GPU_FRACTION_STEPS,) * whole + tuple(rooms) + (0,) * (len(gpus) - whole - len(rooms))
+    else:
+        left = (GPU_FRACTION_STEPS,) * whole + (0,) * (len(gpus) - whole)
+    return (gpus[0].model if gpus else "", len(free.free_cpus) * CPU_MILLI - free.shared_milli, left)
+
+
 class ClusterState:
     def __init__(self, snapshot: Snapshot) -> None:
         self.nodes: dict[str, NodeFree] = {}
@@ -84,6 +105,9 @@ class ClusterState:
         self.by_room: dict[int, dict[str, NodeFree]] = {}
         self._room: dict[str, int] = {}
         self.shared_with_free: dict[str, NodeFree] = {}  # sharing nodes that also have a whole GPU free
+        self._keys: list[dict[NodeKey, list[str]]] | None = None  # see keys()
+        self._key_of: dict[str, tuple[NodeKey, int]] = {}  # key and free whole GPUs when last indexed
+        self._changed: set[str] = set()  # nodes changed since keys() last looked
         for free in self.nodes.values():
             self.by_free[len(free.free_gpus)][free.name] = free
         for job in snapshot.running:
@@ -161,8 +185,44 @@ class ClusterState:
     def total_free_gpus(self) -> int:
         return sum(k * len(level) for k, level in enumerate(self.by_free))
 
+    def keys(self) -> list[dict[NodeKey, list[str]]]:
+        """``keys()[k]``: the nodes with k free whole GPUs by node key, each key's names sorted.
+        Built on the first call; from then on changed nodes are noted and moved at the next call
+        (a victim search or a trial placement takes and gives back many times between two)."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = [{} for _ in range(self.max_gpus + 1)]
+            for name in sorted(self.nodes):
+                free = self.nodes[name]
+                key = node_key(free)
+                level = len(free.free_gpus)
+                self._key_of[name] = (key, level)
+                keys[level].setdefault(key, []).append(name)
+            self._changed.clear()
+        elif self._changed:
+            for name in self._changed:
+                self._rekey(keys, self.nodes[name])
+            self._changed.clear()
+        return keys
+
+    def _rekey(self, keys: list[dict[NodeKey, list[str]]], free: NodeFree) -> None:
+        name = free.name
+        key = node_key(free)
+        level = len(free.free_gpus)
+        old, before = self._key_of[name]
+        if key == old and level == before:
+            return
+        names = keys[before][old]
+        del names[bisect_left(names, name)]
+        if not names:
+            del keys[before][old]
+        insort(keys[level].setdefault(key, []), name)
+        self._key_of[name] = (key, level)
+
     def _reindex(self, free: NodeFree, before: int) -> None:
         after = len(free.free_gpus)
+        if self._keys is not None:
+            self._changed.add(free.name)
         if after != before:
             del self.by_free[before][free.name]
             self.by_free[after][free.name] = free

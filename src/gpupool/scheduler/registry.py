@@ -7,13 +7,15 @@ from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.cluster import NodeFree
+from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.plugins import binpack, frag, order, spread, topology
 
 NodeScore = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
 JobOrder = Callable[[PendingJob], tuple[int, float, int]]
 GpuPicker = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
+# The best node among those a predicate (at least ``can_fit``) accepts, by (score, name); None: none.
+Chooser = Callable[[ClusterState, WorkerDemand, Callable[[NodeFree], bool]], NodeFree | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +33,16 @@ class PlacementPlugin:
     # For GPU shares: True when the score puts nodes that already share a GPU first, then orders
     # by free count, so the scan may stop early as for whole GPUs.
     shares_first: bool = False
+    # Finds the node the scan would, faster (frag: from the cluster's nodes grouped by key).
+    choose: Chooser | None = None
 
 
 PLACEMENTS: dict[str, PlacementPlugin] = {
     "binpack": PlacementPlugin(binpack.score, fewest_free_first=True, shares_first=True),
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
     "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
-    # Scores every node that fits (fragmentation is not ordered by free GPUs), from memos.
-    "frag": PlacementPlugin(frag.DEFAULT.score, True, first_bucket_wins=False),
+    # Fragmentation is not ordered by free GPUs: ``choose`` scores each distinct node key instead.
+    "frag": PlacementPlugin(frag.DEFAULT.score, True, first_bucket_wins=False, choose=frag.DEFAULT.choose),
 }
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo, "fifo": order.fifo}
 

@@ -204,7 +204,10 @@ class Session:
 
         Phases of buckets are scanned in order; a phase may end the search once it found a fit
         (``stop_after``) or even at its first bucket with one (``first_wins``), where the plugin's
-        score guarantees nothing later can beat it."""
+        score guarantees nothing later can beat it. A plugin with ``choose`` finds the same node its
+        own way; a project's few nodes are scanned."""
+        if plugin.choose is not None and only is None:
+            return plugin.choose(self.cluster, demand, lambda free: free.name not in avoid and can_fit(free, demand))
         levels = self.cluster.levels(max(demand.whole_gpus, 1 if demand.share else 0), plugin.fewest_free_first)
         phases: list[tuple[list[dict[str, NodeFree]], bool, bool]]
         if not demand.share:

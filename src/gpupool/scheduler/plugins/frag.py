@@ -22,23 +22,27 @@ Beyond the paper's score:
 Everything the score reads is a small *node key*: GPU model, free CPU millicores and the free
 thousandths of each GPU. A key's fragmentation and a (key, demand) score are pure, so they are
 memoised: a node that did not change since it was last scored costs a look-up. The placement study
-replays 10,000 pods on 1,213 nodes through ``score_key`` on keys it keeps up to date; the live
-scheduler calls ``score``, which builds the key from ``NodeFree`` and runs the same arithmetic.
+replays 10,000 pods on 1,213 nodes through ``score_key`` on keys it keeps up to date. The live
+scheduler calls ``choose``: the cluster state keeps its nodes grouped by key (``ClusterState.keys``),
+so each distinct key is scored once per worker (156 keys for 1,000 nodes in the scale benchmark),
+and the first node by name of the best key that passes the fit checks wins, exactly the node that
+scoring every node with ``score`` and taking the lowest (score, name) would choose.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from heapq import merge
+from operator import itemgetter
 
 from gpupool.domain.resources import GPU_FRACTION_STEPS
-from gpupool.scheduler.cluster import NodeFree
+from gpupool.scheduler import cluster
+from gpupool.scheduler.cluster import ClusterState, NodeFree, NodeKey
 from gpupool.scheduler.demand import WorkerDemand
 
 MILLI = GPU_FRACTION_STEPS
-# (model or "" when no shape asks for one, free CPU millicores, free thousandths per GPU, descending)
-NodeKey = tuple[str, int, tuple[int, ...]]
 # (whole GPUs, share, CPU millicores, allowed models)
 DemandKey = tuple[int, int, int, frozenset[str] | None]
 _MEMO_LIMIT = 100_000  # entries (some 30 MB); the memos start again beyond it: a long-lived head sees many keys
@@ -143,12 +147,57 @@ class FragPlacement:
         self.mix = mix
         self._frag: dict[NodeKey, float] = {}
         self._scores: dict[tuple[NodeKey, DemandKey], tuple[int, ...] | None] = {}
+        self._ranks: dict[tuple[NodeKey, DemandKey, bool], tuple[int, ...] | None] = {}
+
+    def choose(self, state: ClusterState, demand: WorkerDemand, accept: Callable[[NodeFree], bool]) -> NodeFree | None:
+        """The node ``score`` ranks first (then by name) among those ``accept`` takes, ``accept``
+        being at least ``can_fit``: keys ranked once each, then their nodes by name."""
+        wanted = demand_key(demand)
+        with_model = self.mix.constrained or demand.models is not None
+        ranked: list[tuple[tuple[int, ...], list[str]]] = []
+        ranks = self._ranks
+        for level in state.keys()[demand.whole_gpus :]:
+            for key, names in level.items():
+                rank = ranks.get((key, wanted, with_model), _MISSING)
+                if rank is _MISSING:
+                    rank = self._rank(key, wanted, with_model)
+                if rank is not None:
+                    ranked.append((rank, names))  # type: ignore[arg-type]
+        ranked.sort(key=_FIRST)
+        nodes = state.nodes
+        start = 0
+        while start < len(ranked):
+            rank = ranked[start][0]
+            end = start + 1
+            while end < len(ranked) and ranked[end][0] == rank:
+                end += 1
+            group = ranked[start][1] if end == start + 1 else merge(*(names for _, names in ranked[start:end]))
+            for name in group:
+                free = nodes[name]
+                if accept(free):
+                    return free
+            start = end
+        return None
+
+    def _rank(self, key: NodeKey, demand: DemandKey, with_model: bool) -> tuple[int, ...] | None:
+        """``score`` for every node with this key, None where ``can_fit`` must refuse them all."""
+        memo = (key, demand, with_model)
+        known = self._ranks.get(memo, _MISSING)
+        if known is not _MISSING:
+            return known  # type: ignore[return-value]
+        rank = self.score_key(key if with_model else ("", key[1], key[2]), demand)
+        if rank is None and place(("", key[1], key[2]), (demand[0], demand[1], demand[2], None)) is not None:
+            rank = LAST  # refused for the first GPU's model only: a node of mixed models may yet fit
+        if len(self._ranks) >= _MEMO_LIMIT:
+            self._ranks.clear()
+        self._ranks[memo] = rank
+        return rank
 
     def score(self, free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:
         """Lower is better. Called only for nodes where the worker fits (``can_fit``)."""
         scored = self.score_key(node_key(free, self.mix.constrained or demand.models is not None), demand_key(demand))
         # can_fit said yes; a key that disagrees (GPU memory, unhealthy GPUs) ranks last, never wrong.
-        return scored if scored is not None else (1 << 62,)
+        return scored if scored is not None else LAST
 
     def score_key(self, key: NodeKey, demand: DemandKey) -> tuple[int, ...] | None:
         """The score of a node with this key for one worker, None where it does not fit (GPUs,
@@ -239,14 +288,9 @@ def place(key: NodeKey, demand: DemandKey) -> NodeKey | None:
 
 
 def node_key(free: NodeFree, with_model: bool = True) -> NodeKey:
-    rooms = [MILLI] * len(free.free_gpus)
-    rooms.extend(MILLI - used for used in free.shared.values())
-    rooms.sort(reverse=True)
-    full = len(free.node.gpus) - len(rooms)
-    if full > 0:
-        rooms.extend([0] * full)
-    model = (free.node.gpus[0].model if free.node.gpus else "") if with_model else ""
-    return (model, free.free_milli, tuple(rooms))
+    """The node's key, its model left out ("") where no shape and no demand asks for one."""
+    key = cluster.node_key(free)
+    return key if with_model else ("", key[1], key[2])
 
 
 def demand_key(demand: WorkerDemand) -> DemandKey:
@@ -269,4 +313,6 @@ def _mixing(key: NodeKey, demand: DemandKey) -> int:
 
 
 _MISSING = object()
+_FIRST = itemgetter(0)
+LAST = (1 << 62,)  # the score of a node the key says cannot take the worker (can_fit said it can)
 DEFAULT = FragPlacement(Mix.openb())
