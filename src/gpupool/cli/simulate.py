@@ -32,7 +32,7 @@ FormatOpt = Annotated[str, typer.Option("--format", help=FORMATS)]
 ProjectsOpt = Annotated[
     Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight] (or Helios' vc,node num)")
 ]
-PlacementOpt = Annotated[str, typer.Option(help="binpack, spread or topology")]
+PlacementOpt = Annotated[str, typer.Option(help="binpack, spread, topology or frag (fragmentation-aware)")]
 WindowOpt = Annotated[
     str | None, typer.Option(help="START,END: durations after the first submission (0,7d) or dates (2017-10-01,)")
 ]
