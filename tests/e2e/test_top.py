@@ -36,13 +36,22 @@ def live_until_interrupted(head: HeadProcess, seconds: float) -> tuple[int, str]
             if select.select([master], [], [], 0.1)[0]:
                 drawn += os.read(master, 65536)
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=10)
+        # Keep reading while it exits: a frame half written into a full terminal buffer would
+        # otherwise block it, and it could never get to exit (the test hung so once under load).
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                drawn += os.read(master, 65536)
+        code = proc.wait(timeout=1)
         while select.select([master], [], [], 0.2)[0]:
             drawn += os.read(master, 65536)
     except OSError:  # the terminal closed with the process
         code = proc.wait(timeout=10)
     finally:
         os.close(master)
+        if proc.poll() is None:  # never left running past the test, to warn in a later one
+            proc.kill()
+            proc.wait()
     return code, drawn.decode(errors="replace")
 
 
