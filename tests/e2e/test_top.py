@@ -27,7 +27,16 @@ def live_until_interrupted(head: HeadProcess, seconds: float) -> tuple[int, str]
     master, terminal = pty.openpty()
     env = {**head.env(), "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
     cmd = [sys.executable, "-m", "gpupool.cli.main", "top", "--interval", "0.3"]
-    proc = subprocess.Popen(cmd, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    # Ctrl-C as on a terminal, even where this test runs in a background job, whose children
+    # start with SIGINT ignored (a Python started so never raises KeyboardInterrupt).
+    proc = subprocess.Popen(
+        cmd,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     os.close(terminal)
     drawn = b""
     try:
