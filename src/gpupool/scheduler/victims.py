@@ -7,8 +7,9 @@ exit, and the waiting job starts in a later cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+from gpupool.domain.decisions import Preempt
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.session import Session
 
@@ -61,6 +62,23 @@ def choose_victims(
     finally:  # everything released is taken back (the generation moved on: memos of the excursion expire)
         for r in reversed(released):
             _take(session, r)
+
+
+def stop_for(
+    session: Session, job: PendingJob, victims: Sequence[RunningJob], why: Callable[[RunningJob], str]
+) -> None:
+    """Record ``victims`` as stopped for ``job`` (each told ``why(victim)``), and their GPUs as the job's
+    from now on in this cycle's accounting: what reclaim, preempt and displace each do once their
+    victims are chosen."""
+    for victim in victims:
+        session.allocated[victim.spec.project] -= victim.spec.total_gpus
+        session.preemptions.append(Preempt(victim.id, why(victim), for_job=job.id))
+    session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+
+
+def saying(why: str) -> Callable[[RunningJob], str]:
+    """``stop_for``'s message when every victim is told the same."""
+    return lambda _victim: why
 
 
 def already_failed(session: Session, job: PendingJob, purpose: str) -> bool:

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import chain
 
-from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import orders
 from gpupool.scheduler.displace_index import DisplaceIndex
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import already_failed, choose_victims
+from gpupool.scheduler.victims import already_failed, choose_victims, saying, stop_for
 
 TRIES = 64
 _PROMISED = (ReasonCode.RECLAIM, ReasonCode.PREEMPTING)
@@ -97,17 +97,11 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
 
 
 def _record(session: Session, job: PendingJob, victims: list[RunningJob]) -> None:
-    for victim in victims:
-        session.allocated[victim.spec.project] -= victim.spec.total_gpus
-        session.preemptions.append(
-            Preempt(
-                victim.id,
-                f"preempted: job {job.id} of project {job.spec.project} comes first in the "
-                f"{session.config.job_order} order (less GPU time received) and waits for its GPUs",
-                for_job=job.id,
-            )
-        )
-    session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+    why = (
+        f"preempted: job {job.id} of project {job.spec.project} comes first in the "
+        f"{session.config.job_order} order (less GPU time received) and waits for its GPUs"
+    )
+    stop_for(session, job, victims, saying(why))
     session.reasons[job.id] = Reason(
         ReasonCode.PREEMPTING,
         f"displacing {len(victims)} job(s) that come after it in the {session.config.job_order} order; "

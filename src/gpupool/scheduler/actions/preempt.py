@@ -4,9 +4,9 @@ inference jobs are never displaced."""
 
 from __future__ import annotations
 
-from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import choose_victims
+from gpupool.scheduler.victims import choose_victims, saying, stop_for
 
 
 def run(session: Session) -> None:
@@ -19,16 +19,8 @@ def run(session: Session) -> None:
         victims = choose_victims(session, job, candidates, purpose="preempt")
         if victims is None:
             continue
-        for victim in victims:
-            session.allocated[victim.spec.project] -= victim.spec.total_gpus
-            session.preemptions.append(
-                Preempt(
-                    victim.id,
-                    f"preempted: {job.spec.priority.value} job {job.id} of project {job.spec.project} needs its GPUs",
-                    for_job=job.id,
-                )
-            )
-        session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+        why = f"preempted: {job.spec.priority.value} job {job.id} of project {job.spec.project} needs its GPUs"
+        stop_for(session, job, victims, saying(why))
         session.bound[job.spec.project] = session.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
         session.reasons[job.id] = Reason(
             ReasonCode.PREEMPTING,

@@ -4,10 +4,12 @@ and never taking a lender below its own quota."""
 
 from __future__ import annotations
 
-from gpupool.domain.decisions import Preempt, Reason, ReasonCode
+from collections.abc import Callable
+
+from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import already_failed, choose_victims
+from gpupool.scheduler.victims import already_failed, choose_victims, stop_for
 
 
 def run(session: Session) -> None:
@@ -40,17 +42,7 @@ def run(session: Session) -> None:
         if victims:
             candidates_of.clear()
         lenders = sorted({v.spec.project for v in victims})
-        for victim in victims:
-            session.allocated[victim.spec.project] -= victim.spec.total_gpus
-            session.preemptions.append(
-                Preempt(
-                    victim.id,
-                    f"preempted: project {victim.spec.project} borrowed beyond its quota and project "
-                    f"{project.name} reclaims GPUs for job {job.id}",
-                    for_job=job.id,
-                )
-            )
-        session.allocated[project.name] = session.allocated.get(project.name, 0.0) + job.spec.total_gpus
+        stop_for(session, job, victims, _told(project.name, job.id))
         message = (
             f"reclaim: stopping {len(victims)} job(s) of {', '.join(lenders)} that borrowed beyond "
             f"quota; starts when their GPUs are free"
@@ -58,6 +50,14 @@ def run(session: Session) -> None:
             else "reclaim: waiting for jobs being stopped to free their GPUs"
         )
         session.reasons[job.id] = Reason(ReasonCode.RECLAIM, message)
+
+
+def _told(borrower: str, job_id: int) -> Callable[[RunningJob], str]:
+    """What each victim is told: whose quota it gave way to."""
+    return lambda victim: (
+        f"preempted: project {victim.spec.project} borrowed beyond its quota and project "
+        f"{borrower} reclaims GPUs for job {job_id}"
+    )
 
 
 def _borrowing(session: Session, name: str) -> bool:
