@@ -52,21 +52,55 @@ def test_fragmentation_by_hand() -> None:
     assert plugin.fragmentation(("Sim", 1000, (1000, 1000))) == pytest.approx(1000)
 
 
+# The chance that a room is filled when shapes of weight w fit it: w / (w + 0.001).
+BOTH = 1 / (1 + frag.COMPETITION)  # both shapes fit
+HALF = 0.5 / (0.5 + frag.COMPETITION)  # only the half-GPU shape fits
+
+
+def test_expected_waste_by_hand() -> None:
+    plugin = frag.FragPlacement(MIX)
+    assert frag.COMPETITION == 0.001
+    # Nothing fits 300 (the smaller shape wants 500): all of it is waste; an empty room none.
+    assert plugin.expected_waste(300, 8) == 300
+    assert plugin.expected_waste(0, 8) == 0
+    # 500: only the half fits (w 0.5): filled to 0 with chance HALF, else left at 500.
+    half_room = (1 - HALF) * 500
+    assert plugin.expected_waste(500, 7) == pytest.approx(half_room)
+    assert half_room == pytest.approx(0.998, abs=1e-3)
+    # 1000 with 8 cores: both fit; the whole one leaves 0, the half one 500 (on 7 cores).
+    whole_room = (1 - BOTH) * 1000 + BOTH * (0.5 * 0 + 0.5 * half_room)
+    assert plugin.expected_waste(1000, 8) == pytest.approx(whole_room)
+    assert whole_room == pytest.approx(1.4975, abs=1e-4)
+    # 700: the half takes 500 and leaves 200, which nothing fits.
+    assert plugin.expected_waste(700, 7) == pytest.approx((1 - HALF) * 700 + HALF * 200)
+    # 1000 with 1 core: only the half fits (the whole one wants 2), and after it no core is left
+    # for the other half: 500 stays.
+    assert plugin.expected_waste(1000, 1) == pytest.approx((1 - HALF) * 1000 + HALF * 500)
+    # A node's expected waste is its rooms', with its free cores.
+    nodes = two_nodes()
+    assert plugin.node_waste(frag.node_key(nodes["n1"])) == pytest.approx(300 + whole_room)
+    assert plugin.node_waste(frag.node_key(nodes["n2"])) == pytest.approx(2 * whole_room)
+
+
 def test_a_share_goes_where_it_fills_the_sliver() -> None:
     nodes = two_nodes()
     plugin = frag.FragPlacement(MIX)
-    # n1: the 0.3 fills GPU 0 (best fit): 300 -> 0, growth -300. n2: 0 -> 350, growth +350.
-    # Scores count tenths of a GPU; no CPU shortfall on either (8 CPUs feed 16 GPUs at this mix).
+    # n1: the 0.3 fills GPU 0 (best fit), whose 300 no shape would have filled: growth -300.
+    # n2: a free GPU left with 700, which a half takes (chance HALF) down to 200 nothing fits:
+    # growth about +199.5. Scores count tenths of a GPU; no CPU shortfall on either (8 CPUs feed
+    # 16 GPUs at this mix). FGD's snapshot would count the 700 as 350 (fragmented for the whole
+    # GPU shape only); the look-ahead sees the 200 the half will leave.
     assert plugin.score(nodes["n1"], SHARE)[0] == -3
-    assert plugin.score(nodes["n2"], SHARE)[0] == 4
+    assert plugin.score(nodes["n2"], SHARE)[0] == 2
     assert frag.place(frag.node_key(nodes["n1"]), frag.demand_key(SHARE)) == ("Sim", 7000, (1000, 0))
 
 
 def test_a_whole_gpu_keeps_off_the_node_that_shares_when_fragmentation_ties() -> None:
     nodes = two_nodes()
     plugin = frag.FragPlacement(MIX)
-    # n1 after: (300, 0) -> 300, growth 0. n2 after: (1000, 0) -> 0, growth 0. A tie, which the
-    # second key settles: n1 would mix whole-GPU work with its shares.
+    # n1 after: (300, 0), expected waste 300, growth -1.5. n2 after: (1000, 0), growth -1.5 too
+    # (one of its two free rooms is gone). A tie, which the second key settles: n1 would mix
+    # whole-GPU work with its shares.
     s1, s2 = plugin.score(nodes["n1"], WHOLE), plugin.score(nodes["n2"], WHOLE)
     assert s1 == (0, 1, 300) and s2 == (0, 0, 1000)
 
@@ -86,14 +120,18 @@ def test_cpu_bound_node_counts_its_stranded_gpus() -> None:
     assert MIX.gpu_per_cpu == pytest.approx(0.5)
     assert plugin.cpu_shortfall(frag.node_key(nodes["n2"])) == pytest.approx(500)
     assert plugin.cpu_shortfall(after) == pytest.approx(500)
+    # Expected waste: the free GPU with 1 core left takes only a half, and then no core is left
+    # for the other half: about 501 after, against about 3 before (two rooms both shapes fit).
+    grown = plugin.node_waste(after) - plugin.node_waste(frag.node_key(nodes["n2"]))
+    assert grown == pytest.approx(498, abs=0.5)
     assert plugin.score(nodes["n2"], demand)[0] == 5
 
 
 def test_cpu_shortfall_sends_cpu_heavy_work_to_the_cpu_rich_node() -> None:
     """Two idle 2-GPU nodes, 4 and 16 CPUs; a 1-GPU worker with 3 CPUs. On the 4-CPU node 1 CPU
-    is left: the whole-GPU shape (2 CPUs) cannot use the other GPU any more (fragmentation
-    0 -> 0.5 x 1000), and that CPU feeds 500 of its 1,000 (shortfall 0 -> 500, counted twice):
-    500 + 1,000 = 15 tenths. On the 16-CPU node nothing grows."""
+    is left: only a half can use the other GPU any more (expected waste about 3 -> 501), and that
+    CPU feeds 500 of its 1,000 (shortfall 0 -> 500, counted twice): 498 + 1,000 = 15 tenths. On
+    the 16-CPU node expected waste drops by a room's 1.5: 0."""
     snap = snapshot([node("a", 2, cpus=4), node("b", 2, cpus=16)], [])
     nodes = ClusterState(snap).nodes
     plugin = frag.FragPlacement(MIX)
@@ -110,10 +148,9 @@ def test_the_registered_plugin_in_a_cycle() -> None:
     )
     result = schedule(snap, SchedulerConfig(placement="frag"))
     where = {s.job_id: s.placements[0] for s in result.starts}
-    # With the openb mix: the 0.3 fills n1's shared GPU (the 300 left was a sliver to nearly every
-    # shape). The whole GPU then grows fragmentation alike on both nodes (only the CPU-only shapes'
-    # part of the free capacity drops, by the same 1,000), so bin-pack settles it: n1's last GPU,
-    # and n2 keeps its two.
+    # With the openb mix: the 0.3 fills n1's shared GPU (the 300 left was a room only rare shapes
+    # fit, expected to stay mostly empty). The whole GPU then takes a free room on either node,
+    # the same change of expected waste, so bin-pack settles it: n1's last GPU, and n2 keeps its two.
     assert (where[2].node, where[2].gpus) == ("n1", (0,))
     assert (where[3].node, where[3].gpus) == ("n1", (1,))
 

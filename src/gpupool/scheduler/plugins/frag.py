@@ -1,12 +1,20 @@
-"""Fragmentation-aware placement, after FGD (Weng et al., "Beware of Fragmentation", ATC'23).
+"""Fragmentation-aware placement, after FGD (Weng et al., "Beware of Fragmentation", ATC'23), with
+a look-ahead over the arrival distribution.
 
-A node's *fragmentation* is measured against the typical mix of workers (``Mix``): for each
-shape of the mix, the GPU capacity that shape could not use there (all of the node's free GPU
-capacity when the shape does not fit at all, for want of GPUs, CPUs or an allowed model; only the
-slivers of GPUs too small for it when it does fit), weighted by how common the shape is. A worker
-goes where placing it grows that expected waste least.
+FGD measures a node's *fragmentation* against the typical mix of workers (``Mix``): for each
+shape of the mix, the GPU capacity that shape could not use there, weighted by how common the
+shape is (``fragmentation``). That is a snapshot: a GPU with 0.53 left counts as fragmented for
+every shape above 0.53, though a 0.47 will come and take it down to 0.06; one with 0.21 left
+counts as little, though only the rarest shapes will ever fill it. ``frag`` scores instead each
+free room's *expected final waste* (``expected_waste``): what the room will still hold when the
+shapes that fit it have come and filled it, one after another, each step taken by shape in
+proportion to its weight, and a room that only rare shapes fit left mostly unfilled (it competes
+with every other room for them: ``COMPETITION``). A worker goes where that expected waste grows
+least. On the openb study this is worth +0.16 points over FGD's snapshot (96.06 % against 95.90 %):
+the 0.19 a 0.81-GPU worker leaves is filled by the rare 0.16s, and a 0.32 no longer goes where it
+leaves 0.21, a room only those same rare shapes fit.
 
-Beyond the paper's score:
+Beyond that:
 
 * CPUs weigh all along, not only where a shape stops fitting: a node whose free CPUs fall short of
   what its free GPUs need at the mix's CPUs per GPU strands GPUs, and that shortfall's growth
@@ -21,7 +29,8 @@ Beyond the paper's score:
 
 Everything the score reads is a small *node key*: GPU model, free CPU millicores and the free
 thousandths of each GPU. A key's fragmentation and a (key, demand) score are pure, so they are
-memoised: a node that did not change since it was last scored costs a look-up. The placement study
+memoised: a node that did not change since it was last scored costs a look-up, and a room's
+expected waste depends only on its size and the node's free CPUs (in whole cores, ``_waste``). The placement study
 replays 10,000 pods on 1,213 nodes through ``score_key`` on keys it keeps up to date. The live
 scheduler calls ``choose``: the cluster state keeps its nodes grouped by key (``ClusterState.keys``),
 so each distinct key is scored once per worker (156 keys for 1,000 nodes in the scale benchmark),
@@ -52,6 +61,11 @@ _MEMO_LIMIT = 100_000  # entries (some 30 MB); the memos start again beyond it: 
 QUANTUM = 100.0
 # A thousandth of a GPU that the node's CPUs cannot feed counts twice one that no shape fits.
 CPU_WEIGHT = 2.0
+# A room that shapes of total weight w fit is filled with chance w / (w + COMPETITION): about
+# certainly for common shapes, seldom where only shapes rarer than one worker in a thousand fit
+# (they are too few for the rooms that wait for them). On the openb study, over ten seeds (with
+# CPUs counted in millicores rather than cores): 0.0005 gave 96.01 %, 0.001 96.05 %, 0.002 95.95 %.
+COMPETITION = 0.001
 
 
 # The typical mix of the Alibaba openb default pod list (FGD's rule: the most common shapes that
@@ -115,6 +129,8 @@ class Mix:
         total = sum(s.weight for s in listed) or 1.0
         self.shapes = tuple(PodShape(s.cpu_milli, s.gpus, s.milli, s.models, s.weight / total) for s in listed)
         self.constrained = any(s.models is not None for s in self.shapes)
+        # (thousandths per GPU, CPU millicores, weight) of the GPU shapes, what a room may take.
+        self.fillers = tuple((s.milli, s.cpu_milli, s.weight) for s in self.shapes if s.milli)
         # GPU thousandths per CPU millicore the mix's GPU workers ask for, on average.
         gpu = [s for s in self.shapes if s.milli]
         cpus = sum(s.weight * s.cpu_milli for s in gpu)
@@ -146,6 +162,8 @@ class FragPlacement:
     def __init__(self, mix: Mix) -> None:
         self.mix = mix
         self._frag: dict[NodeKey, float] = {}
+        self._node_waste: dict[NodeKey, float] = {}
+        self._waste: dict[tuple[int, int], float] = {}
         self._scores: dict[tuple[NodeKey, DemandKey], tuple[int, ...] | None] = {}
         self._ranks: dict[tuple[NodeKey, DemandKey, bool], tuple[int, ...] | None] = {}
 
@@ -201,7 +219,7 @@ class FragPlacement:
 
     def score_key(self, key: NodeKey, demand: DemandKey) -> tuple[int, ...] | None:
         """The score of a node with this key for one worker, None where it does not fit (GPUs,
-        CPUs, model; memory is the caller's to check): the growth of fragmentation and of CPU
+        CPUs, model; memory is the caller's to check): the growth of expected waste and of CPU
         shortfall, in tenths of a GPU; then 1 if it would mix shares and whole GPUs; then the
         GPU capacity the node has left (bin-pack among equals)."""
         memo = (key, demand)
@@ -211,7 +229,7 @@ class FragPlacement:
         after = place(key, demand)
         result: tuple[int, ...] | None = None
         if after is not None:
-            growth = self.fragmentation(after) - self.fragmentation(key)
+            growth = self.node_waste(after) - self.node_waste(key)
             growth += CPU_WEIGHT * (self.cpu_shortfall(after) - self.cpu_shortfall(key))
             result = (round(growth / QUANTUM), _mixing(key, demand), sum(after[2]))
         if len(self._scores) >= _MEMO_LIMIT:
@@ -223,8 +241,46 @@ class FragPlacement:
         """The GPU thousandths a node's free CPUs cannot feed at the mix's CPUs per GPU."""
         return max(0.0, sum(key[2]) - key[1] * self.mix.gpu_per_cpu)
 
+    def node_waste(self, key: NodeKey) -> float:
+        """The expected final waste of a node with this key: its rooms' (``expected_waste``), each
+        against all of the node's free CPUs (the shapes' models left aside: the mix seldom names one)."""
+        known = self._node_waste.get(key)
+        if known is None:
+            cores = key[1] // 1000
+            known = sum(self.expected_waste(room, cores) for room in key[2] if room)
+            if len(self._node_waste) >= _MEMO_LIMIT:
+                self._node_waste.clear()
+            self._node_waste[key] = known
+        return known
+
+    def expected_waste(self, room: int, cores: int) -> float:
+        """The GPU thousandths of a room of ``room`` thousandths, on a node with ``cores`` free
+        cores, that the mix's shapes are expected to leave unfilled: nothing fits, the whole
+        room; else, with chance ``w / (w + COMPETITION)`` (w the weight of the shapes that fit)
+        one of them, by weight, takes its share and its CPUs and the rest is the same question,
+        otherwise the room stays as it is. Memoised on (room, cores): CPUs count in whole cores,
+        so the memo stays small (sizes the mix's shares add up to, times the cores a node has)."""
+        memo = (room, cores)
+        known = self._waste.get(memo)
+        if known is not None:
+            return known
+        milli_cores = cores * 1000
+        fits = [(m, c, w) for m, c, w in self.mix.fillers if m <= room and c <= milli_cores]
+        weight = sum(w for _, _, w in fits)
+        if not fits:
+            known = float(room)
+        else:
+            filled = sum(w * self.expected_waste(room - m, (milli_cores - c) // 1000) for m, c, w in fits) / weight
+            chance = weight / (weight + COMPETITION)
+            known = (1 - chance) * room + chance * filled
+        if len(self._waste) >= _MEMO_LIMIT:
+            self._waste.clear()
+        self._waste[memo] = known
+        return known
+
     def fragmentation(self, key: NodeKey) -> float:
-        """Expected GPU thousandths the mix could not use on a node with this key."""
+        """FGD's fragmentation of a node with this key (the paper's measure, which the placement
+        study's rebuild of FGD scores with; ``frag`` itself scores ``node_waste``)."""
         known = self._frag.get(key)
         if known is None:
             known = fragmentation(key, self.mix)
