@@ -25,6 +25,7 @@ from gpupool.sim.trace_job import TraceJob
 from tests.unit.builders import T0, node, pending, running, snapshot
 
 LAS = POLICIES["las"]
+FIFO = POLICIES["fifo-share"]  # the default before las
 HOUR = 3600.0
 
 
@@ -63,7 +64,7 @@ def test_the_job_with_less_service_goes_first_where_fifo_takes_the_earlier() -> 
     earlier = waited(pending(1, gpus=4), attained=4 * 2 * HOUR, since_s=60)  # 2 h on 4 GPUs before
     later = pending(2, gpus=4)
     nodes = [node("n1", 4)]
-    assert [s.job_id for s in schedule(snapshot(nodes, [earlier, later])).starts] == [1]
+    assert [s.job_id for s in schedule(snapshot(nodes, [earlier, later]), FIFO).starts] == [1]
     assert [s.job_id for s in schedule(snapshot(nodes, [earlier, later]), LAS).starts] == [2]
 
 
@@ -91,7 +92,7 @@ def test_a_waiting_job_displaces_a_running_one_of_a_later_queue_within_the_bound
     busy = ran(running(9, ("n1", (0,)), max_runtime_s=max_runtime_s), run_s, attained)
     result = schedule(snapshot([node("n1", 1)], [pending(1)], [busy]), LAS)
     assert [p.job_id for p in result.preemptions] == ([9] if displaced else [])
-    assert schedule(snapshot([node("n1", 1)], [pending(1)], [busy])).preemptions == ()  # default: FIFO, no displacing
+    assert schedule(snapshot([node("n1", 1)], [pending(1)], [busy]), FIFO).preemptions == ()  # no displacing
     if displaced:
         assert "las order" in result.preemptions[0].message
         assert "displacing 1 job(s)" in result.pending[1].message
@@ -120,17 +121,18 @@ def test_a_short_job_no_longer_waits_behind_long_ones_in_a_replay() -> None:
     jobs = [TraceJob(f"long{i}", 0.0, 50_000.0, spec(8)) for i in range(2)]
     jobs += [TraceJob(f"short{i}", 1_000.0 + 100 * i, 300.0, spec(4)) for i in range(10)]
     figures = {}
-    for name in ("default", "las", "srtf-oracle"):
+    for name in ("fifo-share", "las", "srtf-oracle"):
         result = simulate(jobs, uniform(2, 8), [Project("a", 16.0)], POLICIES[name])
         figures[name] = summarize(result, 0.0)
         assert figures[name]["completed"] == len(jobs)
-    assert figures["default"]["avg_queue_s"] > 40_000  # the short jobs wait for a long one to end
+    assert figures["fifo-share"]["avg_queue_s"] > 40_000  # the short jobs wait for a long one to end
     assert figures["las"]["avg_queue_s"] == pytest.approx(0.0)  # they displace the long ones at once
     assert figures["las"]["preemptions"] == 2
     # The long jobs resume (less a minute) rather than start over: their work is not lost.
     long_jct = max(r.finish - r.trace.submit_time for r in result.runs.values() if r.finish is not None)
     assert long_jct < 50_000 + 10 * 300 + 2 * 60 + 1
-    assert figures["las"]["avg_jct_s"] <= figures["default"]["avg_jct_s"] / 5
+    assert figures["las"]["avg_jct_s"] <= figures["fifo-share"]["avg_jct_s"] / 5
+    assert POLICIES["default"] == LAS
 
 
 def test_a_preempted_job_keeps_its_service_in_the_replay() -> None:

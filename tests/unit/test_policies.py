@@ -15,7 +15,7 @@ from gpupool.settings import Settings
 
 
 def test_the_registry_lists_the_presets_each_naming_hooks_of_its_tables() -> None:
-    assert list(POLICIES) == ["default", "greedy", "fifo", "fifo-isolated", "las", "srtf-oracle"]
+    assert list(POLICIES) == ["default", "greedy", "fifo", "fifo-isolated", "las", "fifo-share", "srtf-oracle"]
     assert POLICIES["default"] == SchedulerConfig()
     for config in POLICIES.values():
         policies.hooks(config)  # every name it gives is in a table
@@ -45,7 +45,8 @@ def test_a_preset_takes_another_placement_and_refuses_an_unknown_name() -> None:
         hold_up="all",
     )
     with pytest.raises(
-        InvalidInput, match="unknown policy 'bogus': use one of default, greedy, fifo, fifo-isolated, las, srtf-oracle"
+        InvalidInput,
+        match="unknown policy 'bogus': use one of default, greedy, fifo, fifo-isolated, las, fifo-share, srtf-oracle",
     ):
         preset("bogus")
 
@@ -61,4 +62,6 @@ def test_up_with_an_unknown_policy_is_a_one_line_error_with_exit_code_2(capsys: 
         main(["up", "--policy", "bogus"])
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: unknown policy 'bogus': use one of default, greedy, fifo, fifo-isolated, las, srtf-oracle"]
+    assert err == [
+        "error: unknown policy 'bogus': use one of default, greedy, fifo, fifo-isolated, las, fifo-share, srtf-oracle"
+    ]

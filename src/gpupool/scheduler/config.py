@@ -31,9 +31,9 @@ class LasConfig:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt")
+    actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt", "displace")
     placement: str = "binpack"  # node score
-    job_order: str = "priority_fifo"  # within a queue
+    job_order: str = "las"  # within a queue: least attained service first (``plugins.las``)
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
     user_order: str = "least_used"  # within a queue, whose jobs go next: the user who used less
     quota_check: str = "borrow"  # why a job may not start whatever is free (quota, limit)

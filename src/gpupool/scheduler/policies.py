@@ -34,9 +34,12 @@ HOLD_UPS: dict[str, HoldUp] = {
     "none": hold_up.nothing,
 }
 
-_DEFAULT_ACTIONS = SchedulerConfig().actions
+_FIFO_ACTIONS = ("allocate", "backfill", "reclaim", "preempt")
 POLICIES: dict[str, SchedulerConfig] = {
-    # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt.
+    # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt;
+    # within a project the attained-service order (Tiresias' discretised LAS, ``plugins.las``):
+    # least GPU time received first, in a few queues, a waiting job displacing running jobs of a
+    # later queue within bounds.
     "default": SchedulerConfig(),
     # Every job that fits starts, in fair-share and priority order; nobody waits for anybody.
     "greedy": SchedulerConfig(actions=("allocate",), hold_up="none"),
@@ -54,13 +57,13 @@ POLICIES: dict[str, SchedulerConfig] = {
         hold_up="project",
         partition="nodes",
     ),
-    # The default with the attained-service order (Tiresias' discretised LAS, ``plugins.las``):
-    # least GPU time received first, in a few queues; a waiting job displaces running jobs of a
-    # later queue, within bounds, and within the quotas and fair share between projects.
-    "las": SchedulerConfig(actions=(*_DEFAULT_ACTIONS, "displace"), job_order="las"),
+    # The default by its order's name.
+    "las": SchedulerConfig(),
+    # The default before issue 18 item 5: first come first served within fair share, no displacing.
+    "fifo-share": SchedulerConfig(actions=_FIFO_ACTIONS, job_order="priority_fifo"),
     # Shortest remaining time first with the durations known: the bound for ``las``, for the
     # simulator only (``SIM_ONLY``: the head knows no durations).
-    "srtf-oracle": SchedulerConfig(actions=(*_DEFAULT_ACTIONS, "displace"), job_order="srtf_oracle", user_order="none"),
+    "srtf-oracle": SchedulerConfig(job_order="srtf_oracle", user_order="none"),
 }
 # Policies that read what only a replayed trace knows: the head refuses them.
 SIM_ONLY = frozenset({"srtf-oracle"})
