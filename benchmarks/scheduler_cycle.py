@@ -72,6 +72,7 @@ from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.policies import preset
 from gpupool.scheduler.cycle import schedule
 
 TRACE = Path("/work/shared/traces/philly/philly_pollux_jobs.csv")
@@ -498,7 +499,7 @@ def run_case(name: str, args: argparse.Namespace, trace: Trace) -> dict[str, Any
     nodes, running, pending = CASES[name]
     built = build_snapshot(nodes, running, pending, args.seed, trace)
     snap = built.snapshot
-    config = SchedulerConfig(placement=args.placement)
+    config = preset(args.policy, placement=args.placement)
     repeats = args.big_repeats if name == "big" else args.repeats
     times, result = time_cycles(snap, config, repeats)
     gpus = sum(len(n.gpus) for n in snap.nodes)
@@ -554,7 +555,7 @@ def run_sweep(args: argparse.Namespace, trace: Trace) -> list[dict[str, Any]]:
     rows = []
     for nodes in args.sweep_nodes:
         built = build_snapshot(nodes, 5 * nodes, 10 * nodes, args.seed, trace)
-        steady = steady_case(built.snapshot, SchedulerConfig(placement=args.placement), args, trace, fresh=True)
+        steady = steady_case(built.snapshot, preset(args.policy, placement=args.placement), args, trace, fresh=True)
         rows.append({"nodes": nodes, "running": 5 * nodes, "pending": 10 * nodes, **steady})
         if not args.json:
             s, c = steady["steady_s"]["median"], steady["cold_s"]["median"]
@@ -637,6 +638,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed schedule() runs per case (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--placement", default="binpack", help="placement plugin (default binpack, the default's)")
+    parser.add_argument("--policy", default="default", help="scheduling policy, as gpupool up --policy (default: default)")
     parser.add_argument(
         "--cases", default="small,scale", help="comma-separated, of small,scale,big (default small,scale)"
     )

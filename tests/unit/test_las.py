@@ -146,8 +146,11 @@ def test_a_preempted_job_keeps_its_service_in_the_replay() -> None:
     assert long.finish == pytest.approx(2 * HOUR + 60 + 10 * HOUR)  # its whole duration again
 
 
-def test_a_job_without_a_checkpoint_is_not_displaced_unless_configured() -> None:
-    busy = ran(running(9, ("n1", (0,))), 2 * HOUR, checkpoint=None)
+@pytest.mark.parametrize("max_runtime_s", [None, 3 * 3600])
+def test_a_job_without_a_checkpoint_is_not_displaced_unless_configured(max_runtime_s: int | None) -> None:
+    # A --max-runtime past the first threshold does not make it displaceable (it once did: the
+    # ceiling its --max-runtime sets replaced the one its missing checkpoint set).
+    busy = ran(running(9, ("n1", (0,)), max_runtime_s=max_runtime_s), 2 * HOUR, checkpoint=None)
     snap = snapshot([node("n1", 1)], [pending(1)], [busy])
     assert schedule(snap, LAS).preemptions == ()
     anyway = replace(LAS, las=LasConfig(checkpointed_only=False))

@@ -87,8 +87,8 @@ def running_keys(job: RunningJob, config: SchedulerConfig) -> tuple[float, ...]:
     ceiling = len(las.thresholds)
     if las.checkpointed_only and job.spec.checkpoint_dir is None:
         ceiling = 0  # it would start over: never displaced
-    if job.spec.max_runtime_s is not None:
-        ceiling = bisect_left(las.thresholds, job.spec.max_runtime_s * gpus)
+    if job.spec.max_runtime_s is not None:  # it never passes a threshold its whole run stays below
+        ceiling = min(ceiling, bisect_left(las.thresholds, job.spec.max_runtime_s * gpus))
     ran_before = job.attained / gpus if gpus > 0 else 0.0
     earliest = start + max(las.min_run_s, las.min_run_share * ran_before)
     keys = []
