@@ -72,8 +72,8 @@ from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.policies import preset
 from gpupool.scheduler.cycle import schedule
+from gpupool.scheduler.policies import preset
 
 TRACE = Path("/work/shared/traces/philly/philly_pollux_jobs.csv")
 # num_gpus histogram of that trace (82,247 jobs), used when the file is not there.
@@ -638,7 +638,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed schedule() runs per case (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--placement", default="binpack", help="placement plugin (default binpack, the default's)")
-    parser.add_argument("--policy", default="default", help="scheduling policy, as gpupool up --policy (default: default)")
+    parser.add_argument("--policy", default="default", help="scheduling policy, as gpupool up --policy")
     parser.add_argument(
         "--cases", default="small,scale", help="comma-separated, of small,scale,big (default small,scale)"
     )

@@ -23,6 +23,7 @@ from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.orders import PreemptiveOrder
 
 _ID = attrgetter("id")
+_NEVER = float("inf")
 
 
 class DisplaceIndex:
@@ -76,12 +77,20 @@ class DisplaceIndex:
         while len(self._levels) < len(keys):
             self._levels.append([])
         for level, key in enumerate(keys):
-            insort(self._levels[level], (key, job.id))
+            if key != _NEVER:  # a job no waiting job may ever displace (no checkpoint) costs nothing
+                insort(self._levels[level], (key, job.id))
+
+    @property
+    def empty(self) -> bool:
+        """No running job can ever be displaced (none checkpoints, say): nothing to look for."""
+        return not any(self._levels)
 
     def _remove(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
         keys = self._keys.pop(job_id, None)
         for level, key in enumerate(keys or ()):
+            if key == _NEVER:
+                continue
             entries = self._levels[level]
             at = bisect_left(entries, (key, job_id))
             del entries[at]

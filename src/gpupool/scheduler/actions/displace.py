@@ -37,6 +37,8 @@ def run(session: Session) -> None:
     index = DisplaceIndex.of(known if isinstance(known, DisplaceIndex) else None, config)
     session.memory.displace = index
     running = index.update(session.snapshot.running, hooks)
+    if index.empty:  # e.g. no running job checkpoints: the waiting jobs need not be looked at
+        return
     tries = 0
     for job in session.queue:
         if tries >= TRIES:
