@@ -114,6 +114,23 @@ def test_displacing_keeps_each_project_its_quota_and_takes_from_the_richer_proje
     assert sum(1 for j in taken if 10 <= j < 14) == 0  # a keeps its quota: only borrowed GPUs go
 
 
+@pytest.mark.parametrize(("waiting_project", "displaced"), [("a", True), ("z", False)])
+def test_a_job_displaces_another_project_only_where_it_goes_first_in_the_next_cycle(
+    waiting_project: str, displaced: bool
+) -> None:
+    """Neither project has a share (no quotas listed): the two rank alike once b's job stops,
+    and the name settles it. z would displace b's job only for b to come first next cycle and
+    restart it on the GPU z waits for (the replay then looped for ever), so it does not; a does."""
+    busy = ran(running(9, ("n1", (0,)), project="b"), 2 * HOUR)
+    snap = snapshot([node("n1", 1)], [pending(1, project=waiting_project)], [busy])
+    result = schedule(snap, LAS)
+    assert [p.job_id for p in result.preemptions] == ([9] if displaced else [])
+    if displaced:  # the next cycle: b's job waits again, a's starts on the GPU it freed
+        requeued = waited(pending(9, project="b"), attained=2 * HOUR, since_s=0)
+        after = schedule(snapshot([node("n1", 1)], [pending(1, project="a"), requeued]), LAS)
+        assert [s.job_id for s in after.starts] == [1]
+
+
 def test_a_short_job_no_longer_waits_behind_long_ones_in_a_replay() -> None:
     def spec(gpus: float) -> JobSpec:
         return JobSpec(command=("x",), project="a", gpus=gpus, checkpoint_dir="/ckpt")

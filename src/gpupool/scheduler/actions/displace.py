@@ -21,6 +21,7 @@ from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import orders
 from gpupool.scheduler.displace_index import DisplaceIndex
+from gpupool.scheduler.plugins.queues import rank_holding
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims, saying, stop_for
 
@@ -83,6 +84,11 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
     project = job.spec.project
     share = session.shares.get(project, 0.0)
     after = (session.allocated.get(project, 0.0) + job.spec.total_gpus) / share if share > 0 else float("inf")
+    # Under the fair-share queue order the job must come before the lender in the next cycle,
+    # or the lender's jobs (its victims among them) retake the GPUs before it starts, and it
+    # displaces them again: a cycle with no end that the job never wins.
+    ranked = session.config.queue_order == "fair_share"
+    mine = rank_holding(session, project, session.allocated.get(project, 0.0))
 
     def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
         lender = victim.spec.project
@@ -91,6 +97,8 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
         taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
         left = session.allocated.get(lender, 0.0) - taken
         if left < session.project(lender).quota - 1e-9:
+            return False
+        if ranked and rank_holding(session, lender, left) < mine:
             return False
         lender_share = session.shares.get(lender, 0.0)
         return lender_share <= 0 or left / lender_share >= after - 1e-9

@@ -30,8 +30,14 @@ def below_fair_share(session: Session, name: str) -> tuple[float, str]:
     """The project furthest below its fair share, as a fraction of it, then by name. Its load is
     the mean of what it holds now and what it held on average lately (the decayed usage), so a
     project that used much recently yields to one that did not."""
+    return rank_holding(session, name, session.allocated.get(name, 0.0))
+
+
+def rank_holding(session: Session, name: str, allocated: float) -> tuple[float, str]:
+    """``below_fair_share`` of the project were it to hold ``allocated`` GPUs now (``displace``
+    asks where a project would rank once its jobs are stopped)."""
     share = session.shares.get(name, 0.0)
-    load = 0.5 * session.allocated.get(name, 0.0) + 0.5 * session.snapshot.recent_usage.get(name, 0.0)
+    load = 0.5 * allocated + 0.5 * session.snapshot.recent_usage.get(name, 0.0)
     below = (share - load) / share if share > 0 else -1.0 - load
     return (-below, name)
 
