@@ -51,7 +51,7 @@ def up(
     fair_share_half_life: Annotated[
         str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
     ] = "1d",
-    placement: Annotated[str, typer.Option(help="placement plugin: frag, binpack, spread or topology")] = "frag",
+    placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread, topology or frag")] = "binpack",
     policy: Annotated[
         str, typer.Option(help=f"scheduling policy: {', '.join(n for n in POLICIES if n not in SIM_ONLY)}")
     ] = "default",
