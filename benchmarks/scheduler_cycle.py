@@ -638,7 +638,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed schedule() runs per case (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument(
-        "--placement", default=SchedulerConfig().placement, help="placement plugin (default: the head's, binpack)"
+        "--placement",
+        default=SchedulerConfig().placement,
+        help=f"placement plugin (default: the head's, {SchedulerConfig().placement})",
     )
     parser.add_argument("--policy", default="default", help="scheduling policy, as gpupool up --policy")
     parser.add_argument(

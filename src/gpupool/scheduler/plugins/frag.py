@@ -30,7 +30,7 @@ Beyond that:
 Everything the score reads is a small *node key*: GPU model, free CPU millicores and the free
 thousandths of each GPU. A key's fragmentation and a (key, demand) score are pure, so they are
 memoised: a node that did not change since it was last scored costs a look-up, and a room's
-expected waste depends only on its size and the node's free CPUs (in whole cores, ``_waste``). The placement study
+expected waste depends only on its size and the node's free cores (``_waste``). The placement study
 replays 10,000 pods on 1,213 nodes through ``score_key`` on keys it keeps up to date. The live
 scheduler calls ``choose``: the cluster state keeps its nodes grouped by key (``ClusterState.keys``),
 so each distinct key is scored once per worker (156 keys for 1,000 nodes in the scale benchmark),
