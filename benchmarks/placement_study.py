@@ -17,11 +17,15 @@ How each policy is driven (the scheduler's own code either way, one pod at a tim
 
 * ``binpack``, ``spread``: the live scheduler's node choice, ``Session._best_node`` on a session
   over the cluster, and ``fit.build`` / ``ClusterState.take`` to place.
-* ``frag`` (``scheduler/plugins/frag.py``) and ``fgd`` (the paper's score, rebuilt here to check
-  this harness against the published figure): every node is scored, as ``_best_node`` does for a
-  plugin that does not stop at the first bucket, but through the plugin's key-based entry
-  (``FragPlacement.score_key`` on each node's key, kept up to date as pods land), which is the
-  arithmetic ``score`` runs for the live scheduler; the best (score, node name) wins, as there.
+* ``frag`` (``scheduler/plugins/frag.py``, the head's default), ``frag-openb`` and ``fgd`` (the
+  paper's score, rebuilt here to check this harness against the published figure). ``frag``
+  measures nodes against the pool's own mix as a head does (``frag.for_pool``): the pods arrived
+  so far; ``frag-openb`` and ``fgd`` against the typical pods of the pod list, known up front, as
+  the paper gives FGD (openb's mix, ``frag.OPENB_MIX``; for ``fgd``, the tuned list's). Every node
+  is scored, as ``_best_node`` does for a plugin that does not stop at the first bucket, but
+  through the plugin's key-based entry (``FragPlacement.score_key`` on each node's key, kept up to
+  date as pods land), which is the arithmetic ``score`` runs for the live scheduler; the best
+  (score, node name) wins, as there.
   ``tests/unit/test_frag_placement.py`` checks that this choice is ``_best_node``'s. The paper's
   simulator also settles equal scores by the smallest node name.
 
@@ -29,7 +33,7 @@ Prints, per policy, the final allocation (mean over seeds at 130 % arrived) and 
 replay; draws the curves beside the published ones to ``benchmarks/results/placement_study.png``
 (needs matplotlib) and writes them to ``placement_study.csv``.
 
-    .venv/bin/python benchmarks/placement_study.py [--seeds 42-51] [--policies binpack,spread,fgd,frag]
+    .venv/bin/python benchmarks/placement_study.py [--seeds 42-51] [--policies binpack,spread,fgd,frag,frag-openb]
         [--tune 1.3] [--pods FILE] [--nodes FILE] [--no-plot] [--out benchmarks/results/placement_study]
         [--with EARLIER.csv]  # --policies "" --with A.csv --with B.csv: redraw earlier runs together
 """
@@ -42,6 +46,7 @@ import math
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,7 +102,7 @@ def workload(pods: Sequence[Pod], capacity: int, tune: float, seed: int) -> list
 def replay(nodes: Sequence[Node], pods: Sequence[Pod], policy: str) -> list[tuple[int, int]]:
     """(arrived, allocated) GPU thousandths after each pod."""
     cluster = Session.open(Snapshot(T0, tuple(nodes), (), ()), SchedulerConfig(placement="binpack")).cluster
-    choose = _keyed(cluster, policy, pods) if policy in ("frag", "fgd") else _live(cluster, policy)
+    choose = _keyed(cluster, policy, pods) if policy in ("frag", "frag-openb", "fgd") else _live(cluster, policy)
     arrived = used = 0
     curve = []
     for demand, milli in pods:
@@ -127,17 +132,26 @@ def _live(cluster: ClusterState, policy: str) -> Callable[[WorkerDemand], bool]:
 
 def _keyed(cluster: ClusterState, policy: str, pods: Sequence[Pod]) -> Callable[[WorkerDemand], bool]:
     frees = [cluster.nodes[name] for name in sorted(cluster.nodes)]
-    plugin = frag.DEFAULT  # what registry.PLACEMENTS["frag"] scores with
+    plugin = frag.DEFAULT  # frag-openb: openb's mix, the pod list's typical shapes, known up front
     score: Callable[[frag.NodeKey, frag.DemandKey], tuple[int, ...] | None] = plugin.score_key
     if policy == "fgd":  # the paper's typical pods: from the pod list itself
         plugin = frag.FragPlacement(frag.Mix.typical(d for d, _ in pods))
         score = _fgd_score(plugin)
     with_model = plugin.mix.constrained or any(d.models is not None for d, _ in pods)
     keys = [frag.node_key(f, with_model) for f in frees]
+    arrived: Counter[WorkerDemand] = Counter()
+    pool: frag.FragPlacement | None = None
 
     def choose(demand: WorkerDemand) -> bool:
-        """The best (score, node name) among nodes where the worker fits, as ``_best_node``."""
+        """The best (score, node name) among nodes where the worker fits, as ``_best_node``.
+        ``frag`` measures against the pool's own mix as the head does (``frag.for_pool``): the
+        pods arrived so far, the one being placed included (none leaves)."""
+        nonlocal score, pool
         wanted = frag.demand_key(demand)
+        if policy == "frag":
+            arrived[demand] += 1
+            pool = frag.for_pool(arrived.items(), pool)
+            score = pool.score_key
         best: tuple[int, ...] | None = None
         chosen = -1
         for i, key in enumerate(keys):
@@ -207,7 +221,7 @@ def published(path: Path, trace: str, tune: str) -> dict[str, dict[int, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="42-51", help="seeds: 42-51 or 42,43 (default 42-51)")
-    parser.add_argument("--policies", default="binpack,spread,fgd,frag", help="comma-separated")
+    parser.add_argument("--policies", default="binpack,spread,fgd,frag,frag-openb", help="comma-separated")
     parser.add_argument("--tune", type=float, default=1.3, help="GPU request over capacity (default 1.3)")
     parser.add_argument("--pods", type=Path, default=TRACES / "openb_pod_list_default.csv")
     parser.add_argument("--nodes", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
@@ -249,7 +263,7 @@ def main() -> None:
         }
         spread = f" ± {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
         print(
-            f"{policy:8} final allocation {statistics.fmean(finals):6.2f} %{spread} (seeds {args.seeds}); "
+            f"{policy:10} final allocation {statistics.fmean(finals):6.2f} %{spread} (seeds {args.seeds}); "
             f"{statistics.fmean(sizes):,.0f} pods a replay, {statistics.fmean(walls):.1f} s a replay "
             f"(max {max(walls):.1f} s)"
         )

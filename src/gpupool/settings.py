@@ -55,7 +55,7 @@ class Settings:
     kill_grace_s: float = 10.0
     interval_s: float = 0.5
     fair_share_half_life_s: float = 86400.0
-    placement: str = "binpack"
+    placement: str = "frag"
     policy: str = "default"  # a name in scheduler.policies.POLICIES
     partition: str | None = None  # an isolating policy's partition (nodes or gpus); None: the policy's own
     # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).

@@ -32,7 +32,7 @@ FormatOpt = Annotated[str, typer.Option("--format", help=FORMATS)]
 ProjectsOpt = Annotated[
     Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight] (or Helios' vc,node num)")
 ]
-PlacementOpt = Annotated[str, typer.Option(help="binpack, spread, topology or frag (fragmentation-aware)")]
+PlacementOpt = Annotated[str, typer.Option(help="frag (fragmentation-aware, the default), binpack, spread or topology")]
 WindowOpt = Annotated[
     str | None, typer.Option(help="START,END: durations after the first submission (0,7d) or dates (2017-10-01,)")
 ]
@@ -117,7 +117,7 @@ def simulate(
             help="default, fifo-share, fifo, fifo-isolated, greedy or srtf-oracle; several, comma-separated, to compare"
         ),
     ] = "default",
-    placement: PlacementOpt = "binpack",
+    placement: PlacementOpt = "frag",
     window: WindowOpt = None,
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,
@@ -203,7 +203,7 @@ def plan(
     max_nodes: Annotated[int, typer.Option(help="search no further than this")] = 4096,
     projects: ProjectsOpt = None,
     policy: Annotated[str, typer.Option(help="default, fifo-share, fifo, fifo-isolated or greedy")] = "default",
-    placement: PlacementOpt = "binpack",
+    placement: PlacementOpt = "frag",
     window: WindowOpt = None,
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,

@@ -51,7 +51,9 @@ def up(
     fair_share_half_life: Annotated[
         str, typer.Option(help="how long past usage counts for fair share: its weight halves every this long")
     ] = "1d",
-    placement: Annotated[str, typer.Option(help="placement plugin: binpack, spread, topology or frag")] = "binpack",
+    placement: Annotated[
+        str, typer.Option(help="placement plugin: frag (fragmentation-aware), binpack, spread or topology")
+    ] = "frag",
     policy: Annotated[
         str, typer.Option(help=f"scheduling policy: {', '.join(n for n in POLICIES if n not in SIM_ONLY)}")
     ] = "default",

@@ -32,7 +32,7 @@ class LasConfig:
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt", "displace")
-    placement: str = "binpack"  # node score
+    placement: str = "frag"  # node score
     job_order: str = "las"  # within a queue: least attained service first (``plugins.las``)
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
     user_order: str = "least_used"  # within a queue, whose jobs go next: the user who used less

@@ -47,8 +47,9 @@ def schedule(
     memory: CycleMemory | None = None,
     explain_pending: bool = True,
 ) -> CycleResult:
-    """Decide starts and preemptions for ``snapshot``; pure but for ``memory``, which only makes
-    the next call cheaper (see ``incremental``). ``explain_pending=False`` skips the reasons,
+    """Decide starts and preemptions for ``snapshot``; pure but for ``memory``, which makes the
+    next call cheaper (see ``incremental``) and keeps the mix a learning placement measured
+    against (``frag.for_pool``) until the pool drifts from it. ``explain_pending=False`` skips the reasons,
     which the simulator does not show."""
     config = config or SchedulerConfig()
     session = Session.open(snapshot, config, memory)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidInput
@@ -35,6 +35,16 @@ class PlacementPlugin:
     shares_first: bool = False
     # Finds the node the scan would, faster (frag: from the cluster's nodes grouped by key).
     choose: Chooser | None = None
+    # The plugin to use for a pool whose workers (demand, count), running and waiting, are these,
+    # given what the pool's last cycle used (``learned``): frag measures nodes against the pool's
+    # own mix of workers. None: this one, whatever the pool.
+    for_pool: Callable[[Iterable[tuple[WorkerDemand, int]], object | None], PlacementPlugin] | None = None
+    learned: object | None = None  # what for_pool learned (frag: its FragPlacement), for the next cycle
+
+
+def _frag_for_pool(workers: Iterable[tuple[WorkerDemand, int]], last: object | None) -> PlacementPlugin:
+    plugin = frag.for_pool(workers, last if isinstance(last, frag.FragPlacement) else None)
+    return PlacementPlugin(plugin.score, True, first_bucket_wins=False, choose=plugin.choose, learned=plugin)
 
 
 PLACEMENTS: dict[str, PlacementPlugin] = {
@@ -42,7 +52,9 @@ PLACEMENTS: dict[str, PlacementPlugin] = {
     "spread": PlacementPlugin(spread.score, fewest_free_first=False),
     "topology": PlacementPlugin(topology.score, True, first_bucket_wins=False, pick_gpus=topology.pick_gpus),
     # Fragmentation is not ordered by free GPUs: ``choose`` scores each distinct node key instead.
-    "frag": PlacementPlugin(frag.DEFAULT.score, True, first_bucket_wins=False, choose=frag.DEFAULT.choose),
+    "frag": PlacementPlugin(
+        frag.DEFAULT.score, True, first_bucket_wins=False, choose=frag.DEFAULT.choose, for_pool=_frag_for_pool
+    ),
 }
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo, "fifo": order.fifo}
 

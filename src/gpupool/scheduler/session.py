@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -50,6 +51,7 @@ class Session:
     _stopping: list[RunningJob] | None = None
     _failed: dict[tuple[WorkerDemand, int, bool, str | None], int] = field(default_factory=dict)  # -> generation
     _service_nodes: dict[str, set[str]] | None = None  # nodes each service's replicas hold (spread)
+    _placement: registry.PlacementPlugin | None = None  # the configured plugin, for this pool
     # Each project's own nodes and their GPUs where the policy confines projects to nodes, else None.
     partitions: dict[str, frozenset[str]] | None = None
     partition_gpus: dict[str, int] = field(default_factory=dict)
@@ -96,10 +98,27 @@ class Session:
         return self.projects.get(name) or Project(name)
 
     def demand(self, job: PendingJob) -> WorkerDemand:
-        demand = self.memory.demands.get(job.id)
-        if demand is None:
-            demand = self.memory.demands[job.id] = WorkerDemand.of(job.spec)
-        return demand
+        return self.memory.demand(job)
+
+    def placement(self) -> registry.PlacementPlugin:
+        """The configured placement plugin; one that learns from the pool (frag) is given the
+        pool's workers by demand, running and waiting, once a cycle."""
+        if self._placement is None:
+            plugin = registry.placement(self.config.placement)
+            if plugin.for_pool is not None:
+                running, waiting = self.snapshot.running, self.snapshot.pending
+                workers = Counter(map(self.memory.running_demand, running))  # a job a worker, at C speed
+                workers.update(map(self.memory.demand, waiting))
+                for r in running:  # then the other workers of gangs
+                    if r.spec.workers > 1:
+                        workers[self.memory.running_demand(r)] += r.spec.workers - 1
+                for w in waiting:
+                    if w.spec.workers > 1:
+                        workers[self.demand(w)] += w.spec.workers - 1
+                plugin = plugin.for_pool(workers.items(), self.memory.placement)
+                self.memory.placement = plugin.learned
+            self._placement = plugin
+        return self._placement
 
     def preemptible(self) -> list[RunningJob]:
         """Running train jobs not already stopping, most recently started first (built once)."""
@@ -159,7 +178,7 @@ class Session:
         shape = _shape(demand, job.spec.workers, bool(self.reserved_gpus), None if only is None else job.spec.project)
         if self._failed.get(shape) == self.cluster.generation:
             return None
-        plugin = registry.placement(self.config.placement)
+        plugin = self.placement()
         statement = Statement(self.cluster)
         avoid = self.service_nodes(job.spec.service)
         for worker in range(job.spec.workers):
