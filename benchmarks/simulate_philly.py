@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpupool.cli.simulate import Study
+from gpupool.scheduler.config import SchedulerConfig
 from gpupool.sim.cluster import uniform
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly"
@@ -42,10 +43,20 @@ def main() -> None:
         help="every job checkpoints: a preempted job resumes, less a minute (Tiresias' assumption)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
+    parser.add_argument("--placement", default=SchedulerConfig().placement, help="placement (default: the head's)")
     args = parser.parse_args()
     started = time.perf_counter()
     study = Study.prepare(
-        args.trace, "philly", args.policies, "binpack", args.vcs, args.window, args.scale_load, None, 8, args.partition
+        args.trace,
+        "philly",
+        args.policies,
+        args.placement,
+        args.vcs,
+        args.window,
+        args.scale_load,
+        None,
+        8,
+        args.partition,
     )
     if args.duration_scale != 1.0:
         longer = [

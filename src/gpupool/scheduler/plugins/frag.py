@@ -3,7 +3,8 @@ a look-ahead over the arrival distribution.
 
 FGD measures a node's *fragmentation* against the typical mix of workers (``Mix``): for each
 shape of the mix, the GPU capacity that shape could not use there, weighted by how common the
-shape is (``fragmentation``). That is a snapshot: a GPU with 0.53 left counts as fragmented for
+shape is (``fragmentation``). The head's mix is the pool's own (``for_pool``), learned from its
+running and waiting workers; openb's (``DEFAULT``) serves callers with no pool to learn from. That is a snapshot: a GPU with 0.53 left counts as fragmented for
 every shape above 0.53, though a 0.47 will come and take it down to 0.06; one with 0.21 left
 counts as little, though only the rarest shapes will ever fill it. ``frag`` scores instead each
 free room's *expected final waste* (``expected_waste``): what the room will still hold when the
