@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from itertools import compress
+from operator import attrgetter, itemgetter, not_
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -22,6 +22,7 @@ from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
+_ID, _WORKERS = attrgetter("id"), attrgetter("spec.workers")
 
 
 @dataclass(slots=True)
@@ -106,15 +107,14 @@ class Session:
         if self._placement is None:
             plugin = registry.placement(self.config.placement)
             if plugin.for_pool is not None:
-                running, waiting = self.snapshot.running, self.snapshot.pending
-                workers = Counter(map(self.memory.running_demand, running))  # a job a worker, at C speed
-                workers.update(map(self.memory.demand, waiting))
-                for r in running:  # then the other workers of gangs
-                    if r.spec.workers > 1:
-                        workers[self.memory.running_demand(r)] += r.spec.workers - 1
-                for w in waiting:
-                    if w.spec.workers > 1:
-                        workers[self.demand(w)] += w.spec.workers - 1
+                memory, waiting = self.memory, self.snapshot.pending
+                known = memory.demands
+                for job in compress(waiting, map(not_, map(known.__contains__, map(_ID, waiting)))):
+                    memory.demand(job)  # the few that came since the last cycle
+                workers = memory.running_workers.copy()
+                workers.update(map(known.__getitem__, map(_ID, waiting)))  # a job a worker, in builtins
+                for job in compress(waiting, map((1).__lt__, map(_WORKERS, waiting))):  # gangs' other workers
+                    workers[known[job.id]] += job.spec.workers - 1
                 plugin = plugin.for_pool(workers.items(), self.memory.placement)
                 self.memory.placement = plugin.learned
             self._placement = plugin

@@ -3,8 +3,7 @@ a look-ahead over the arrival distribution.
 
 FGD measures a node's *fragmentation* against the typical mix of workers (``Mix``): for each
 shape of the mix, the GPU capacity that shape could not use there, weighted by how common the
-shape is (``fragmentation``). The head's mix is the pool's own (``for_pool``), learned from its
-running and waiting workers; openb's (``DEFAULT``) serves callers with no pool to learn from. That is a snapshot: a GPU with 0.53 left counts as fragmented for
+shape is (``fragmentation``). That is a snapshot: a GPU with 0.53 left counts as fragmented for
 every shape above 0.53, though a 0.47 will come and take it down to 0.06; one with 0.21 left
 counts as little, though only the rarest shapes will ever fill it. ``frag`` scores instead each
 free room's *expected final waste* (``expected_waste``): what the room will still hold when the
@@ -13,7 +12,9 @@ proportion to its weight, and a room that only rare shapes fit left mostly unfil
 with every other room for them: ``COMPETITION``). A worker goes where that expected waste grows
 least. On the openb study this is worth +0.16 points over FGD's snapshot (96.06 % against 95.90 %):
 the 0.19 a 0.81-GPU worker leaves is filled by the rare 0.16s, and a 0.32 no longer goes where it
-leaves 0.21, a room only those same rare shapes fit.
+leaves 0.21, a room only those same rare shapes fit. The head's mix is the pool's own
+(``for_pool``), learned from its running and waiting workers; openb's (``DEFAULT``) serves
+callers with no pool to learn from.
 
 Beyond that:
 
