@@ -71,7 +71,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_top_shows_the_job_on_its_busy_gpu(head_factory: type[HeadProcess], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)  # a pipe: top --once uses its own wide width
-    head = head_factory(nodes=2, gpus=2).start()
+    head = head_factory(nodes=2, gpus=2, extra=["--telemetry-every", "1s"]).start()  # a busy reading sooner
     with head.client() as c:
         job_id = int(c.submit(command=["sleep", "60"], name="spin", gpus=1)["id"])
         (placement,) = wait_state(c, job_id, ("running",))["placements"]
@@ -82,7 +82,7 @@ def test_top_shows_the_job_on_its_busy_gpu(head_factory: type[HeadProcess], monk
                 s["node"] == node and s["gpu"] == gpu and (s["utilization_pct"] or 0) > 0 for s in c.latest_telemetry()
             )
 
-        wait_for(busy, timeout=15, interval=0.25, what="a sample of the job's GPU busy")  # sampled every 5 s
+        wait_for(busy, timeout=15, interval=0.25, what="a sample of the job's GPU busy")  # sampled every second
 
     out = ok(head.cli("top", "--once"))
     header, *rest = out.splitlines()

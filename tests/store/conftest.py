@@ -1,8 +1,10 @@
 """Store fixtures: every test taking ``db`` runs twice, on SQLite and on a real PostgreSQL server.
 
 The PostgreSQL server is started once per test session by ``scripts/postgres.sh`` in a private
-data directory on a free port and stopped at the end; each test gets a database of its own,
-created empty, so the migrations run from nothing every time. Set ``GPUPOOL_TEST_PG_URL``
+data directory on a free port and stopped at the end; each test gets a database of its own:
+``db_url`` an empty one, ``db`` a copy of one the migrations brought from nothing to the newest
+revision once per session and engine (a PostgreSQL template, a SQLite file), which is the same
+schema and rows as migrating each, ~0.15 s sooner for each of the hundreds of tests. Set ``GPUPOOL_TEST_PG_URL``
 (a SQLAlchemy URL of a database on a server where CREATE DATABASE is allowed) to use a server
 of your own instead. If no server can be started, the PostgreSQL half of the tests is skipped
 with the script's reason.
@@ -124,33 +126,86 @@ def pg_admin(pg_admin_url: URL) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def pg_url(pg_admin: Engine, pg_admin_url: URL) -> Iterator[str]:
-    """A new, empty database for one test, dropped afterwards."""
+def _pg_database(pg_admin: Engine, pg_admin_url: URL, template: str | None = None) -> Iterator[str]:
+    """A new database for one test (a copy of ``template``, or empty), dropped afterwards."""
     name = f"gpupool_t_{os.getpid()}_{next(_names)}"
     with pg_admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     yield pg_admin_url.set(database=name).render_as_string(hide_password=False)
     with pg_admin.connect() as conn:
         force = " WITH (FORCE)" if (conn.dialect.server_version_info or (0,)) >= (13,) else ""
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"{force}'))
 
 
+@pytest.fixture
+def pg_url(pg_admin: Engine, pg_admin_url: URL) -> Iterator[str]:
+    """A new, empty database for one test, dropped afterwards."""
+    yield from _pg_database(pg_admin, pg_admin_url)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_admin: Engine, pg_admin_url: URL) -> Iterator[str]:
+    """A PostgreSQL database the migrations brought to the newest revision, for CREATE DATABASE
+    ... TEMPLATE (no connection to it is left open: a template must have none)."""
+    name = f"gpupool_template_{os.getpid()}"
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    database = Database(pg_admin_url.set(database=name).render_as_string(hide_password=False))
+    database.migrate()
+    database.close()
+    yield name
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database the migrations brought to the newest revision, closed (no -wal left)."""
+    path = tmp_path_factory.mktemp("template") / "gpupool.sqlite"
+    database = Database(f"sqlite:///{path}")
+    database.migrate()
+    database.close()
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Which engine a test taking ``db`` or ``db_url`` runs on: it runs on each."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(engine_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a new, empty database."""
+    if engine_kind == "sqlite":
         return f"sqlite:///{tmp_path / 'gpupool.sqlite'}"
     return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    """A migrated, empty database on each engine."""
-    database = Database(db_url)
+def db(engine_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated, empty database: a copy of the session's migrated template (``migrate`` still
+    runs, and finds nothing to do)."""
+    if engine_kind == "sqlite":
+        path = tmp_path / "gpupool.sqlite"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        os.chmod(path, 0o600)
+        url = f"sqlite:///{path}"
+    else:
+        url = str(request.getfixturevalue("pg_migrated_url"))
+    database = Database(url)
     database.migrate()
     yield database
     database.close()
+
+
+@pytest.fixture
+def pg_migrated_url(pg_admin: Engine, pg_admin_url: URL, pg_template: str) -> Iterator[str]:
+    """A new database for one test, a copy of the migrated template, dropped afterwards."""
+    yield from _pg_database(pg_admin, pg_admin_url, pg_template)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection
@@ -159,6 +214,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("db_url") == "postgres" and here in item.path.parents:
+        if callspec is not None and callspec.params.get("engine_kind") == "postgres" and here in item.path.parents:
             item.add_marker(pytest.mark.timeout(START_TIMEOUT_S + 120))
             return

@@ -144,8 +144,6 @@ def up(
     for_head(policy, partition=partition)  # an unknown or simulator-only name is refused before anything starts
     if gateway and gateway_port and gateway_port == port:
         raise InvalidInput(f"--gateway-port {gateway_port} is the API's --port: give the gateway another one")
-    from gpupool.head import Head  # the server stack loads only for `up`, keeping other commands quick
-
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_environ(
         data_dir,
@@ -183,6 +181,10 @@ def up(
         gateway_port=gateway_port if gateway else None,
         autoscale_window_s=_bounded("--autoscale-window", autoscale_window, 1, 600),
     )
+    # The server stack loads only for `up`, keeping other commands quick, and only once the options
+    # above are read: a malformed one is refused in half a second, not after two of imports.
+    from gpupool.head import Head
+
     Head(settings).serve()
 
 
