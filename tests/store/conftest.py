@@ -4,8 +4,8 @@ The PostgreSQL server is started once per test session by ``scripts/postgres.sh`
 data directory on a free port and stopped at the end; each test gets a database of its own:
 ``db_url`` an empty one, ``db`` a copy of one the migrations brought from nothing to the newest
 revision once per session and engine (a PostgreSQL template, a SQLite file), which is the same
-schema and rows as migrating each, ~0.15 s sooner for each of the hundreds of tests. Set ``GPUPOOL_TEST_PG_URL``
-(a SQLAlchemy URL of a database on a server where CREATE DATABASE is allowed) to use a server
+schema and rows as migrating each, ~0.15 s sooner for each of the hundreds of tests. Set
+``GPUPOOL_TEST_PG_URL`` (a SQLAlchemy URL of a database on a server where CREATE DATABASE is allowed) to use a server
 of your own instead. If no server can be started, the PostgreSQL half of the tests is skipped
 with the script's reason.
 """

@@ -29,6 +29,7 @@ from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
 _ID, _PLACEMENTS, _FIRST, _SECOND = attrgetter("id"), attrgetter("placements"), itemgetter(0), itemgetter(1)
+_WORKERS = attrgetter("spec.workers")
 
 
 class CycleMemory:
@@ -51,10 +52,10 @@ class CycleMemory:
         self.partitions: dict[object, tuple[dict[str, frozenset[str]], dict[str, int]]] = {}
         # What each job needs per worker, by job id: a long queue is looked at every cycle.
         self.demands: dict[int, WorkerDemand] = {}
-        # The running jobs' workers by demand, kept as jobs come and go (a placement that learns
-        # the pool's mix reads it: counting thousands of jobs at every simulated event was a third
-        # of a Philly replay).
-        self.running_workers: Counter[WorkerDemand] = Counter()
+        # The running jobs' workers by demand, kept as jobs come and go once a placement that
+        # learns the pool's mix first asks (``workers``): counting thousands of jobs at every
+        # simulated event was a third of a Philly replay. None: nobody asked since the last rebuild.
+        self._running_workers: Counter[WorkerDemand] | None = None
         # One object per distinct demand: equal demands are then the same object, which a dict
         # look-up tells at once, where comparing two equal dataclasses runs Python code (counting
         # 15,000 jobs' demands took 26 ms, most of it comparing).
@@ -91,6 +92,31 @@ class CycleMemory:
         if demand is None:
             demand = self.demands[job.id] = self._one(WorkerDemand.of(job.spec))
         return demand
+
+    def workers(self, pending: Sequence[PendingJob]) -> Counter[WorkerDemand]:
+        """The pool's workers by demand: the running jobs' (as ``open`` last saw them) and those of
+        ``pending``, a gang counting each worker. Through builtins where it can: a cycle asks."""
+        if self._running_workers is None:
+            self._running_workers = Counter()
+            for _, spec, _ in self._placed.values():
+                self._count_workers(spec, +1)
+        known = self.demands
+        for job in compress(pending, map(not_, map(known.__contains__, map(_ID, pending)))):
+            self.demand(job)  # the few that came since the last cycle
+        workers = self._running_workers.copy()
+        workers.update(map(known.__getitem__, map(_ID, pending)))  # a job a worker
+        for job in compress(pending, map((1).__lt__, map(_WORKERS, pending))):  # gangs' other workers
+            workers[known[job.id]] += job.spec.workers - 1
+        return workers
+
+    def _count_workers(self, spec: JobSpec, sign: int) -> None:
+        assert self._running_workers is not None
+        demand = self._one(WorkerDemand.of(spec))
+        left = self._running_workers[demand] + sign * spec.workers
+        if left:
+            self._running_workers[demand] = left
+        else:
+            del self._running_workers[demand]
 
     def _one(self, demand: WorkerDemand) -> WorkerDemand:
         if len(self._shapes) > 100_000:  # demands that vary without end (memory in MiB, say)
@@ -166,7 +192,7 @@ class CycleMemory:
         self._bound.clear()
         self._jobs.clear()
         self._by_user.clear()
-        self.running_workers.clear()
+        self._running_workers = None
         for _, spec, owner in self._placed.values():
             self._count(spec, owner, +1)
         self.rebuilds += 1
@@ -204,11 +230,7 @@ class CycleMemory:
         self._allocated[spec.project] += steps
         self._by_user[(spec.project, owner)] += steps
         self._jobs[spec.project] += sign
-        demand = self._one(WorkerDemand.of(spec))
-        left = self.running_workers[demand] + sign * spec.workers
-        if left:
-            self.running_workers[demand] = left
-        else:
-            del self.running_workers[demand]
+        if self._running_workers is not None:
+            self._count_workers(spec, sign)
         if spec.quota_bound:
             self._bound[spec.project] += steps

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter, itemgetter, not_
+from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
@@ -22,7 +21,6 @@ from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
-_ID, _WORKERS = attrgetter("id"), attrgetter("spec.workers")
 
 
 @dataclass(slots=True)
@@ -107,14 +105,7 @@ class Session:
         if self._placement is None:
             plugin = registry.placement(self.config.placement)
             if plugin.for_pool is not None:
-                memory, waiting = self.memory, self.snapshot.pending
-                known = memory.demands
-                for job in compress(waiting, map(not_, map(known.__contains__, map(_ID, waiting)))):
-                    memory.demand(job)  # the few that came since the last cycle
-                workers = memory.running_workers.copy()
-                workers.update(map(known.__getitem__, map(_ID, waiting)))  # a job a worker, in builtins
-                for job in compress(waiting, map((1).__lt__, map(_WORKERS, waiting))):  # gangs' other workers
-                    workers[known[job.id]] += job.spec.workers - 1
+                workers = self.memory.workers(self.snapshot.pending)
                 plugin = plugin.for_pool(workers.items(), self.memory.placement)
                 self.memory.placement = plugin.learned
             self._placement = plugin
