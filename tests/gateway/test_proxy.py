@@ -147,6 +147,23 @@ def test_a_replica_that_never_answers_gets_504_and_frees_its_slot() -> None:
     run(scenario)
 
 
+def test_a_timed_out_request_is_not_retried_for_its_deadline_is_spent() -> None:
+    """A retry after the whole deadline had no time to connect: on a busy machine the client got
+    a 502 (unreachable) for what was a timeout, and a second replica was held for nothing."""
+
+    async def scenario() -> None:
+        never = asyncio.Event()
+        a = await Replica("a", _holding(never)).start()  # type: ignore[arg-type]
+        b = await Replica("b", _holding(never)).start()  # type: ignore[arg-type]
+        gw = await gateway(route("svc", [a, b], max_concurrency=1, timeout_s=0.2), first=True)
+        got = await gw.http.get("/svc/")
+        assert got.status_code == 504 and got.json()["code"] == "replica_timeout"
+        assert (len(a.seen), len(b.seen)) == (1, 0)
+        await gw.close()
+
+    run(scenario)
+
+
 def test_chunked_and_sse_answers_arrive_piece_by_piece() -> None:
     """The replica sends its last piece only after the client has read the first: a gateway that
     buffered the answer would never deliver the first, and the scenario's limit would fail it."""

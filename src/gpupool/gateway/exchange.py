@@ -299,7 +299,9 @@ class Trip:
             state.failed(replica, e.kind, self.limits.eject_s, self.limits.eject_most_s)
         started = self.started
         self._end_attempt(close=True)
-        if may_retry(
+        # A timeout spends the request's whole deadline: a retry would have no time left to
+        # connect and would turn the 504 into a 502 on a busy machine.
+        if e.kind != "timeout" and may_retry(
             req.method.decode("latin-1"), self.attempt, sent=True, answered=e.answered, body_replayable=req.replayable
         ):
             self.attempt, state.retries = self.attempt + 1, state.retries + 1
