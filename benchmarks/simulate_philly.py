@@ -44,6 +44,9 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per policy instead of a table")
     parser.add_argument("--placement", default=SchedulerConfig().placement, help="placement (default: the head's)")
+    parser.add_argument(
+        "--reclaim-min-run", default="0s", help="a borrower's job runs this long before reclaim stops it (e.g. 30m)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     study = Study.prepare(
@@ -57,6 +60,7 @@ def main() -> None:
         None,
         8,
         args.partition,
+        args.reclaim_min_run,
     )
     if args.duration_scale != 1.0:
         longer = [
@@ -71,6 +75,7 @@ def main() -> None:
         f"loaded {len(study.jobs):,} jobs in {load_s:.1f} s; {args.nodes} nodes x 8 GPUs; "
         f"arrivals x{args.scale_load:g}, durations x{args.duration_scale:g}"
         + (", every job checkpoints" if args.checkpointed else "")
+        + (f", reclaim after {args.reclaim_min_run} of a run" if args.reclaim_min_run != "0s" else "")
     )
     keys = (
         "completed",
@@ -94,6 +99,7 @@ def main() -> None:
             f"{figures[k]:>16,.3f}" if isinstance(figures[k], float) else f"{figures[k]:>16,}" for k in keys
         )
         print(f"{name:<14}{cells}{figures['wall_s']:>10.1f}")
+        print(f"  preempted jobs {figures['preempted_jobs']:,}, the most of one job {figures['most_preemptions']:,}")
         fair = ("slowdown_fairness", "queue_fairness", "max_min_slowdown", "max_min_queue", "entitled_fairness")
         print("  " + ", ".join(f"{k} {_figure(figures[k])}" for k in fair))
         heads = ("jobs", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown", "entitled")

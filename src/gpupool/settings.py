@@ -58,6 +58,7 @@ class Settings:
     placement: str = "frag"
     policy: str = "default"  # a name in scheduler.policies.POLICIES
     partition: str | None = None  # an isolating policy's partition (nodes or gpus); None: the policy's own
+    reclaim_min_run_s: float = 0.0  # a borrower's job runs this long before reclaim may stop it
     # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).
     backend: str = "local"
     ray_address: str | None = None
@@ -100,9 +101,12 @@ class Settings:
         """The named policy, with the chosen placement plugin (and partition): what the head's controller runs.
         Imported here, not at the top: every CLI command reads this module, only the head needs
         the scheduler (~55 ms of imports)."""
+        from dataclasses import replace
+
         from gpupool.scheduler import policies
 
-        return policies.for_head(self.policy, placement=self.placement, partition=self.partition)
+        config = policies.for_head(self.policy, placement=self.placement, partition=self.partition)
+        return replace(config, reclaim_min_run_s=self.reclaim_min_run_s)
 
     @classmethod
     def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:

@@ -73,6 +73,7 @@ def test_a_project_idle_timeout_is_set_shown_and_checked(head_factory: type[Head
     [
         ("--telemetry-every", "0s", "--telemetry-every must be between 1s and 5m"),
         ("--idle-after", "1s", "--idle-after must be between 10s and 7d"),
+        ("--reclaim-min-run", "2d", "--reclaim-min-run must be between 0s and 1d"),
         ("--idle-threshold", "120", "--idle-threshold': Input should be less than or equal to 100"),
     ],
 )

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.projects import Project
-from gpupool.domain.snapshot import RunningJob
+from gpupool.domain.snapshot import RunningJob, Snapshot
 from gpupool.scheduler import schedule
+from gpupool.scheduler.config import SchedulerConfig
 from tests.unit.builders import T0, node, pending, running, snapshot
 
 AB = [Project("a", quota=4), Project("b", quota=4)]
@@ -132,3 +133,40 @@ def test_an_interactive_job_reclaim_cannot_help_still_displaces_its_own_train_jo
     result = schedule(snapshot([node("n1")], [pending(1, project="a", priority="interactive")], held, projects))
     assert [p.job_id for p in result.preemptions] == [11]
     assert result.pending[1].code is ReasonCode.PREEMPTING
+
+
+def _at(seconds: float, *args: object) -> Snapshot:
+    return replace(snapshot(*args), now=T0 + timedelta(seconds=seconds))  # type: ignore[arg-type]
+
+
+MIN_RUN = SchedulerConfig(reclaim_min_run_s=600.0)
+
+
+def test_with_a_minimum_run_young_borrowers_are_spared_and_the_waiting_jobs_told_when() -> None:
+    queue = [pending(1, project="b"), pending(2, project="b")]
+    young = _at(300, [node("n1"), node("n2")], queue, a_fills_the_cluster(), AB)  # a's jobs ran 293-300 s
+    result = schedule(young, MIN_RUN)
+    assert result.preemptions == () and result.starts == ()
+    for job_id in (1, 2):  # both told, the second too (same shape as the first)
+        reason = result.pending[job_id]
+        assert reason.code is ReasonCode.RECLAIM, reason
+        assert "run less than the 10m a job runs before it is reclaimed" in reason.message
+    assert "(the first in 5m)" in result.pending[1].message  # job 17 has run 293 s of 600
+    assert result.wake_at == T0 + timedelta(seconds=606)  # when job 16 has run 600 s: a cycle is due
+    assert schedule(young).preemptions != ()  # without the minimum: reclaimed at once
+
+
+def test_with_a_minimum_run_the_youngest_borrowers_that_ran_it_are_reclaimed() -> None:
+    queue = [pending(1, project="b"), pending(2, project="b")]
+    result = schedule(_at(605, [node("n1"), node("n2")], queue, a_fills_the_cluster(), AB), MIN_RUN)
+    assert sorted(p.job_id for p in result.preemptions) == [14, 15]  # 16 and 17 ran 599 and 598 s
+    assert all("stopping 1 job(s) of a" in result.pending[i].message for i in (1, 2))
+    result = schedule(_at(607, [node("n1"), node("n2")], queue, a_fills_the_cluster(), AB), MIN_RUN)
+    assert sorted(p.job_id for p in result.preemptions) == [16, 17]  # all ran it: the youngest go
+
+
+def test_with_a_minimum_run_a_borrower_still_starting_is_reclaimed_at_once() -> None:
+    held = a_fills_the_cluster()
+    held[-1] = replace(held[-1], started_at=None)  # job 17 has not started: it would lose no work
+    result = schedule(_at(300, [node("n1"), node("n2")], [pending(1, project="b")], held, AB), MIN_RUN)
+    assert [p.job_id for p in result.preemptions] == [17]

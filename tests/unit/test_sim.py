@@ -4,6 +4,10 @@ on the first rows of the public traces."""
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,6 +137,8 @@ SIM_FIELDS = {
     "gpu_utilization",
     "max_gpu_allocation",
     "preemptions",
+    "preempted_jobs",
+    "most_preemptions",
     "fairness",
     "wall_s",
     "placed",
@@ -157,6 +163,8 @@ def test_simulate_command_json_and_table(tmp_path: Path) -> None:
         (["--policy", "magic"], "unknown policy"),
         ([], "give the cluster"),
         (["--nodes", "0"], "--nodes must be >= 1"),
+        (["--nodes", "1", "--reclaim-min-run", "2d"], "--reclaim-min-run must be between 0s and 1d"),
+        (["--nodes", "1", "--reclaim-min-run", "soon"], "malformed duration 'soon'"),
     ]:
         result = subprocess.run([*cli, *bad], capture_output=True, text=True)
         assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -205,3 +213,25 @@ def test_fifo_isolated_confines_each_project_to_its_quota_and_blocks_only_its_ow
     }
     borrowing = run(trace(tmp_path, rows[:5]), 1, 4, GREEDY, projects)["runs"]
     assert borrowing["a2"] == (0, 10, 0) and borrowing["a3"] == (1, 11, 0)  # greedy borrows b's idle GPUs
+
+
+def test_a_minimum_run_delays_reclaim_until_it_is_reached_not_until_the_next_event(tmp_path: Path) -> None:
+    """b1 (within b's quota) arrives at 10 while a's a2 borrows b's GPUs: reclaimed at once by
+    default; with a 30 s minimum at 30, the time the replay wakes for (nothing arrives or ends
+    then: without the wake, b1 would wait for a's jobs to end at 100)."""
+    path = trace(tmp_path, ["a1,0,100,2,1,a", "a2,0,100,1,2,a", "b1,10,50,2,1,b"])
+    projects = [Project("a", quota=2), Project("b", quota=2)]
+    now = run(path, 2, 2, preset("default"), projects)["runs"]
+    assert now["b1"] == (10, 60, 0) and now["a2"][2] == 1  # type: ignore[index]
+    later = run(path, 2, 2, replace(preset("default"), reclaim_min_run_s=30.0), projects)["runs"]
+    assert later["b1"] == (30, 80, 0) and later["a2"] == (0, 180, 1)  # a2 restarts from scratch at 80
+    quotas = tmp_path / "projects.csv"
+    quotas.write_text("name,quota\na,2\nb,2\n")
+    cli = [sys.executable, "-m", "gpupool.cli.main", "simulate", str(path), "--nodes", "2", "--gpus-per-node", "2"]
+    out = subprocess.run(
+        [*cli, "--projects", str(quotas), "--reclaim-min-run", "30s", "-o", "json"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["makespan_s"] == 180  # as the replay above: the flag reaches the scheduler
+    assert (figures["preemptions"], figures["preempted_jobs"], figures["most_preemptions"]) == (1, 1, 1)

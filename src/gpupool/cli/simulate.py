@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +43,9 @@ PartitionOpt = Annotated[
     typer.Option(help="fifo-isolated confines a project to: nodes (its own, sized by its quota; the default) or gpus"),
 ]
 SeedOpt = Annotated[int | None, typer.Option(help="shuffle simultaneous arrivals (a placement study's order)")]
+ReclaimMinRunOpt = Annotated[
+    str, typer.Option(help="a job that borrowed beyond its quota runs this long before reclaim stops it (0 to 1d)")
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +69,21 @@ class Study:
         seed: int | None,
         gpus_per_node: int,
         partition: str | None = None,
+        reclaim_min_run: str = "0s",
     ) -> Study:
         """Everything checked before any replay starts, so bad input costs no waiting."""
         names = policy_names(policy, placement, partition)
+        min_run_s = parse_duration(reclaim_min_run)
+        if min_run_s > 86400:
+            raise InvalidInput(f"--reclaim-min-run must be between 0s and 1d, got {reclaim_min_run}")
         parsed = Window.parse(window) if window else None
         project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
         if seed is not None:
             jobs = shuffle_arrivals(jobs, seed)
-        configs = {n: _config(n, placement, partition) for n in dict.fromkeys(names)}
+        configs = {
+            n: replace(_config(n, placement, partition), reclaim_min_run_s=min_run_s) for n in dict.fromkeys(names)
+        }
         return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
 
     def run(self, nodes: list[Node], policy: str) -> tuple[SimResult, dict[str, Any]]:
@@ -122,6 +131,7 @@ def simulate(
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,
     partition: PartitionOpt = None,
+    reclaim_min_run: ReclaimMinRunOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write per-job CSV and PNG plots into this directory")] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -136,7 +146,9 @@ def simulate(
     else:
         raise InvalidInput("give the cluster: --nodes N [--gpus-per-node G] or --cluster NODES.csv")
     per_node = max(len(n.gpus) for n in node_list)
-    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, per_node, partition)
+    study = Study.prepare(
+        trace, format, policy, placement, projects, window, scale_load, seed, per_node, partition, reclaim_min_run
+    )
     results: dict[str, SimResult] = {}
     figures: dict[str, dict[str, Any]] = {}
     with console.status("replaying…", spinner="dots") as status:
@@ -207,6 +219,7 @@ def plan(
     window: WindowOpt = None,
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,
+    reclaim_min_run: ReclaimMinRunOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write the curve as CSV and PNG into this directory")] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -216,7 +229,9 @@ def plan(
     target = parse_duration(target_queue_p95)
     if gpus_per_node < 1 or max_nodes < 1:
         raise InvalidInput("--gpus-per-node and --max-nodes must be >= 1")
-    study = Study.prepare(trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node)
+    study = Study.prepare(
+        trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node, None, reclaim_min_run
+    )
     with console.status("sizing…", spinner="dots") as status:
         answer, curve = search(
             study.jobs,

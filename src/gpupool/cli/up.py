@@ -64,6 +64,10 @@ def up(
         ),
     ] = None,
     interval: Annotated[float, typer.Option(help="seconds between controller cycles", min=0.01, max=60)] = 0.5,
+    reclaim_min_run: Annotated[
+        str,
+        typer.Option(help="a job that borrowed beyond its quota runs this long before reclaim stops it (0 to 1d)"),
+    ] = "0s",
     backend: Annotated[
         Backend, typer.Option(help="local: virtual nodes on this machine; ray: every node of a Ray cluster")
     ] = Backend.LOCAL,
@@ -159,6 +163,7 @@ def up(
         placement=placement,
         policy=policy,
         partition=partition,
+        reclaim_min_run_s=_bounded("--reclaim-min-run", reclaim_min_run, 0, 86400),
         fair_share_half_life_s=parse_duration(fair_share_half_life),
         backend=backend.value,
         ray_address=ray_address,

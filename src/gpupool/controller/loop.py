@@ -135,9 +135,10 @@ class Controller:
         self._exits_rang = False
         self._last_reap = 0.0
         self._last_full = 0.0
-        # When the first job held back (a restart's back-off, an idle job's hold) may start again:
-        # a cycle runs then, not at the next full cycle up to full_cycle_s later.
-        self._hold_ends: datetime | None = None
+        # When the first job held back (a restart's back-off, an idle job's hold) may start again,
+        # or the scheduler's decisions change by time alone (``CycleResult.wake_at``): a cycle runs
+        # then, not at the next full cycle up to full_cycle_s later.
+        self._wake_at: datetime | None = None
         self._last_usage = 0.0
         self._last_sync = 0.0
         self._audit_pruned: float | None = None  # when the audit log was last pruned (monotonic)
@@ -212,14 +213,14 @@ class Controller:
             if self._watch(lambda: self._idle.observe(readings)):
                 self._dirty = True  # an idle job is being preempted
         due = time.monotonic() - self._last_full >= self._settings.full_cycle_s
-        held_over = self._hold_ends is not None and self._clock.now() >= self._hold_ends
-        if not (self._dirty or touched or due or held_over):
+        woken = self._wake_at is not None and self._clock.now() >= self._wake_at
+        if not (self._dirty or touched or due or woken):
             return None
         self._dirty = False
         self._last_full = time.monotonic()
         with self._db.read() as s:  # no writer waits while the snapshot is read
             on_hold = job_repo.on_hold(s, self._clock.now())
-            self._hold_ends = min((until for until, _ in on_hold.values()), default=None)
+            hold_ends = min((until for until, _ in on_hold.values()), default=None)
             capped = array_repo.capped(s)
             snapshot = load_snapshot(s, self._clock.now(), self._specs, held=capped)
         if on_hold:
@@ -228,6 +229,7 @@ class Controller:
             with self._db.tx() as s:
                 job_repo.set_reasons(s, idle)
         result = schedule(snapshot, self._config, memory=self._memory)
+        self._wake_at = min((t for t in (hold_ends, result.wake_at) if t is not None), default=None)
         specs = {job.id: job.spec for job in snapshot.pending}
         submitted = {job.id: job.submitted_at for job in snapshot.pending}
         for job_id, attempt in self._applier.start_all(result.starts, specs).items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from gpupool.domain.jobs import Placement
 
@@ -56,3 +57,6 @@ class CycleResult:
     starts: tuple[StartJob, ...] = ()
     pending: dict[int, Reason] = field(default_factory=dict)
     preemptions: tuple[Preempt, ...] = ()
+    # When the decisions would change by time alone, with nothing arriving or ending (a borrower's
+    # job reaching the minimum run before it may be reclaimed): the caller runs a cycle by then.
+    wake_at: datetime | None = None

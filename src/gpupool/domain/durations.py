@@ -21,3 +21,12 @@ def parse_duration(value: str) -> float:
     if seconds > MAX_DURATION_S:
         raise InvalidInput(f"duration {value!r} is longer than a century")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for a message, in the unit people read at that size: ``45s``, ``10m``, ``2.5h``."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

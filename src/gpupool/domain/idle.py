@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gpupool.domain.durations import format_duration
 from gpupool.domain.telemetry import GpuKey, GpuSample
 
 
@@ -138,8 +139,9 @@ def idle_policy(
             actions.append(
                 IdleWarning(
                     job.job_id,
-                    f"its GPUs have been idle (below {threshold_pct:g}% utilisation) for {_minutes(idle_s)}; "
-                    f"project {job.project} preempts idle interactive jobs after {_minutes(timeout)}, so it will "
+                    f"its GPUs have been idle (below {threshold_pct:g}% utilisation) for "
+                    f"{format_duration(idle_s)}; project {job.project} preempts idle interactive jobs after "
+                    f"{format_duration(timeout)}, so it will "
                     f"be preempted from {deadline:%H:%M:%S} UTC if other jobs are waiting. Use the GPUs, or "
                     "cancel the job to give them back",
                 )
@@ -148,17 +150,9 @@ def idle_policy(
             actions.append(
                 IdlePreemption(
                     job.job_id,
-                    f"its GPUs were idle for {_minutes(idle_s)} (project {job.project}'s idle timeout is "
-                    f"{_minutes(timeout)}) while {waiting} job(s) waited; preempted and requeued behind them",
+                    f"its GPUs were idle for {format_duration(idle_s)} (project {job.project}'s idle timeout is "
+                    f"{format_duration(timeout)}) while {waiting} job(s) waited; preempted and requeued behind them",
                     now + timedelta(seconds=YIELD_S),
                 )
             )
     return actions
-
-
-def _minutes(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"

@@ -42,3 +42,8 @@ class SchedulerConfig:
     # "nodes", its own whole nodes (``partition``), as Philly's virtual clusters and Slurm did.
     partition: str = "gpus"
     las: LasConfig = field(default_factory=LasConfig)  # the ``las`` job order's queues and bounds
+    # A borrower's job is reclaimed only once it has run this long in its current run (KAI's
+    # reclaim min runtime, Slurm's PreemptExemptTime): without it a job that borrows may be taken
+    # back minutes after each start, again and again (106 times for one job in a Philly replay).
+    # It delays a lender's quota by at most this long; 0 (the default) keeps quotas immediate.
+    reclaim_min_run_s: float = 0.0

@@ -67,7 +67,12 @@ def schedule(
         raise
     if memory is not None:
         memory.started(session.starts, session.start_specs, session.start_owners)
-    return CycleResult(starts=tuple(session.starts), pending=reasons, preemptions=tuple(session.preemptions))
+    return CycleResult(
+        starts=tuple(session.starts),
+        pending=reasons,
+        preemptions=tuple(session.preemptions),
+        wake_at=session.wake_at,
+    )
 
 
 def _explain(session: Session) -> dict[int, Reason]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
@@ -45,6 +46,7 @@ class Session:
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
+    wake_at: datetime | None = None  # when a decision changes by time alone (``CycleResult.wake_at``)
     _preemptible: list[RunningJob] | None = None
     _by_project: dict[str, list[RunningJob]] | None = None
     _stopping: list[RunningJob] | None = None

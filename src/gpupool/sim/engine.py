@@ -93,6 +93,7 @@ class _Replay:
         self.running: dict[int, RunningJob] = {}
         self.ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
+        self.wakes: list[float] = []  # times a cycle asked to run again (``CycleResult.wake_at``)
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
         self.wanted: dict[str, float] = defaultdict(float)  # GPUs its submitted, unfinished jobs ask for
         self.shares = trace_shares(self.projects, [j.spec.project for j in jobs], sum(len(n.gpus) for n in nodes))
@@ -101,15 +102,19 @@ class _Replay:
         self.late = 0  # jobs that started after waiting longer than give_up's bound
 
     def run(self) -> SimResult:
-        runs, arrivals, ends = self.runs, self.arrivals, self.ends
+        runs, arrivals, ends, wakes = self.runs, self.arrivals, self.ends, self.wakes
         next_arrival = 0
         now = runs[arrivals[0]].trace.submit_time if arrivals else 0.0
-        while next_arrival < len(arrivals) or ends:
+        while next_arrival < len(arrivals) or ends or wakes:
             t = ends[0][0] if ends else math.inf
             if next_arrival < len(arrivals):
                 t = min(t, runs[arrivals[next_arrival]].trace.submit_time)
+            if wakes:
+                t = min(t, wakes[0])
             self._account(t - now)
             now = t
+            while wakes and wakes[0] <= now:
+                heapq.heappop(wakes)
             while ends and ends[0][0] <= now:
                 end, job_id = heapq.heappop(ends)
                 if self.end_of.get(job_id) == end:  # else the entry of a run that was preempted: stale
@@ -156,6 +161,10 @@ class _Replay:
         at = EPOCH + timedelta(seconds=now)
         snapshot = Snapshot(at, self.nodes, tuple(self.running.values()), tuple(self.pending.values()), self.projects)
         result = schedule(snapshot, self.config, memory=self.memory, explain_pending=False)
+        if result.wake_at is not None:
+            wake = (result.wake_at - EPOCH).total_seconds()
+            if wake > now and wake not in self.wakes:  # (a handful at most)
+                heapq.heappush(self.wakes, wake)
         for start in result.starts:
             job = self.pending.pop(start.job_id)
             run = self.runs[start.job_id]

@@ -39,6 +39,9 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         if result.capacity
         else 0.0,
         "preemptions": sum(r.preemptions for r in runs),
+        # How preemption is spread: jobs stopped at least once, and the most any one job was stopped.
+        "preempted_jobs": sum(1 for r in runs if r.preemptions),
+        "most_preemptions": max((r.preemptions for r in runs), default=0),
         "fairness": fairness(result, makespan),
         **across_projects(projects),
         "per_project": projects,

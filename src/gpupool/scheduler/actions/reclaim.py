@@ -5,39 +5,48 @@ and never taking a lender below its own quota."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from gpupool.domain.decisions import Reason, ReasonCode
-from gpupool.domain.snapshot import RunningJob
+from gpupool.domain.durations import format_duration
+from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims, stop_for
 
+Allowed = Callable[[list[RunningJob], RunningJob], bool]
+
 
 def run(session: Session) -> None:
-    # Candidates per reclaiming project: built once, rebuilt only after victims change who borrows.
-    candidates_of: dict[str, list[RunningJob]] = {}
+    # Candidates per reclaiming project, and those of them that ran the minimum: built once,
+    # rebuilt only after victims change who borrows.
+    candidates_of: dict[str, tuple[list[RunningJob], list[RunningJob]]] = {}
     allocated = session.allocated
+    min_run_s = session.config.reclaim_min_run_s
     for job in session.queue:
         project = session.project(job.spec.project)
         if allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
             continue  # only GPUs within the quota are taken back (most of a queue: checked first)
         if session.policy_refused(job.id):  # limit or quota: reclaim cannot help
             continue
-        if already_failed(session, job, "reclaim"):
-            continue
-        candidates = candidates_of.get(project.name)
-        if candidates is None:
+        if already_failed(session, job, "reclaim") and not min_run_s:
+            continue  # (with a minimum run, the job may still be told when young borrowers can go)
+        known = candidates_of.get(project.name)
+        if known is None:
             borrowing = {name for name in session.allocated if name != project.name and _borrowing(session, name)}
-            candidates = candidates_of[project.name] = (
-                [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
-            )
+            every = [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
+            grown = [r for r in every if _ran_enough(session, r)] if min_run_s else every
+            known = candidates_of[project.name] = (every, grown)
+        candidates, grown = known
 
         def keeps_quota(chosen: list[RunningJob], victim: RunningJob, _session: Session = session) -> bool:
             lender = victim.spec.project
             taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
             return _session.allocated.get(lender, 0.0) - taken >= _session.project(lender).quota - 1e-9
 
-        victims = choose_victims(session, job, candidates, keeps_quota, purpose="reclaim")
+        victims = choose_victims(session, job, grown, keeps_quota, purpose="reclaim")
         if victims is None:
+            if len(grown) < len(candidates):
+                _wait_for_young(session, job, candidates, keeps_quota)
             continue
         if victims:
             candidates_of.clear()
@@ -57,6 +66,36 @@ def _told(borrower: str, job_id: int) -> Callable[[RunningJob], str]:
     return lambda victim: (
         f"preempted: project {victim.spec.project} borrowed beyond its quota and project "
         f"{borrower} reclaims GPUs for job {job_id}"
+    )
+
+
+def _ran_enough(session: Session, job: RunningJob) -> bool:
+    """Whether a borrower's job has run the minimum in its current run; one still starting has
+    lost no work yet and may be taken back at once."""
+    if job.started_at is None:
+        return True
+    return (session.snapshot.now - job.started_at).total_seconds() >= session.config.reclaim_min_run_s
+
+
+def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJob], keeps_quota: Allowed) -> None:
+    """The borrowers' jobs that would make room have not run the minimum yet: none is stopped, but
+    their GPUs are promised to ``job`` (no later job counts on them) and its reason says when."""
+    victims = choose_victims(session, job, candidates, keeps_quota, purpose="reclaim-later")
+    if not victims:
+        return
+    min_run_s, now = session.config.reclaim_min_run_s, session.snapshot.now
+    young = [r.started_at for r in victims if r.started_at is not None and not _ran_enough(session, r)]
+    ran = (now - min(young)).total_seconds() if young else 0.0  # the oldest of them reaches it first
+    lenders = ", ".join(sorted({v.spec.project for v in victims}))
+    wait_s = max(1.0, min_run_s - ran)
+    wake = now + timedelta(seconds=wait_s)
+    session.wake_at = wake if session.wake_at is None else min(session.wake_at, wake)
+    wait = format_duration(wait_s)
+    session.reasons[job.id] = Reason(
+        ReasonCode.RECLAIM,
+        f"reclaim: {len(victims)} job(s) of {lenders} borrowed beyond quota but have run less than the "
+        f"{format_duration(session.config.reclaim_min_run_s)} a job runs before it is reclaimed; GPUs are "
+        f"taken back once enough have (the first in {wait})",
     )
 
 
