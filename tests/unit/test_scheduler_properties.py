@@ -13,8 +13,8 @@ from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.projects import Project
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob
-from gpupool.scheduler import schedule
-from tests.unit.builders import T0, node, pending, snapshot
+from gpupool.scheduler import SchedulerConfig, schedule
+from tests.unit.builders import T0, node, pending, running, snapshot
 
 GPU_CHOICES = [0, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
 
@@ -183,6 +183,51 @@ def test_preemption_only_stops_train_jobs_and_never_takes_a_lender_below_quota(
             assert victim.spec.priority.rank < beneficiary.spec.priority.rank
     for project, gpus in taken.items():
         assert allocated[project] - gpus >= quotas[project] - 1e-9, f"reclaim took {project} below its quota"
+    _check_no_overallocation(nodes, list(result.starts), held)
+
+
+@st.composite
+def borrowed(draw: st.DrawFn) -> tuple[list, list[PendingJob], list[RunningJob], list[Project]]:  # type: ignore[type-arg]
+    """Project a fills 1-3 nodes of 4 GPUs with 1- and 2-GPU jobs started over the last minute,
+    borrowing some of b's quota; b's jobs wait (reclaim's case, drawn so that it happens)."""
+    nodes = [node(f"n{i}") for i in range(draw(st.integers(1, 3)))]
+    held: list[RunningJob] = []
+    for n in nodes:
+        gpu = 0
+        while gpu < 4:
+            size = min(4 - gpu, draw(st.sampled_from([1, 2])))
+            job = running(len(held) + 100, (n.name, tuple(range(gpu, gpu + size))), project="a")
+            held.append(replace(job, started_at=T0 - timedelta(seconds=draw(st.integers(0, 60)))))
+            gpu += size
+    capacity = 4 * len(nodes)
+    a_quota = draw(st.integers(0, capacity - 1))
+    projects = [Project("a", quota=float(a_quota)), Project("b", quota=float(capacity - a_quota))]
+    queue = [pending(i, project="b", gpus=draw(st.sampled_from([1, 2]))) for i in range(1, draw(st.integers(1, 4)) + 1)]
+    return nodes, queue, held, projects
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(borrowed(), contested()), st.sampled_from([5.0, 60.0, 90.0]))
+def test_with_a_minimum_run_reclaim_stops_no_younger_job_and_wakes_when_one_comes_of_age(
+    case: tuple[list, list[PendingJob], list[RunningJob], list[Project]],  # type: ignore[type-arg]
+    min_run_s: float,
+) -> None:
+    nodes, queue, held, projects = case
+    now = T0 + timedelta(seconds=30)  # contested's jobs started at T0 + their id, borrowed's before T0
+    result = schedule(
+        replace(snapshot(nodes, queue, held, projects), now=now), SchedulerConfig(reclaim_min_run_s=min_run_s)
+    )
+    running_ = {r.id: r for r in held}
+    for p in result.preemptions:
+        victim = running_[p.job_id]
+        if "borrowed beyond its quota" in p.message:  # reclaimed (not displaced, not preempted in-project)
+            assert victim.started_at is not None
+            assert (now - victim.started_at).total_seconds() >= min_run_s, f"job {victim.id} reclaimed too young"
+    if result.wake_at is not None:
+        comes_of_age = {r.started_at + timedelta(seconds=min_run_s) for r in held if r.started_at is not None}
+        assert now < result.wake_at and result.wake_at in comes_of_age, "a wake that is not a job's coming of age"
+        told = [r for r in result.pending.values() if r.code is ReasonCode.RECLAIM and "run less than" in r.message]
+        assert told, "a wake with no job told it waits for it"
     _check_no_overallocation(nodes, list(result.starts), held)
 
 
