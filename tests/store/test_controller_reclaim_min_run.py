@@ -47,7 +47,7 @@ def test_a_young_borrower_is_reclaimed_when_it_has_run_the_minimum(db: Database)
     controller.tick()
     waiting = job_service.get(ctx, owner)
     assert waiting.state is JobState.PENDING and waiting.reason_code == "reclaim"
-    assert "run less than the 10m a job runs before it is reclaimed" in (waiting.reason or "")
+    assert "1 job(s) of a borrowed beyond quota, taken back once they have run 10m" in (waiting.reason or "")
     assert "(the first in 9m)" in (waiting.reason or "")
     clock.advance(539)
     assert controller.tick() is None  # 599 s: no cycle is due

@@ -150,7 +150,7 @@ def test_with_a_minimum_run_young_borrowers_are_spared_and_the_waiting_jobs_told
     for job_id in (1, 2):  # both told, the second too (same shape as the first)
         reason = result.pending[job_id]
         assert reason.code is ReasonCode.RECLAIM, reason
-        assert "run less than the 10m a job runs before it is reclaimed" in reason.message
+        assert "borrowed beyond quota, taken back once they have run 10m" in reason.message
     assert "(the first in 5m)" in result.pending[1].message  # job 17 has run 293 s of 600
     assert result.wake_at == T0 + timedelta(seconds=606)  # when job 16 has run 600 s: a cycle is due
     assert schedule(young).preemptions != ()  # without the minimum: reclaimed at once

@@ -226,7 +226,11 @@ def test_with_a_minimum_run_reclaim_stops_no_younger_job_and_wakes_when_one_come
     if result.wake_at is not None:
         comes_of_age = {r.started_at + timedelta(seconds=min_run_s) for r in held if r.started_at is not None}
         assert now < result.wake_at and result.wake_at in comes_of_age, "a wake that is not a job's coming of age"
-        told = [r for r in result.pending.values() if r.code is ReasonCode.RECLAIM and "run less than" in r.message]
+        told = [
+            r
+            for r in result.pending.values()
+            if r.code is ReasonCode.RECLAIM and "taken back once they have run" in r.message
+        ]
         assert told, "a wake with no job told it waits for it"
     _check_no_overallocation(nodes, list(result.starts), held)
 

@@ -93,9 +93,8 @@ def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJ
     wait = format_duration(wait_s)
     session.reasons[job.id] = Reason(
         ReasonCode.RECLAIM,
-        f"reclaim: {len(victims)} job(s) of {lenders} borrowed beyond quota but have run less than the "
-        f"{format_duration(session.config.reclaim_min_run_s)} a job runs before it is reclaimed; GPUs are "
-        f"taken back once enough have (the first in {wait})",
+        f"reclaim: {len(victims)} job(s) of {lenders} borrowed beyond quota, taken back once they have run "
+        f"{format_duration(min_run_s)} (the first in {wait})",
     )
 
 
