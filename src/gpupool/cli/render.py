@@ -10,6 +10,8 @@ from rich.text import Text
 
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain import exit_reasons
+from gpupool.domain.durations import parse_duration
+from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import NodeState
 
@@ -44,6 +46,14 @@ def until(iso: str, now: datetime | None = None) -> str:
 
 def parse_time(iso: str) -> datetime:
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def bounded_duration(flag: str, text: str, low: float, high: float) -> float:
+    """A duration option's value in seconds, refused (one line, exit 2) outside ``[low, high]``."""
+    seconds = parse_duration(text)
+    if not low <= seconds <= high:
+        raise InvalidInput(f"{flag} must be between {span(int(low))} and {span(int(high))}, got {text}")
+    return seconds
 
 
 def span(seconds: int) -> str:

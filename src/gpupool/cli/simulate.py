@@ -11,12 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.common import Output, OutputOpt, console, print_json
+from gpupool.cli.render import bounded_duration
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig, registry
+from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
 from gpupool.sim.engine import SimResult
@@ -73,9 +75,7 @@ class Study:
     ) -> Study:
         """Everything checked before any replay starts, so bad input costs no waiting."""
         names = policy_names(policy, placement, partition)
-        min_run_s = parse_duration(reclaim_min_run)
-        if min_run_s > 86400:
-            raise InvalidInput(f"--reclaim-min-run must be between 0s and 1d, got {reclaim_min_run}")
+        min_run_s = bounded_duration("--reclaim-min-run", reclaim_min_run, 0, MAX_RECLAIM_MIN_RUN_S)
         parsed = Window.parse(window) if window else None
         project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)

@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli.render import span
+from gpupool.cli.render import bounded_duration
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
+from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
 from gpupool.scheduler.policies import POLICIES, SIM_ONLY, for_head
 from gpupool.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORT, Settings
 
@@ -23,14 +24,7 @@ class Backend(enum.StrEnum):
 
 
 def _node_timeout(text: str) -> float:
-    return _bounded("--node-timeout", text, 2, 3600)
-
-
-def _bounded(flag: str, text: str, low: float, high: float) -> float:
-    seconds = parse_duration(text)
-    if not low <= seconds <= high:
-        raise InvalidInput(f"{flag} must be between {span(int(low))} and {span(int(high))}, got {text}")
-    return seconds
+    return bounded_duration("--node-timeout", text, 2, 3600)
 
 
 def up(
@@ -163,28 +157,28 @@ def up(
         placement=placement,
         policy=policy,
         partition=partition,
-        reclaim_min_run_s=_bounded("--reclaim-min-run", reclaim_min_run, 0, 86400),
+        reclaim_min_run_s=bounded_duration("--reclaim-min-run", reclaim_min_run, 0, MAX_RECLAIM_MIN_RUN_S),
         fair_share_half_life_s=parse_duration(fair_share_half_life),
         backend=backend.value,
         ray_address=ray_address,
         node_name=node_name,
         node_timeout_s=_node_timeout(node_timeout),
-        telemetry_every_s=_bounded("--telemetry-every", telemetry_every, 1, 300),
+        telemetry_every_s=bounded_duration("--telemetry-every", telemetry_every, 1, 300),
         idle_threshold_pct=idle_threshold,
-        idle_after_s=_bounded("--idle-after", idle_after, 10, 7 * 86400),
+        idle_after_s=bounded_duration("--idle-after", idle_after, 10, 7 * 86400),
         alert_temperature_c=alert_temperature,
         cgroups=cgroups,
-        restart_backoff_s=_bounded("--restart-backoff", restart_backoff, 0, 600),
-        keep_finished_s=_bounded("--keep-finished", keep_finished, 3600, 3650 * 86400),
+        restart_backoff_s=bounded_duration("--restart-backoff", restart_backoff, 0, 600),
+        keep_finished_s=bounded_duration("--keep-finished", keep_finished, 3600, 3650 * 86400),
         max_log_bytes=_size("--max-log-size", max_log_size, 2**20, 2**40),
         max_body_bytes=_body_size(max_body),
         max_connections=max_connections,
         tls_cert=_readable("--tls-cert", tls_cert, tls_key),
         tls_key=_readable("--tls-key", tls_key, tls_cert),
-        header_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
-        body_timeout_s=_bounded("--client-timeout", client_timeout, 1, 300),
+        header_timeout_s=bounded_duration("--client-timeout", client_timeout, 1, 300),
+        body_timeout_s=bounded_duration("--client-timeout", client_timeout, 1, 300),
         gateway_port=gateway_port if gateway else None,
-        autoscale_window_s=_bounded("--autoscale-window", autoscale_window, 1, 600),
+        autoscale_window_s=bounded_duration("--autoscale-window", autoscale_window, 1, 600),
     )
     # The server stack loads only for `up`, keeping other commands quick, and only once the options
     # above are read: a malformed one is refused in half a second, not after two of imports.

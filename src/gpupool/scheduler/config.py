@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+MAX_RECLAIM_MIN_RUN_S = 86400.0  # a day: past it a lender's quota would hardly be a guarantee
+
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
