@@ -3,6 +3,11 @@
 Hypothesis explores new random examples on every local run; under CI (CI=true) it runs a fixed,
 derandomized set, so a submission's result does not depend on the luck of the draw. A failure
 found locally is kept in .hypothesis/ and replayed until fixed.
+
+Where gpupool runs as root, a job's /tmp is its own (issue 29): the files tests hand to jobs and
+read back (gates, scripts, markers, heads' data dirs) live under /var/tmp instead, which jobs see.
+pytest's own temp root moves there (PYTEST_DEBUG_TEMPROOT, read when the first tmp_path is made),
+with pytest's usual numbered directories and retention. Set it yourself to put them elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import pytest
 from hypothesis import settings
 
 from tests.unix_accounts import TestAccounts
+
+if os.geteuid() == 0 and os.path.isdir("/var/tmp"):
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", "/var/tmp")
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):

@@ -87,6 +87,7 @@ class Head:
                 alerts=AlertRules(temperature_c=settings.alert_temperature_c),
                 restart_backoff_s=settings.restart_backoff_s,
                 keep_finished_s=settings.keep_finished_s,
+                allow_system_accounts=settings.allow_system_accounts,
             ),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
@@ -110,7 +111,7 @@ class Head:
             self.controller.wake,
             self.ray,
             idle,
-            job_accounts(self.executor),
+            job_accounts(self.executor, settings.allow_system_accounts),
             wake_services=self._wake,
             load=load,
             scheduler=settings.scheduler_config,
@@ -153,6 +154,11 @@ class Head:
             f"gpupool head ready at {url} — {len(nodes)} nodes, {gpus} GPUs ({kind}), data in {self.settings.data_dir}"
         )
         line += f"\ndashboard: {url}/ui/ (gpupool dashboard prints a signed-in link)"
+        if self.ctx.accounts.owners and self.ctx.accounts.head_user == "root":
+            line += (
+                "\njobs run as: each user's own Unix account; the built-in admin's (this head's admin token)"
+                " as root, so give people tokens of their own (gpupool user add NAME)"
+            )
         if self.ctx.gateway.port is not None:
             line += (
                 f"\ngateway: http://{self.settings.host}:{self.ctx.gateway.port} (services at /NAME/: gpupool serve;"
@@ -316,33 +322,41 @@ def _live_workers(db: Database) -> int:
         return len(worker_repo.live_workers(s))
 
 
-def job_accounts(executor: Executor) -> JobAccounts:
+def job_accounts(executor: Executor, allow_system: bool = False) -> JobAccounts:
     """As root, jobs run as their owners (checked here at submit where the nodes are this
     machine); otherwise as the head's own user."""
     local = not executor.capabilities.multi_host
-    exists = _KnownAccounts() if local else None
-    return JobAccounts(owners=accounts.privileged(), head_user=accounts.me(), exists=exists)
+    return JobAccounts(
+        owners=accounts.privileged(),
+        head_user=accounts.me(),
+        uid_of=_KnownAccounts() if local else None,
+        uid_min=accounts.uid_min(),
+        allow_system=allow_system,
+    )
 
 
 class _KnownAccounts:
-    """Whether a Unix account exists here, remembered for a minute: a submission should not read
-    the passwd and group databases each time (an account removed meanwhile fails at launch)."""
+    """A Unix account's uid here (None: no such account), remembered for a minute: a submission
+    should not read the passwd and group databases each time (a change meanwhile is caught at
+    launch, where the node looks again)."""
 
     TTL_S = 60.0
 
     def __init__(self) -> None:
-        self._seen: dict[str, float] = {}
+        self._seen: dict[str, tuple[float, int]] = {}
 
-    def __call__(self, name: str) -> bool:
+    def __call__(self, name: str) -> int | None:
         now = time.monotonic()
-        if now - self._seen.get(name, -self.TTL_S) < self.TTL_S:
-            return True
-        if accounts.lookup(name) is None:
-            return False
+        seen = self._seen.get(name)
+        if seen is not None and now - seen[0] < self.TTL_S:
+            return seen[1]
+        account = accounts.lookup(name)
+        if account is None:
+            return None
         if len(self._seen) > 10_000:
             self._seen.clear()
-        self._seen[name] = now
-        return True
+        self._seen[name] = (now, account.uid)
+        return account.uid
 
 
 def _lock_data_dir(settings: Settings) -> IO[str]:

@@ -71,6 +71,7 @@ class Settings:
     idle_after_s: float = 600.0
     alert_temperature_c: float = 85.0
     cgroups: bool = True  # workers in cgroups where the node can make them (local backend)
+    allow_system_accounts: bool = False  # jobs may run as root or accounts below UID_MIN (DisableRootJobs=NO)
     keep_finished_s: float = 30 * 86400.0  # finished jobs, their events, run dirs and logs are kept so long
     max_log_bytes: int = 100 * 2**20  # each worker's log is cut to its newest half past this
     restart_backoff_s: float = 10.0  # a failed job's first wait before its next attempt, doubling per failure

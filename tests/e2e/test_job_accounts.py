@@ -12,6 +12,7 @@ import pwd
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from gpupool.client.http import GpupoolClient
@@ -138,6 +139,59 @@ def test_a_user_without_an_account_is_refused_until_mapped_and_the_admin_runs_as
     assert f"\n{mine['run_as']}\n" in _log(head, mine["id"])
 
 
-def test_nodes_say_jobs_run_as_their_owners(head: HeadProcess) -> None:
+def test_nodes_and_the_ready_line_say_jobs_run_as_their_owners_and_the_admins_as_root(head: HeadProcess) -> None:
     listing = json.loads(_ok(head, "nodes", "-o", "json"))
-    assert {n["isolation"]["users"] for n in listing} == {"setuid (each job runs as its owner's Unix account)"}
+    assert {n["isolation"]["users"] for n in listing} == {
+        "setuid (each job runs as its owner's Unix account; the built-in admin's as root)"
+    }
+    wait_for(lambda: "the built-in admin's (this head's admin token) as root" in "".join(head.output), 10)
+
+
+def _refused(out: Any, *needles: str) -> None:
+    assert out.returncode == 2, out
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    for needle in needles:
+        assert needle in out.stderr, (needle, out.stderr)
+
+
+def test_no_user_runs_jobs_as_root_or_a_system_account_unless_the_head_allows_it(
+    head_factory: type[HeadProcess], unix_accounts: TestAccounts
+) -> None:
+    """Mapping a user onto root or daemon, or adding a user whose own name is a system account, is
+    refused with a 4xx naming --allow-system-accounts; nothing is written. A head started with it
+    lets them, and the node runs the job as that account."""
+    head = head_factory().start()
+    _refused(head.cli("user", "add", "eve", "--unix-user", "root"), "is root (uid 0)", "--allow-system-accounts")
+    _refused(head.cli("user", "add", "eve", "--unix-user", "daemon"), "is a system account (uid 1", "UID_MIN")
+    _refused(head.cli("user", "add", "daemon"), "'daemon', which is a system account")  # the account of the same name
+    ok = _ok(head, "user", "add", "eve", "--unix-user", unix_accounts.make("eve"))
+    assert "eve added" in ok
+    _refused(head.cli("user", "set-unix-user", "eve", "root"), "root (uid 0)", "gpupool user set-unix-user eve ACCOUNT")
+    users = {u["name"]: u for u in json.loads(_ok(head, "user", "list", "-o", "json"))}
+    assert set(users) == {"admin", "eve"} and users["eve"]["unix_user"] == unix_accounts.make("eve")
+    admin = {"Authorization": f"Bearer {head.token()}"}  # the same through the API: a 4xx with a code
+    refused = httpx.post(f"{head.url}/api/v1/users", json={"name": "fay", "unix_user": "daemon"}, headers=admin)
+    assert refused.status_code == 400 and refused.json()["code"] == "system_account", refused.text
+    head.kill_everything()
+
+    lenient = head_factory(head.data_dir.parent / "lenient", extra=["--allow-system-accounts"]).start()
+    token = _ok(lenient, "user", "add", "dee", "--unix-user", "daemon").strip().splitlines()[-1]
+    job = _finished(lenient, _submit(lenient, token, "sh", "-c", "id -un"))
+    assert job["state"] == "succeeded" and job["run_as"] == "daemon"
+    assert "\ndaemon\n" in _log(lenient, job["id"])
+
+
+def test_two_users_on_one_account_only_with_shared_account(head: HeadProcess, unix_accounts: TestAccounts) -> None:
+    account = unix_accounts.make("team")
+    _ok(head, "user", "add", "gus", "--unix-user", account)
+    _refused(
+        head.cli("user", "add", "hal", "--unix-user", account), f"'{account}' is already gus's", "--shared-account"
+    )
+    _ok(head, "user", "add", "hal", "--unix-user", account, "--shared-account")
+    _ok(head, "user", "add", "ida", "--unix-user", unix_accounts.make("ida"))
+    refused = head.cli("user", "set-unix-user", "ida", account)
+    _refused(refused, "already gus, hal's", "--shared-account")
+    assert "409" not in refused.stderr  # said in words, not as a status code
+    _ok(head, "user", "set-unix-user", "ida", account, "--shared-account")
+    users = {u["name"]: u["unix_user"] for u in json.loads(_ok(head, "user", "list", "-o", "json"))}
+    assert users["gus"] == users["hal"] == users["ida"] == account

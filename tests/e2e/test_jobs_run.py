@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpupool.node.walls import confinement, isolation
+from gpupool.node.walls import NodeWalls, confinement
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
@@ -282,11 +282,16 @@ def test_nodes_say_which_walls_they_enforce(head: HeadProcess) -> None:
     the weaker per-process limits (and how a job gets past them) where not."""
     listing = json.loads(head.cli("nodes", "-o", "json").stdout)
     layout = confinement()
-    expected = isolation(layout, os.geteuid() == 0)
+    expected = NodeWalls(layout, "any").isolation()
     assert [n["isolation"] for n in listing] == [expected, expected]
-    assert set(expected) == {"users", "memory", "cpus", "cpu quota", "devices", "kill"}
+    assert set(expected) == {"users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc"}
     if layout is not None:
         assert expected["memory"].startswith("cgroup") and expected["kill"].startswith("cgroup")
+        assert "device program" in expected["devices"] or "v1 devices" in expected["devices"]
+    if os.geteuid() == 0:  # a job's own /tmp, /dev/shm and /proc need root; said either way
+        assert expected["tmp"].startswith("private /tmp and /dev/shm"), expected
+    else:
+        assert expected["tmp"].startswith("none (shared /tmp and /dev/shm: not root"), expected
     table = head.cli("nodes").stdout
     assert f"walls on node-1, node-2: users {expected['users']}; memory {expected['memory']}" in table.replace(
         "\n", " "

@@ -113,9 +113,10 @@ def test_detect_reports_the_hybrid_layout_of_this_machine(layout: Layout) -> Non
         "memory": "cgroup v1 memory+swap",
         "cpus": "cgroup v1 cpuset",
         "cpu quota": "cgroup v1 cpu",
-        "devices": "cgroup v1 devices",
+        "devices": "cgroup v1 devices + cgroup v2 device program (BPF)",
         "kill": "cgroup v2 cgroup.kill",
     }
+    assert layout.device_program
     assert layout.mechanism("pids") == "cgroup v1 pids"
     assert layout.mounts() == [f"/sys/fs/cgroup/{h}" for h in ("unified", "cpu", "cpuset", "devices", "memory", "pids")]
     assert layout.notes == ()
@@ -240,6 +241,72 @@ def test_a_job_gets_its_gpu_and_not_another(layout: Layout, tmp_path: Path) -> N
     g = group(layout, "devices", Limits(devices_allow=(gpus[1],), devices_deny=(gpus[0],)))
     inside = subprocess.run([PY, "-c", code, *gpus], preexec_fn=g.add_self, capture_output=True, text=True, timeout=20)
     assert inside.stdout.split() == [str(errno.EPERM), str(errno.ENXIO)]
+
+
+OPEN_EACH = (
+    "import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path, 'rb').close()\n        print(0)\n"
+    "    except OSError as e:\n        print(e.errno)\n"
+)
+
+
+def stand_ins(where: Path, minors: tuple[int, ...] = (0, 1, 2, 255)) -> list[str]:
+    """Device files with NVIDIA's major 195 and no driver behind them (195:255 is nvidiactl's)."""
+    for minor in minors:
+        os.mknod(where / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+    return [str(where / f"nvidia{m}") for m in minors]
+
+
+@pytest.mark.parametrize("v1_devices", [True, False], ids=["with-v1-devices", "device-program-alone"])
+def test_the_device_program_refuses_other_gpus_and_mknod_but_keeps_the_driver_files(
+    layout: Layout, tmp_path: Path, v1_devices: bool
+) -> None:
+    """The unified group's BPF program alone (the v1 devices controller out of the way, as on a
+    pure cgroup v2 server) holds the wall: GPU 0's file and a node made with mknod for a GPU the
+    node does not list are refused (EPERM); the job's GPU 1 and nvidiactl reach the (absent)
+    driver (ENXIO)."""
+    if not layout.device_program:
+        pytest.skip(f"no cgroup v2 device program here: {layout.notes}")
+    lay = layout if v1_devices else replace(layout, v1={c: m for c, m in layout.v1.items() if c != "devices"})
+    assert ("cgroup v1 devices" in lay.mechanism("devices")) is v1_devices
+    zero, one, two, ctl = stand_ins(tmp_path)
+    limits = Limits(devices_allow=(one,), devices_deny=(zero,), devices_keep=(ctl,))
+    g = WorkerGroup(lay, node(layout), f"program-{v1_devices}")
+    g.create(limits)
+    code = (
+        OPEN_EACH + "import os\nos.mknod(sys.argv[1] + '-made', 0o600 | 0o20000, os.makedev(195, 0))\nprint('made')\n"
+    )
+    inside = subprocess.run(
+        [PY, "-c", code, zero, one, two, ctl, "/dev/null"],
+        preexec_fn=g.add_self,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert inside.stdout.split()[:5] == [str(errno.EPERM), str(errno.ENXIO), str(errno.EPERM), str(errno.ENXIO), "0"]
+    assert "made" not in inside.stdout and "PermissionError" in inside.stderr  # mknod of a denied GPU
+    outside = subprocess.run([PY, "-c", OPEN_EACH, zero, two], capture_output=True, text=True, timeout=20)
+    assert outside.stdout.split() == [str(errno.ENXIO)] * 2  # the parent is untouched
+    g.remove()
+
+
+def test_device_rules_deny_the_gpus_major_except_the_jobs_own_and_the_driver(tmp_path: Path) -> None:
+    from gpupool.node.devices import Rule, gpu_rules, program
+
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    zero, one, two, ctl = stand_ins(tmp_path)
+    rules = gpu_rules([one], [zero, two], [ctl, str(tmp_path / "gone")])  # a file that vanished is skipped
+    assert rules == [
+        Rule(True, "c", 195, 1),
+        Rule(True, "c", 195, 255),
+        Rule(False, "c", 195, 0),
+        Rule(False, "c", 195, 2),
+        Rule(False, "c", 195, None),
+    ]
+    assert len(program(rules)) == 8 * (
+        4 + 4 * 5 + 4 + 2
+    )  # 8-byte instructions: head, 4 rules of 5, the wildcard, default
+    assert gpu_rules([], [], []) == []
 
 
 @pytest.mark.parametrize("which", ["layout", "v1_layout"])

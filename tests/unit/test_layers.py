@@ -57,9 +57,14 @@ ONLY_GPUPOOL = {"gateway/": ("gpupool.gateway", "gpupool.domain")}
 # ``python -m gpupool.node.supervisor`` runs on every launch: the standard library only, plus the
 # run-directory protocol it shares with the runtime. Importing that runs the package __init__ files.
 STDLIB_ONLY = {
-    "node/supervisor.py": frozenset({"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts"}),
-    "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups"}),
-    "node/cgroups.py": frozenset(),
+    "node/supervisor.py": frozenset(
+        {"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts", "gpupool.node.jobns"}
+    ),
+    "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns"}),
+    "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles"}),
+    "node/cgfiles.py": frozenset(),
+    "node/devices.py": frozenset(),
+    "node/jobns.py": frozenset(),
     "node/accounts.py": frozenset(),
     # forks supervisors: what it imports, every supervisor has
     "node/zygote.py": frozenset({"gpupool.node.rundir", "gpupool.node.supervisor"}),

@@ -95,6 +95,14 @@ def up(
             " --no-cgroups keeps only per-process limits (gpupool nodes says so)",
         ),
     ] = True,
+    allow_system_accounts: Annotated[
+        bool,
+        typer.Option(
+            "--allow-system-accounts",
+            help="let users' jobs run as root or an account below UID_MIN (refused by default, at mapping,"
+            " submit and launch); the built-in admin's jobs run as the head's account either way",
+        ),
+    ] = False,
     restart_backoff: Annotated[
         str,
         typer.Option(
@@ -168,6 +176,7 @@ def up(
         idle_after_s=bounded_duration("--idle-after", idle_after, 10, 7 * 86400),
         alert_temperature_c=alert_temperature,
         cgroups=cgroups,
+        allow_system_accounts=allow_system_accounts,
         restart_backoff_s=bounded_duration("--restart-backoff", restart_backoff, 0, 600),
         keep_finished_s=bounded_duration("--keep-finished", keep_finished, 3600, 3650 * 86400),
         max_log_bytes=_size("--max-log-size", max_log_size, 2**20, 2**40),

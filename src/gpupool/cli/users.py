@@ -18,6 +18,10 @@ token_app = typer.Typer(help="Create, list or revoke API tokens.", no_args_is_he
 
 
 _URL = "http://127.0.0.1:7070"
+_SHARED = typer.Option(
+    "--shared-account",
+    help="allow a Unix account another user's jobs already run as (they could read and signal each other's work)",
+)
 
 
 @user_app.command("add")
@@ -27,12 +31,14 @@ def add(
     unix_user: Annotated[
         str | None, typer.Option(help="the Unix account their jobs run as [default: the one of the same name]")
     ] = None,
+    shared_account: Annotated[bool, _SHARED] = False,
     url: UrlOpt = _URL,
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """Add a user and print their first token (shown this once: hand it to them)."""
+    """Add a user and print their first token (shown this once: hand it to them). Their jobs never
+    run as root or a system account (unless the head allows it: gpupool up --allow-system-accounts)."""
     with client(url) as c:
-        user = c.add_user(name, role.value, unix_user)
+        user = c.add_user(name, role.value, unix_user, shared_account)
     if output is Output.JSON:
         print_json(user)
         return
@@ -79,11 +85,12 @@ def set_role(name: str, role: Role, url: UrlOpt = _URL) -> None:
 def set_unix_user(
     name: str,
     account: Annotated[str | None, typer.Argument(help="a Unix account on the nodes; left out: the same name")] = None,
+    shared_account: Annotated[bool, _SHARED] = False,
     url: UrlOpt = _URL,
 ) -> None:
     """Choose the Unix account a user's jobs run as, from their next job on."""
     with client(url) as c:
-        c.set_unix_user(name, account)
+        c.set_unix_user(name, account, shared_account)
     console.print(f"{name}'s jobs now run as the Unix account {account or name}")
 
 

@@ -271,9 +271,12 @@ class GpupoolClient(ServiceCalls):
     def users(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/users"))
 
-    def add_user(self, name: str, role: str = "member", unix_user: str | None = None) -> dict[str, Any]:
+    def add_user(
+        self, name: str, role: str = "member", unix_user: str | None = None, shared_account: bool = False
+    ) -> dict[str, Any]:
         """A new user; the answer holds their first ``token``, shown this once."""
-        body = {"name": name, "role": role, "unix_user": unix_user}
+        shared = {"shared_account": True} if shared_account else {}
+        body = {"name": name, "role": role, "unix_user": unix_user, **shared}
         return dict(self._call("POST", "/api/v1/users", json=body))
 
     def disable_user(self, name: str) -> dict[str, Any]:
@@ -285,8 +288,9 @@ class GpupoolClient(ServiceCalls):
     def set_user_role(self, name: str, role: str) -> dict[str, Any]:
         return dict(self._call("PUT", f"/api/v1/users/{name}/role", json={"role": role}))
 
-    def set_unix_user(self, name: str, unix_user: str | None) -> dict[str, Any]:
-        return dict(self._call("PUT", f"/api/v1/users/{name}/unix-user", json={"unix_user": unix_user}))
+    def set_unix_user(self, name: str, unix_user: str | None, shared_account: bool = False) -> dict[str, Any]:
+        body = {"unix_user": unix_user, **({"shared_account": True} if shared_account else {})}
+        return dict(self._call("PUT", f"/api/v1/users/{name}/unix-user", json=body))
 
     def delete_user(self, name: str) -> None:
         self._send("DELETE", f"/api/v1/users/{name}")

@@ -21,6 +21,7 @@ from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.records import WorkerRecord
+from gpupool.domain.users import ADMIN_USER
 from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
 from gpupool.executors.base import Executor
 from gpupool.node.runtime import LaunchRequest
@@ -33,8 +34,11 @@ log = logging.getLogger("gpupool.controller")
 
 
 class Applier:
-    def __init__(self, db: Database, executor: Executor, clock: Clock, kill_grace_s: float) -> None:
+    def __init__(
+        self, db: Database, executor: Executor, clock: Clock, kill_grace_s: float, allow_system_accounts: bool = False
+    ) -> None:
         self._db = db
+        self._allow_system = allow_system_accounts
         self._executor = executor
         self._clock = clock
         self._grace = kill_grace_s
@@ -106,6 +110,8 @@ class Applier:
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
                 run_as=ticket.run_as,
+                # The built-in admin's jobs run as the head's own account, root where it is root.
+                allow_system_account=self._allow_system or ticket.owner == ADMIN_USER,
                 gpu_share=p.gpu_share,
                 gpu_memory_mib=p.gpu_memory_mib,
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",

@@ -85,6 +85,9 @@ class ControllerSettings:
     restart_backoff_s: float = 0.0
     # Finished jobs, their events, run directories and logs are deleted this long after they ended.
     keep_finished_s: float = 30 * 86400.0
+    # Users' jobs may run as root or system accounts (gpupool up --allow-system-accounts); the
+    # nodes refuse them otherwise, whatever the head checked at submit.
+    allow_system_accounts: bool = False
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -119,7 +122,7 @@ class Controller:
         self._clock = clock
         self._config = config
         self._settings = settings
-        self._applier = Applier(db, executor, clock, settings.kill_grace_s)
+        self._applier = Applier(db, executor, clock, settings.kill_grace_s, settings.allow_system_accounts)
         self._monitor = Monitor(db, executor, clock, self._applier, settings.restart_backoff_s)
         self._wake = threading.Event()
         self._bell = threading.Event()  # an exit rang: the loop's rest ends

@@ -76,6 +76,9 @@ def worker_env(
             "GPUPOOL_WORKER": str(placement.worker),
             "GPUPOOL_RESTARTS": str(restarts),
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in placement.gpus),
+            # The node's own indices of the worker's GPUs: where the node walls device files, CUDA
+            # counts only the worker's own and the node renumbers CUDA_VISIBLE_DEVICES from 0.
+            "GPUPOOL_GPUS": ",".join(str(i) for i in placement.gpus),
             "MASTER_ADDR": rendezvous.master_addr,
             "MASTER_PORT": str(rendezvous.master_port),
             "WORLD_SIZE": str(spec.workers),

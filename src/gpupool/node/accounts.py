@@ -64,6 +64,33 @@ def lookup(name: str) -> Account | None:
     return Account(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_shell)
 
 
+def uid_min(login_defs: str = "/etc/login.defs") -> int:
+    """The first uid of a person's account on this machine (``UID_MIN``, 1000 unless it says)."""
+    try:
+        with open(login_defs) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == "UID_MIN" and parts[1].isdigit():
+                    return int(parts[1])
+    except OSError:
+        pass
+    return DEFAULT_UID_MIN
+
+
+def system_account(account: Account, first: int | None = None) -> str | None:
+    """Why ``account`` is root or a system account (below UID_MIN), or None for a person's."""
+    if account.uid == 0:
+        return f"the Unix account {account.name!r} is root (uid 0)"
+    limit = uid_min() if first is None else first
+    if account.uid < limit:
+        return f"the Unix account {account.name!r} is a system account (uid {account.uid}, below UID_MIN {limit})"
+    return None
+
+
+DEFAULT_UID_MIN = 1000
+SYSTEM_HINT = "jobs never run as one unless the head allows it (gpupool up --allow-system-accounts)"
+
+
 def me() -> str:
     """The name of the account this process runs as."""
     try:

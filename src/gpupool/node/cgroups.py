@@ -6,12 +6,13 @@ pins cores (``sched_setaffinity`` cannot widen a cpuset), caps tasks, hides othe
 measures use and kills all a job started: a GPU is free only once its worker's group is empty.
 
 The layout is read from ``/proc/self/mountinfo``: cgroup v2 with its controllers (devices there
-need a BPF program, which this module does not write: reported ``none``), v1 (kill freezes first,
-so nothing forks between listing members and SIGKILL), or the hybrid one this project is built on:
-cgroup2 at ``<root>/unified`` without controllers (still ``cgroup.kill`` and CPU time) beside v1
-memory, cpuset, pids, devices. A worker's group is ``<parent>/<node>/<worker>`` in each hierarchy
-used; the node level keeps two virtual nodes on one machine apart. What cannot be set up is left
-out and said (``Layout.isolation``, ``Layout.notes``), never pretended.
+are walled by a BPF device program, ``node/devices.py``, where the kernel lets one be attached),
+v1 (kill freezes first, so nothing forks between listing members and SIGKILL), or the hybrid one
+this project is built on: cgroup2 at ``<root>/unified`` without controllers (still
+``cgroup.kill``, CPU time and device programs) beside v1 memory, cpuset, pids, devices; there both
+device walls hold. A worker's group is ``<parent>/<node>/<worker>`` in each hierarchy used; the
+node level keeps two virtual nodes on one machine apart. What cannot be set up is left out and
+said (``Layout.isolation``, ``Layout.notes``), never pretended.
 
 Standard library only: the supervisor (``python -m gpupool.node.supervisor``) runs it on every
 launch, ``WorkerGroup.add_self`` in the forked child before exec.
@@ -23,10 +24,15 @@ import contextlib
 import os
 import re
 import signal
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from gpupool.node import devices
+from gpupool.node.cgfiles import read as _read
+from gpupool.node.cgfiles import read_int as _read_int
+from gpupool.node.cgfiles import stat_field as _stat_field
+from gpupool.node.cgfiles import write as _write
 
 V1_USED = ("memory", "cpuset", "pids", "devices", "freezer", "cpuacct", "cpu")
 V2_USED = ("memory", "cpuset", "pids", "cpu")
@@ -52,6 +58,7 @@ class Limits:
     devices_allow: tuple[str, ...] = ()
     devices_deny: tuple[str, ...] = ()
     cpu_milli: int = 0  # a fraction of a core: CPU time per period held to it (cpu.max / CFS quota)
+    devices_keep: tuple[str, ...] = ()  # the driver's files every CUDA process needs (nvidiactl...)
 
 
 @dataclass(frozen=True)
@@ -76,15 +83,20 @@ class Layout:
     v2_freeze: bool = False  # cgroup.freeze (Linux 5.2)
     swap: bool = False  # the memory limit covers swap too
     notes: tuple[str, ...] = ()  # why something is not enforced
+    device_program: bool = False  # a BPF device program can be attached to the cgroup2 groups
 
     def mechanism(self, what: str) -> str:
         """How ``what`` (memory, cpus, pids, devices, kill) is enforced, or ``none``."""
         if what == "kill":
             kill = "v2 cgroup.kill" if self.v2_kill else "v2 cgroup.freeze" if self.v2_freeze else "v1 freezer"
             return f"cgroup {kill}" if self.v2_kill or self.v2_freeze or "freezer" in self.v1 else "none"
+        if what == "devices":
+            held = ["cgroup v1 devices"] if "devices" in self.v1 else []
+            held += ["cgroup v2 device program (BPF)"] if self.device_program else []
+            return " + ".join(held) or "none"
         controller = {"cpus": "cpuset", "cpu quota": "cpu"}.get(what, what)
         version = "v2" if controller in self.v2 else "v1" if controller in self.v1 else None
-        if version is None or (version == "v2" and controller == "devices"):
+        if version is None:
             return "none"
         swap = ("+swap" if self.swap else " (swap not limited)") if controller == "memory" else ""
         return f"cgroup {version} {controller}{swap}"
@@ -100,12 +112,19 @@ class Layout:
 
 
 def detect(
-    root: str = "/sys/fs/cgroup", parent: str = "gpupool", *, unified: bool = True, mountinfo: str = ""
+    root: str = "/sys/fs/cgroup",
+    parent: str = "gpupool",
+    *,
+    unified: bool = True,
+    mountinfo: str = "",
+    device_program: bool | None = None,
 ) -> Layout:
     """Find the cgroup hierarchies under ``root`` and create ``<parent>`` in those we will use.
 
     ``unified=False`` ignores cgroup2 (tests use it to exercise the v1 freezer path). A hierarchy
     where ``<parent>`` cannot be made (read-only, not root, no delegation) is left out and noted.
+    ``device_program``: whether device programs can be attached below ``<parent>`` in cgroup2;
+    None tries it (the node runtime, once at start); a supervisor is told what its runtime found.
     """
     if not all(NAME_RE.fullmatch(part) for part in parent.split("/")):
         raise ValueError(f"bad cgroup path {parent!r}")
@@ -129,8 +148,16 @@ def detect(
         swap = os.path.exists(os.path.join(str(v2_mount), parent, "memory.swap.max"))
     else:
         swap = "memory" in v1 and os.path.exists(os.path.join(v1["memory"], "memory.memsw.limit_in_bytes"))
-    notes += [f"{c}: no usable cgroup hierarchy under {root}" for c in V1_USED[:4] if c not in v1 and c not in v2]
-    return Layout(root, parent, v2_mount, v2, v1, kill, freeze, swap, tuple(notes))
+    notes += [f"{c}: no usable cgroup hierarchy under {root}" for c in V1_USED[:3] if c not in v1 and c not in v2]
+    program = False
+    if v2_mount is not None:
+        why = devices.usable(os.path.join(v2_mount, parent)) if device_program is None else None
+        program = why is None if device_program is None else device_program
+        if why is not None:
+            notes.append(f"devices: no cgroup v2 device program ({why})")
+    if "devices" not in v1 and not program and v2_mount is None:
+        notes.append(f"devices: no usable cgroup hierarchy under {root}")
+    return Layout(root, parent, v2_mount, v2, v1, kill, freeze, swap, tuple(notes), program)
 
 
 def _mounts(root: str, mountinfo: str) -> tuple[dict[str, str], str | None]:
@@ -240,6 +267,10 @@ class WorkerGroup:
                 self._set(d, "devices.deny", _device_rule(path))
             for path in limits.devices_allow:
                 self._set(d, "devices.allow", _device_rule(path))
+        if (limits.devices_allow or limits.devices_deny) and self.layout.device_program and (d := self._dir("unified")):
+            rules = devices.gpu_rules(limits.devices_allow, limits.devices_deny, limits.devices_keep)
+            if rules:
+                devices.attach(d, rules)
 
     def _dir(self, controller: str) -> str | None:
         lay = self.layout  # "unified": the cgroup2 group, whatever its controllers
@@ -347,44 +378,5 @@ class WorkerGroup:
 
 
 def _device_rule(path: str) -> str:
-    st = os.stat(path)
-    kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else None
-    if kind is None:
-        raise CgroupError(f"{path} is not a device file")
-    return f"{kind} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} rwm"
-
-
-def _write(path: str, value: str) -> None:
-    """One write(2): cgroup files take a value per write call, not a stream."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value.encode())
-    except OSError as exc:  # name the file: write(2) errors do not
-        raise OSError(exc.errno, f"{exc.strerror} (writing {value!r})", path) from None
-    finally:
-        os.close(fd)
-
-
-def _read(*parts: str | None) -> str | None:
-    """A cgroup file's text, stripped; None where it (or its directory) is not there."""
-    if None in parts:
-        return None
-    try:
-        with open(os.path.join(*(p for p in parts if p is not None))) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _read_int(directory: str | None, name: str) -> int | None:
-    text = _read(directory, name)
-    return int(text) if text and text.isdigit() else None
-
-
-def _stat_field(directory: str | None, name: str, key: str) -> int | None:
-    """``key N`` from a flat-keyed file (cpu.stat, memory.events, memory.oom_control)."""
-    for line in (_read(directory, name) or "").splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
-            return int(parts[1])
-    return None
+    kind, major, minor = devices.number(path)
+    return f"{kind} {major}:{minor} rwm"

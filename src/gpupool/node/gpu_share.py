@@ -27,6 +27,7 @@ log = logging.getLogger("gpupool.gpu_share")
 GPU_OOM = "gpu_oom"  # the exit reason (domain/exit_reasons.py)
 CHECK_EVERY_S = 1.0  # per worker: a query of the GPU's processes costs about a millisecond
 MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+DEFAULT_MPS_PIPE = "/tmp/nvidia-mps"  # where CUDA clients look for the MPS control daemon unless told
 
 
 def share_limit_mib(share: float, asked_mib: int, gpu_memory_mib: int) -> int:
@@ -38,7 +39,7 @@ def share_limit_mib(share: float, asked_mib: int, gpu_memory_mib: int) -> int:
 
 def mps_running(environ: Mapping[str, str]) -> bool:
     """Whether an MPS control daemon listens where CUDA clients of this node would look for it."""
-    pipe = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+    pipe = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE)
     return (pipe / "control").exists()
 
 

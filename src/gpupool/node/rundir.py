@@ -21,11 +21,13 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpupool.node import cgroups
 from gpupool.node.accounts import Account
+from gpupool.node.jobns import Scratch
 
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
 SUPERVISOR_PID = "supervisor.pid"  # the supervisor's pid (for a detached one, written by its parent)
@@ -68,13 +70,16 @@ class RunSpec(NamedTuple):
     devices_allow: tuple[str, ...] = ()  # with a cgroup: the job's GPU device files
     devices_deny: tuple[str, ...] = ()  # with a cgroup: the node's other GPU device files
     account: Account | None = None  # the Unix account the worker runs as; None: the supervisor's own
+    devices_keep: tuple[str, ...] = ()  # with a cgroup: the driver's files every CUDA process opens
+    device_program: bool = False  # with a cgroup: the node walls devices with a cgroup2 BPF program too
+    scratch: Scratch | None = None  # the job's private /tmp, /dev/shm and /proc; None: the host's
 
     def group(self, layout: cgroups.Layout | None = None) -> cgroups.WorkerGroup:
         """The worker's cgroup (``cgroup`` must be set), in ``layout`` (the node runtime's, found
         once when it started), else in the layout found now."""
         assert self.cgroup is not None
         node, _, name = self.cgroup.partition("/")
-        return cgroups.WorkerGroup(layout or cgroups.detect(), node, name)
+        return cgroups.WorkerGroup(layout or cgroups.detect(device_program=self.device_program), node, name)
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -97,8 +102,12 @@ class RunSpec(NamedTuple):
             data["pids_max"] = self.pids_max
             data["devices_allow"] = list(self.devices_allow)
             data["devices_deny"] = list(self.devices_deny)
+            data["devices_keep"] = list(self.devices_keep)
+            data["device_program"] = self.device_program
         if self.account is not None:
             data["account"] = self.account.to_json()
+        if self.scratch is not None:
+            data["scratch"] = self.scratch.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -123,6 +132,9 @@ class RunSpec(NamedTuple):
             devices_allow=tuple(str(d) for d in data.get("devices_allow") or ()),
             devices_deny=tuple(str(d) for d in data.get("devices_deny") or ()),
             account=Account.from_json(data["account"]) if data.get("account") else None,
+            devices_keep=tuple(str(d) for d in data.get("devices_keep") or ()),
+            device_program=bool(data.get("device_program")),
+            scratch=Scratch.from_json(data["scratch"]) if data.get("scratch") else None,
         )
 
 
@@ -344,3 +356,14 @@ def supervisor_running(pid: int, run_dir: Path) -> bool:
     except OSError:
         return False
     return bool(recorded) and recorded == started_at(pid)
+
+
+def refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dict[str, Any]:
+    """A worker that cannot start, recorded as if its supervisor had tried (exit 126, with why in
+    its log), so the head learns it through the same ``poll`` as any other exit; its handle."""
+    with open(log, "a") as f:
+        f.write(f"{header}\ngpupool: {why}; not starting the worker\n")
+    record = ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
+    write_exit(run_dir, record)
+    ring(run_dir)
+    return {"pid": 0, "run_dir": str(run_dir)}

@@ -18,7 +18,6 @@ import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.node import accounts, cgroups, gpu_share, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
-from gpupool.node.walls import confinement, isolation
+from gpupool.node.walls import NodeWalls, confinement
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +45,9 @@ class LaunchRequest:
     gpu_share: float = 0.0  # its part of its one GPU, when it shares one (0: whole GPUs, or none)
     gpu_memory_mib: int = 0  # with a share: the GPU memory it asked for (0: its share of the GPU's)
     cpu_milli: int = 0  # a fraction of a core: its millicores on the shared ``cpus`` (0: ``cpus`` pinned)
+    # Root or an account below the machine's UID_MIN: refused unless the head allows it (gpupool up
+    # --allow-system-accounts, or the built-in admin's own jobs, which run as the head's account).
+    allow_system_account: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class NodeRuntime:
         clock: Clock | None = None,
         cgroups_wanted: bool = True,
         max_log_bytes: int = log_cap.DEFAULT_MAX_LOG_BYTES,
+        device_dir: Path = Path("/dev"),
     ) -> None:
         self.name = name
         self.address = address
@@ -94,17 +97,17 @@ class NodeRuntime:
         # (a Ray worker does) cannot take them down.
         self._detach = detach
         self._launching: dict[str, subprocess.Popen[bytes]] = {}
-        self._zygote = zygote.Zygote(data_dir, python, self._base_env)  # supervisors without a Python start
+        self._zygote = zygote.Zygote(data_dir, python, self._supervisor_env())  # supervisors without a Python start
         self._clock = clock or SystemClock()
         # Each worker in a cgroup of its own where the node can make them (root, a cgroup fs):
         # named by node and data dir, so two heads' virtual nodes on one machine never share one.
         self.layout = confinement(cgroups_wanted)
-        # Root runs each job as its owner's account; anyone else runs every job as itself.
-        self.as_owners = accounts.privileged()
         self._gpu_watch = gpu_share.GpuShareWatch(probe, self.layout)
         self._log_cap = log_cap.LogCap(max_log_bytes)
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
-        self._cgroup_node = f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}"
+        self.walls = NodeWalls(self.layout, f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}", device_dir)
+        self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
+        self.scratch_why = self.walls.scratch_why  # None: each job gets a private /tmp, /dev/shm, /proc
 
     def describe(self) -> Node:
         return Node(
@@ -114,7 +117,7 @@ class NodeRuntime:
             tuple(self._gpu_list()),
             self._cpus,
             self._memory_mib,
-            isolation=isolation(self.layout, self.as_owners),
+            isolation=self.walls.isolation(),
         )
 
     def _gpu_list(self) -> list[GpuInfo]:  # the probe is asked once
@@ -156,12 +159,22 @@ class NodeRuntime:
             account = accounts.lookup(req.run_as)
             if account is None:
                 why = f"no Unix account {req.run_as!r} on node {self.name}: an admin creates it, or maps the user"
-                return _refuse(run_dir, log, req.header, why, NO_ACCOUNT)
+                return rundir.refuse(run_dir, log, req.header, why, NO_ACCOUNT)
+            if not req.allow_system_account and (system := accounts.system_account(account)):
+                why = f"{system} on node {self.name}; {accounts.SYSTEM_HINT}"
+                return rundir.refuse(run_dir, log, req.header, why, SYSTEM_ACCOUNT)
             env.update(account.env())
         env.update(req.env)
         gpu, limit = self._gpu_limit(req)
         if limit and gpu_share.mps_running(self._base_env):
             env.update(gpu_share.mps_env(limit))
+        gpus = _visible(req)
+        confined = self.walls.cgroup(req.job_id, req.attempt, req.worker, gpus)
+        env.update(self.walls.cuda_env(confined, gpus, env))
+        kept = [req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR")]
+        scratch = self.walls.scratch(run_dir.parent, req.memory_mib, kept, account, self._base_env)
+        if scratch is not None and "TMPDIR" not in req.env:
+            env.pop("TMPDIR", None)  # the head's, elsewhere: the job's temporary files belong in its own /tmp
         spec = rundir.RunSpec(
             argv=req.argv,
             env=env,
@@ -174,7 +187,8 @@ class NodeRuntime:
             header=req.header,
             lease=None if self._lease_timeout_s is None else rundir.Lease(str(self.lease_path), self._lease_timeout_s),
             account=account,
-            **self._confine(req),
+            scratch=scratch,
+            **confined,
         )
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
@@ -192,7 +206,7 @@ class NodeRuntime:
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
-                env=self._base_env,
+                env=self._supervisor_env(),
             )
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
@@ -204,29 +218,18 @@ class NodeRuntime:
         (run_dir / rundir.SUPERVISOR_PID).write_text(str(child.pid))
         return {"pid": child.pid, "run_dir": str(run_dir), **watched}
 
+    def _supervisor_env(self) -> dict[str, str]:
+        """The supervisor's own environment (its worker's is the spec's): where gpupool's code is,
+        so a head run from a source tree (``PYTHONPATH=src``) starts supervisors too."""
+        return {**self._base_env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
     def _gpu_limit(self, req: LaunchRequest) -> tuple[int | None, int]:
         """The shared GPU of a fractional worker and the most of its memory the worker may hold."""
-        visible = [int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
+        visible = _visible(req)
         if not req.gpu_share or len(visible) != 1:
             return None, 0
         total = next((g.memory_mib for g in self._gpu_list() if g.index == visible[0]), 0)
         return visible[0], gpu_share.share_limit_mib(req.gpu_share, req.gpu_memory_mib, total)
-
-    def _confine(self, req: LaunchRequest) -> dict[str, Any]:
-        """The cgroup part of a worker's spec: its group, a process limit, and its GPUs' device
-        files allowed and the node's other GPUs' denied (where ``/dev/nvidiaN`` exist)."""
-        if self.layout is None:
-            return {}
-        visible = {int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()}
-        present = {
-            int(m.group(1)): str(p) for p in Path("/dev").glob("nvidia[0-9]*") if (m := _GPU_DEV.fullmatch(p.name))
-        }
-        return {
-            "cgroup": f"{self._cgroup_node}/job-{req.job_id}-{req.attempt}-w{req.worker}",
-            "pids_max": PIDS_MAX,
-            "devices_allow": tuple(p for g, p in sorted(present.items()) if g in visible),
-            "devices_deny": tuple(p for g, p in sorted(present.items()) if g not in visible),
-        }
 
     def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
         """None while the worker runs; its exit once the supervisor recorded one."""
@@ -348,8 +351,7 @@ class NodeRuntime:
 
 
 NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
-PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
-_GPU_DEV = re.compile(r"nvidia(\d+)")
+SYSTEM_ACCOUNT = "system_account"  # exit reason of a worker that would have run as root or a system account
 
 
 def stop_leftovers(data_dir: Path, note: str) -> int:
@@ -369,15 +371,9 @@ def stop_leftovers(data_dir: Path, note: str) -> int:
     return stopped
 
 
-def _refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dict[str, Any]:
-    """A worker that cannot start, recorded as if its supervisor had tried (exit 126, with why in
-    its log), so the head learns it through the same ``poll`` as any other exit."""
-    with open(log, "a") as f:
-        f.write(f"{header}\ngpupool: {why}; not starting the worker\n")
-    record = rundir.ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
-    rundir.write_exit(run_dir, record)
-    rundir.ring(run_dir)
-    return {"pid": 0, "run_dir": str(run_dir)}
+def _visible(req: LaunchRequest) -> list[int]:
+    """The node's GPU indices a worker was given (the head says them in ``CUDA_VISIBLE_DEVICES``)."""
+    return [int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
 
 
 def _read_exit(run_dir: Path) -> WorkerExit | None:

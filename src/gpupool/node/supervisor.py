@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from gpupool.node import cgroups, rundir
+from gpupool.node import cgroups, jobns, rundir
 from gpupool.node.accounts import Account
 
 
@@ -61,7 +61,13 @@ def _group(spec: rundir.RunSpec, log: Any) -> cgroups.WorkerGroup | Literal[Fals
     if spec.cgroup is None:
         return None
     limits = cgroups.Limits(
-        spec.memory_mib, spec.cpus, spec.pids_max, spec.devices_allow, spec.devices_deny, spec.cpu_milli
+        spec.memory_mib,
+        spec.cpus,
+        spec.pids_max,
+        spec.devices_allow,
+        spec.devices_deny,
+        spec.cpu_milli,
+        spec.devices_keep,
     )
     try:
         group = spec.group()
@@ -111,8 +117,10 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group, spec.account, cwd),
+            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group, spec.account, cwd, spec.scratch),
         )
+    except subprocess.SubprocessError:  # the walls could not be set up: said in the log by the child
+        return 126, False
     except FileNotFoundError:
         log.write(f"gpupool: command not found: {spec.argv[0]}\n".encode())
         return 127, False
@@ -152,15 +160,28 @@ class _Lease:
 
 
 def _limits(
-    cpus: list[int], memory_mib: int, group: cgroups.WorkerGroup | None, account: Account | None, cwd: str | None
+    cpus: list[int],
+    memory_mib: int,
+    group: cgroups.WorkerGroup | None,
+    account: Account | None,
+    cwd: str | None,
+    scratch: jobns.Scratch | None = None,
 ) -> Any:
     """Between fork and exec: into the cgroup first (which holds memory, cores and processes),
     else the per-process limits, which a job can escape (a child's own affinity, a shared mapping);
-    last, down to the owner's account, once nothing left needs root."""
+    then into the job's private /tmp, /dev/shm and /proc; last, down to the owner's account, once
+    nothing left needs root."""
 
     def apply() -> None:
         if group is not None:
             group.add_self()
+        if scratch is not None:
+            try:
+                jobns.enter(scratch)
+            except OSError as exc:  # stdout and stderr are the log already; the parent sees only a failure
+                why = f"gpupool: cannot give the worker its private /tmp and /dev/shm ({exc}); not starting it\n"
+                os.write(1, why.encode())
+                raise
         if cpus:
             os.sched_setaffinity(0, cpus)
         if memory_mib and group is None:

@@ -1,21 +1,104 @@
-"""What a node enforces around each job, found once when its runtime starts: the cgroup layout
-its workers are confined in, if any, and the same said plainly for ``gpupool nodes``."""
+"""What a node puts around each worker, found once when its runtime starts, and the same said
+plainly for ``gpupool nodes``: the cgroup layout its workers are confined in (memory, cores, a
+process limit, the GPUs' device files), the job's private namespace (``/tmp``, ``/dev/shm``,
+``/proc``) and whose account a job runs as. The runtime asks it for the walls part of each
+worker's spec; the supervisor puts them up."""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from gpupool.node import accounts, cgroups
+from gpupool.node import accounts, cgroups, gpu_share, jobns
+
+PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
+_GPU_DEV = re.compile(r"nvidia(\d+)")
 
 
-def isolation(layout: cgroups.Layout | None, as_owners: bool) -> dict[str, str]:
+class NodeWalls:
+    def __init__(self, layout: cgroups.Layout | None, cgroup_node: str, device_dir: Path = Path("/dev")) -> None:
+        self.layout = layout
+        self.cgroup_node = cgroup_node  # the node's level in the cgroup tree: two heads' nodes never share one
+        self.as_owners = accounts.privileged()  # root runs each job as its owner's account
+        # Each job in a mount namespace of its own where root can make one; else why not.
+        self.scratch_why = jobns.usable() if self.as_owners else "not root: jobs share the node's /tmp and /dev/shm"
+        self.hidepid = jobns.hidepid_usable()
+        self.device_dir = device_dir  # where the GPUs' device files are (tests make stand-ins elsewhere)
+
+    def isolation(self) -> dict[str, str]:
+        return isolation(self.layout, self.as_owners, self.scratch_why, self.hidepid)
+
+    def cgroup(self, job_id: int, attempt: int, worker: int, gpus: list[int]) -> dict[str, Any]:
+        """The cgroup part of a worker's spec: its group, a process limit, and its GPUs' device
+        files allowed and the node's other GPUs' denied (where ``nvidiaN`` files exist), with the
+        driver's own files (``nvidiactl``, ``nvidia-uvm``...) kept open for a device program."""
+        if self.layout is None:
+            return {}
+        present = {
+            int(m.group(1)): str(p) for p in self.device_dir.glob("nvidia[0-9]*") if (m := _GPU_DEV.fullmatch(p.name))
+        }
+        keep = [str(p) for p in self.device_dir.glob("nvidia*") if not _GPU_DEV.fullmatch(p.name) and not p.is_dir()]
+        keep += [str(p) for p in self.device_dir.glob("nvidia-caps/*")]
+        return {
+            "cgroup": f"{self.cgroup_node}/job-{job_id}-{attempt}-w{worker}",
+            "pids_max": PIDS_MAX,
+            "devices_allow": tuple(p for g, p in sorted(present.items()) if g in gpus),
+            "devices_deny": tuple(p for g, p in sorted(present.items()) if g not in gpus),
+            "devices_keep": tuple(sorted(keep)) if present else (),
+            "device_program": self.layout.device_program,
+        }
+
+    def cuda_env(self, confined: Mapping[str, Any], gpus: list[int], env: Mapping[str, str]) -> dict[str, str]:
+        """What CUDA is told where the node walls its GPUs' device files: CUDA and NVML count only
+        the devices a process can open, so the worker's GPUs are devices 0..n-1 to it, in PCI order,
+        as under Slurm's ConstrainDevices (``GPUPOOL_GPUS`` keeps the node's own indices)."""
+        walled = self.layout is not None and self.layout.mechanism("devices") != "none"
+        if not walled or not confined.get("devices_allow"):
+            return {}
+        renumbered = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus)))}
+        if "CUDA_DEVICE_ORDER" not in env:  # CUDA's own order is fastest first
+            renumbered["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        return renumbered
+
+    def scratch(
+        self,
+        job_dir: Path,
+        memory_mib: int,
+        kept: list[str | None],
+        account: accounts.Account | None,
+        base_env: Mapping[str, str],
+    ) -> jobns.Scratch | None:
+        """The worker's private /tmp, /dev/shm and /proc, where this node can make them: each tmpfs
+        bounded by its memory limit (else half the node's memory), with the host paths under /tmp
+        it was started with (``kept``, and the MPS daemon's pipe directory) bound in."""
+        if self.scratch_why is not None:
+            return None
+        size = memory_mib * 2**20 if memory_mib else os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+        mps = base_env.get("CUDA_MPS_PIPE_DIRECTORY") or gpu_share.DEFAULT_MPS_PIPE
+        uid, gid = (account.uid, account.gid) if account is not None else (os.geteuid(), os.getegid())
+        return jobns.Scratch(str(job_dir), size, uid, gid, jobns.kept([*kept, mps]), self.hidepid)
+
+
+def isolation(
+    layout: cgroups.Layout | None, as_owners: bool, scratch_why: str | None = "", hidepid: bool = False
+) -> dict[str, str]:
     """What this node enforces around each job, said plainly: the cgroup mechanisms where workers
-    get a group; otherwise the per-process limits, with how a job gets past them."""
+    get a group; otherwise the per-process limits, with how a job gets past them. ``scratch_why``:
+    None where each job gets a private namespace, else why it does not."""
     users = "setuid (each job runs as its owner's Unix account)"
+    if as_owners and accounts.me() == "root":
+        users = "setuid (each job runs as its owner's Unix account; the built-in admin's as root)"
     if not as_owners:
         users = f"none (single-user: every job runs as {accounts.me()})"
+    private = _private(scratch_why, hidepid)
     if layout is not None:
-        return {"users": users, **layout.isolation()}
+        walls = layout.isolation()
+        if walls["devices"] == "none":
+            walls["devices"] = "none (CUDA_VISIBLE_DEVICES only: " + _why_not(layout, "devices") + ")"
+        return {"users": users, **walls, **private}
     return {
         "users": users,
         "memory": "rlimit data, per process (a shared mapping or a child escapes it)",
@@ -23,6 +106,7 @@ def isolation(layout: cgroups.Layout | None, as_owners: bool) -> dict[str, str]:
         "cpu quota": "none (a fraction of a core is not held to it)",
         "devices": "none (CUDA_VISIBLE_DEVICES only)",
         "kill": "process group (a new session escapes it)",
+        **private,
     }
 
 
@@ -36,3 +120,19 @@ def confinement(wanted: bool = True) -> cgroups.Layout | None:
     except OSError:
         return None
     return layout if any(v != "none" for v in layout.isolation().values()) else None
+
+
+def _private(scratch_why: str | None, hidepid: bool) -> dict[str, str]:
+    if scratch_why is not None:
+        why = scratch_why or "no mount namespace"
+        return {"tmp": f"none (shared /tmp and /dev/shm: {why})", "proc": f"none (every process visible: {why})"}
+    proc = "hidepid=2 (a job sees only its own account's processes)"
+    if not hidepid:
+        proc = "none (this kernel shares one set of /proc options: Linux 5.8 or newer hides them)"
+    tmp = "private /tmp and /dev/shm per job (tmpfs in a mount namespace, counted in its memory, gone at its end)"
+    return {"tmp": tmp, "proc": proc}
+
+
+def _why_not(layout: cgroups.Layout, what: str) -> str:
+    said = [n.split(": ", 1)[1] for n in layout.notes if n.startswith(what + ": ")]
+    return "; ".join(said) or "no devices controller or device program"

@@ -48,15 +48,22 @@ def projects_of(ctx: HeadContext, who: Principal) -> dict[str, ProjectRole]:
         return member_repo.roles_of(s, who.user)
 
 
-def add_user(ctx: HeadContext, who: Principal, name: str, role: Role, unix_user: str | None) -> tuple[User, NewToken]:
-    """A new user and their first token (of the widest scope their role allows)."""
+def add_user(
+    ctx: HeadContext, who: Principal, name: str, role: Role, unix_user: str | None, *, shared_account: bool = False
+) -> tuple[User, NewToken]:
+    """A new user and their first token (of the widest scope their role allows). Refused when
+    their jobs would run as root, a system account, or (unless ``shared_account``) another user's."""
     _require(who, Scope.ADMIN, "add users")
     check_user_name(name)
     check_unix_user(unix_user)
+    account = ctx.accounts.account_of(name, unix_user)
     if unix_user is not None and ctx.accounts.owners:
         ctx.accounts.check(name, unix_user)
+    elif ctx.accounts.owners and (ctx.accounts.uid_of is None or ctx.accounts.uid_of(account) is not None):
+        ctx.accounts.check(name, account)  # the account of the same name: refused if it is a system one
     now = ctx.clock.now()
     with ctx.db.tx() as s:
+        ctx.accounts.check_unshared(name, account, user_repo.list_users(s), shared_account)
         user = user_repo.add_user(s, name, role, unix_user, now)
         info, plain = token_repo.issue_token(s, name, role.value, now, name="first", scope=widest_scope(role.value))
     return user, NewToken(info, plain)
@@ -74,14 +81,19 @@ def set_role(ctx: HeadContext, who: Principal, name: str, role: Role) -> User:
         return user_repo.set_role(s, name, role, ctx.clock.now())
 
 
-def set_unix_user(ctx: HeadContext, who: Principal, name: str, unix_user: str | None) -> User:
+def set_unix_user(
+    ctx: HeadContext, who: Principal, name: str, unix_user: str | None, *, shared_account: bool = False
+) -> User:
     """Which Unix account ``name``'s next jobs run as; refused when the head can tell that it
-    does not exist."""
+    does not exist, when it is root or a system account, or (unless ``shared_account``) when
+    another user's jobs run as it."""
     _require(who, Scope.ADMIN, "map users to Unix accounts")
     check_unix_user(unix_user)
+    account = ctx.accounts.account_of(name, unix_user)
     if ctx.accounts.owners:
-        ctx.accounts.check(name, ctx.accounts.account_of(name, unix_user))
+        ctx.accounts.check(name, account)
     with ctx.db.tx() as s:
+        ctx.accounts.check_unshared(name, account, user_repo.list_users(s), shared_account)
         return user_repo.set_unix_user(s, name, unix_user, ctx.clock.now())
 
 

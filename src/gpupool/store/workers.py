@@ -32,6 +32,7 @@ class StartTicket:
     workers: tuple[tuple[int, Placement], ...]
     run_as: str | None = None  # the Unix account its workers run as (fixed at submit)
     array: ArrayTask | None = None  # a task of an array: its workers are told which
+    owner: str = ""  # the user who submitted it
 
 
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
@@ -81,7 +82,7 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
     session.flush()
     workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
     array = task_of(session, job_id) if row.array_id is not None else None
-    return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array)
+    return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
 
 
 def mark_launched(

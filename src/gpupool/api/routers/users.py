@@ -28,7 +28,9 @@ def listing(ctx: Ctx, who: Caller) -> list[UserOut]:
 
 @router.post("/users", response_model=UserCreated, status_code=201)
 def add_user(body: UserAdd, ctx: Ctx, who: Caller, response: Response) -> UserCreated:
-    user, made = user_service.add_user(ctx, who, body.name, body.role, body.unix_user)
+    user, made = user_service.add_user(
+        ctx, who, body.name, body.role, body.unix_user, shared_account=body.shared_account
+    )
     response.headers["Location"] = f"/api/v1/users/{user.name}"  # the audit log's target, too
     return UserCreated(**UserOut.of(user).model_dump(), token=made.token)
 
@@ -50,7 +52,7 @@ def set_role(name: str, body: RoleSet, ctx: Ctx, who: Caller) -> UserOut:
 
 @router.put("/users/{name}/unix-user", response_model=UserOut)
 def set_unix_user(name: str, body: UnixUserSet, ctx: Ctx, who: Caller) -> UserOut:
-    return UserOut.of(user_service.set_unix_user(ctx, who, name, body.unix_user))
+    return UserOut.of(user_service.set_unix_user(ctx, who, name, body.unix_user, shared_account=body.shared_account))
 
 
 @router.delete("/users/{name}", status_code=204, response_class=Response)

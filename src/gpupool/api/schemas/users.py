@@ -17,12 +17,14 @@ class UserAdd(BaseModel):
     name: str = Field(min_length=1, max_length=63)
     role: Role = Role.MEMBER
     unix_user: str | None = Field(None, max_length=MAX_UNIX_USER)
+    shared_account: bool = Field(False, description="allow a Unix account another user's jobs already run as")
 
 
 class UnixUserSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     unix_user: str | None = Field(description="null: the Unix account of the user's own name", max_length=MAX_UNIX_USER)
+    shared_account: bool = Field(False, description="allow a Unix account another user's jobs already run as")
 
 
 class RoleSet(BaseModel):

@@ -1,0 +1,189 @@
+"""Device walls on cgroup v2: a BPF device program per worker group (issue 29).
+
+cgroup v2 has no devices controller. The kernel asks instead every ``BPF_PROG_TYPE_CGROUP_DEVICE``
+program attached to a group (and to its ancestors, with ``BPF_F_ALLOW_MULTI``) whether a process
+in it may open, read, write or ``mknod`` a device; one "no" is a no (EPERM). Container runtimes
+(runc, crun) and systemd's ``DeviceAllow=`` work this way. Without it a job on a pure v2 server
+opens every ``/dev/nvidiaN`` whatever ``CUDA_VISIBLE_DEVICES`` says.
+
+The program here checks an ordered list of rules (first match wins, default allow): the job's own
+GPU device files and the driver's control files allowed, every other minor of the GPUs' major
+denied. It says nothing about the other devices, so what the parent group allows stays as it is.
+The kernel checks device numbers, not paths: a node the job makes with ``mknod`` is refused too.
+
+Standard library only (``ctypes`` for ``bpf(2)``): the supervisor builds and attaches the program
+before its worker enters the group. The attached program lives as long as the group; nothing
+needs to detach it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import stat
+import struct
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+# bpf(2) commands, program and attach types, from <linux/bpf.h>
+_BPF_PROG_LOAD = 5
+_BPF_PROG_ATTACH = 8
+_PROG_TYPE_CGROUP_DEVICE = 15
+_CGROUP_DEVICE = 6
+_F_ALLOW_MULTI = 2  # the parent's programs run too: a job gets at most what its parent allows
+_SYSCALL = {"x86_64": 321, "aarch64": 280, "arm64": 280, "ppc64le": 361, "s390x": 351}
+_DEV_BLOCK, _DEV_CHAR = 1, 2  # bpf_cgroup_dev_ctx.access_type & 0xffff
+_LOG_SIZE = 1 << 16
+
+
+class DeviceProgramError(OSError):
+    """The kernel refused to load or attach a device program."""
+
+
+class Rule(NamedTuple):
+    """One device rule; ``minor`` None matches every minor of ``major``."""
+
+    allow: bool
+    kind: str  # "c" (character) or "b" (block)
+    major: int
+    minor: int | None
+
+    def __str__(self) -> str:
+        minor = "*" if self.minor is None else self.minor
+        return f"{'allow' if self.allow else 'deny'} {self.kind} {self.major}:{minor}"
+
+
+def number(path: str) -> tuple[str, int, int]:
+    """A device file's kind and numbers; OSError where ``path`` is not a device file."""
+    st = os.stat(path)
+    kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else None
+    if kind is None:
+        raise OSError(f"{path} is not a device file")
+    return kind, os.major(st.st_rdev), os.minor(st.st_rdev)
+
+
+def gpu_rules(own: Sequence[str], others: Sequence[str], keep: Sequence[str]) -> list[Rule]:
+    """The rules for a worker: its own GPU device files (``own``) and what every CUDA process
+    needs (``keep``: ``nvidiactl``, ``nvidia-uvm``...) allowed; the node's other GPUs (``others``)
+    denied, and with them every other minor of the GPUs' major, so a GPU whose file is missing
+    from ``/dev`` is still out of reach. Files that vanished meanwhile are skipped."""
+    allowed: list[Rule] = []
+    denied: list[Rule] = []
+    majors: set[tuple[str, int]] = set()
+    for paths, allow in ((own, True), (keep, True), (others, False)):
+        for path in paths:
+            with contextlib.suppress(OSError):
+                kind, major, minor = number(path)
+                (allowed if allow else denied).append(Rule(allow, kind, major, minor))
+                if paths is not keep:
+                    majors.add((kind, major))
+    wildcard = [Rule(False, kind, major, None) for kind, major in sorted(majors)]
+    return _unique([*allowed, *denied, *wildcard])
+
+
+def program(rules: Iterable[Rule]) -> bytes:
+    """The eBPF instructions of a device program that applies ``rules`` in order, first match
+    wins, and allows what none matches."""
+    code = [
+        _insn(0x61, 2, 1, 0, 0),  # r2 = ctx->access_type (u32)
+        _insn(0x54, 2, 0, 0, 0xFFFF),  # w2 &= 0xffff: the device type
+        _insn(0x61, 3, 1, 4, 0),  # r3 = ctx->major
+        _insn(0x61, 4, 1, 8, 0),  # r4 = ctx->minor
+    ]
+    for rule in rules:
+        tests = [(2, _DEV_CHAR if rule.kind == "c" else _DEV_BLOCK), (3, rule.major)]
+        if rule.minor is not None:
+            tests.append((4, rule.minor))
+        for i, (reg, value) in enumerate(tests):
+            code.append(_insn(0x55, reg, 0, len(tests) - i + 1, value))  # if rN != value: next rule
+        code += [_insn(0xB7, 0, 0, 0, int(rule.allow)), _insn(0x95, 0, 0, 0, 0)]  # return allow
+    code += [_insn(0xB7, 0, 0, 0, 1), _insn(0x95, 0, 0, 0, 0)]  # no rule matched: allow
+    return b"".join(code)
+
+
+def attach(group_dir: str, rules: Sequence[Rule]) -> None:
+    """Load a program applying ``rules`` and attach it to the cgroup v2 group ``group_dir``."""
+    prog = _load(program(rules))
+    try:
+        fd = os.open(group_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            attr = struct.pack("<5I", fd, prog, _CGROUP_DEVICE, _F_ALLOW_MULTI, 0)
+            _bpf(_BPF_PROG_ATTACH, attr, f"attaching a device program to {group_dir}")
+        finally:
+            os.close(fd)
+    finally:
+        os.close(prog)
+
+
+def usable(parent_dir: str) -> str | None:
+    """None where device programs can be attached below ``parent_dir`` (a cgroup v2 group);
+    else why not. Tried for real: a group is made below it, given an allow-all program, removed."""
+    probe = os.path.join(parent_dir, f".device-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot make a group to try it in: {exc.strerror or exc}"
+    try:
+        attach(probe, [])
+        return None
+    except OSError as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
+
+
+def _insn(code: int, dst: int, src: int, off: int, imm: int) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def _unique(rules: list[Rule]) -> list[Rule]:
+    seen: set[tuple[str, int, int | None]] = set()
+    out = []
+    for rule in rules:  # the first rule for a device decides; later ones could never match
+        if (rule.kind, rule.major, rule.minor) not in seen:
+            seen.add((rule.kind, rule.major, rule.minor))
+            out.append(rule)
+    return out
+
+
+def _load(insns: bytes) -> int:
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(_LOG_SIZE)
+    attr = struct.pack(
+        "<IIQQIIQII16sII",
+        _PROG_TYPE_CGROUP_DEVICE,
+        len(insns) // 8,
+        ctypes.addressof(code),
+        ctypes.addressof(license_),
+        1,  # log_level: the verifier says why it refuses
+        _LOG_SIZE,
+        ctypes.addressof(log),
+        0,
+        0,
+        b"gpupool_devices",
+        0,
+        _CGROUP_DEVICE,
+    )
+    try:
+        return _bpf(_BPF_PROG_LOAD, attr, "loading a device program")
+    except DeviceProgramError as exc:
+        said = log.value.decode(errors="replace").strip().splitlines()
+        raise DeviceProgramError(exc.errno, f"{exc.strerror}{': ' + said[-1] if said else ''}") from None
+
+
+def _bpf(cmd: int, attr: bytes, doing: str) -> int:
+    number_ = _SYSCALL.get(os.uname().machine)
+    if number_ is None:
+        raise DeviceProgramError(0, f"{doing}: bpf() is not known on {os.uname().machine}")
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = int(libc.syscall(number_, cmd, buf, len(attr)))
+    if result < 0:
+        err = ctypes.get_errno()
+        raise DeviceProgramError(err, f"{doing}: {os.strerror(err)}")
+    return result
