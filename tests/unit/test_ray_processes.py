@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,22 @@ def test_health_checks_declare_a_silent_node_dead_within_about_the_timeout() -> 
     assert period * threshold + int(env["RAY_health_check_timeout_ms"]) / 1000 <= 10.0
 
 
-def test_short_session_dir_whatever_the_data_dir(tmp_path: Path) -> None:
+def test_a_short_private_session_dir_nobody_could_make_first(tmp_path: Path) -> None:
+    """Jobs run as other accounts on the machine: Ray's session is 0700, under a random name (not
+    one derived from the data dir, which another user could make first), kept for the next start."""
     deep = tmp_path / ("x" * 120) / "ray"
-    assert len(str(ray_temp_dir(deep))) < 50
-    assert ray_temp_dir(deep) == ray_temp_dir(deep) != ray_temp_dir(tmp_path / "ray")
+    assert ray_temp_dir(deep) == deep / "no-ray-session"  # nothing made yet: a path where nothing lives
+    made = ray_temp_dir(deep, make=True)
+    assert len(str(made)) < 50 and made.parent == Path(tempfile.gettempdir())
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700 and made.stat().st_uid == os.geteuid()
+    assert ray_temp_dir(deep) == ray_temp_dir(deep, make=True) == made  # found again
+    other = ray_temp_dir(tmp_path / "ray", make=True)
+    assert other != made and other.name != made.name
+    os.chmod(made, 0o755)  # no longer private (or another user's): the next start makes a new one
+    fresh = ray_temp_dir(deep, make=True)
+    assert fresh != made and stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    for d in (made, other, fresh):
+        d.rmdir()
 
 
 def test_open_ports_reports_listeners_beyond_loopback_only() -> None:

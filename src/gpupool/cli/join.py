@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from gpupool.cli.common import console, err_console
 from gpupool.client import GpupoolClient
 from gpupool.domain.errors import InvalidInput
 from gpupool.executors.ray_processes import NodeOptions, auth_env, check_name, worker_command, write_secret
+from gpupool.node.private import private_dir
 from gpupool.settings import default_data_dir
 
 
@@ -125,7 +125,9 @@ def join(
 def _one_start_at_a_time() -> Iterator[None]:
     """Several joins on one machine start their Ray nodes one after the other: a raylet binds ports
     of its own choosing while it starts, and two starting together can pick the same one."""
-    lock_path = Path(tempfile.gettempdir()) / f"gpupool-join-{os.getuid()}.lock"
+    # In the user's own gpupool directory (0700), not a name in the shared /tmp that another
+    # account could make first.
+    lock_path = private_dir(default_data_dir(dict(os.environ))) / "join.lock"
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

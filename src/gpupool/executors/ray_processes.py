@@ -18,12 +18,12 @@ loopback, for the head to warn about.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -156,11 +156,36 @@ def check_name(name: str) -> str:
     return name
 
 
-def ray_temp_dir(ray_dir: Path) -> Path:
-    """Ray's session directory, kept short: Ray's Unix socket paths inside it must stay under
-    107 bytes, which a deep data dir would exceed. One per gpupool data dir."""
-    digest = hashlib.sha1(str(ray_dir.resolve()).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"gpupool-ray-{os.getuid()}-{digest}"
+SESSION_RECORD = "temp-dir"  # in the gpupool data dir's ray folder: where its Ray session lives
+
+
+def ray_temp_dir(ray_dir: Path, *, make: bool = False) -> Path:
+    """Ray's session directory for ``ray_dir``, kept short (Ray's Unix socket paths inside it must
+    stay under 107 bytes, which a deep data dir would exceed) and private: jobs run as other
+    accounts on this machine, so it is made 0700 under a name nobody can guess, never at a path
+    another user could make first (``mkdtemp``). Its path is recorded in ``ray_dir`` for the next
+    start and for finding the session's processes. ``make``: a new one unless the recorded one is
+    still ours; else the recorded one (a path nothing lives at when there is none)."""
+    record = ray_dir / SESSION_RECORD
+    try:
+        found: Path | None = Path(record.read_text().strip())
+    except OSError:
+        found = None
+    if found is not None and (not make or _private_to_me(found)):
+        return found
+    if not make:
+        return ray_dir / "no-ray-session"
+    made = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))  # 0700, O_EXCL under a random name
+    write_secret(record, str(made))
+    return made
+
+
+def _private_to_me(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 def start_head(*, ray_dir: Path, host: str, options: NodeOptions, log: Path) -> str:
@@ -182,7 +207,7 @@ def start_head(*, ray_dir: Path, host: str, options: NodeOptions, log: Path) -> 
         f"--node-ip-address={host}",
         "--include-dashboard=false",
         *client,
-        f"--temp-dir={ray_temp_dir(ray_dir)}",
+        f"--temp-dir={ray_temp_dir(ray_dir, make=True)}",
         *options.args(),
     ]
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +236,9 @@ def stop_head(ray_dir: Path) -> None:
 
 
 def worker_command(address: str, options: NodeOptions) -> list[str]:
-    return [ray_program(), "start", f"--address={address}", "--block", *options.args()]
+    """A Ray worker node, with a session directory of its own as private as the head's."""
+    temp = ray_temp_dir(options.data_dir, make=True)
+    return [ray_program(), "start", f"--address={address}", "--block", f"--temp-dir={temp}", *options.args()]
 
 
 def _node_ip(host: str) -> str:
