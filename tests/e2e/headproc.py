@@ -36,8 +36,10 @@ class HeadProcess:
         extra: list[str] | None = None,
         extra_env: dict[str, str] | None = None,
         gateway: bool = False,
+        real: bool = False,
     ) -> None:
-        """``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join). ``extra_env``: more
+        """``real``: the machine's own GPUs through NVML, no --fake-* at all (tests/gpu).
+        ``nodes=None``: no --fake-nodes (the Ray backend, whose nodes join). ``extra_env``: more
         variables in the head's environment (and the CLI's). ``gateway``: start the head's gateway
         on any free port (``gateway_url``); without it none, so heads side by side never fight
         over the default port and tests that need none pay for none."""
@@ -46,9 +48,8 @@ class HeadProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
-            *(["--fake-nodes", str(nodes)] if nodes is not None else []),
-            "--fake-gpus",
-            str(gpus),
+            *(["--fake-nodes", str(nodes)] if nodes is not None and not real else []),
+            *(["--fake-gpus", str(gpus)] if not real else []),
             "--interval",
             "0.1",
             "--kill-grace",
