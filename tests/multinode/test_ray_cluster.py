@@ -296,8 +296,9 @@ def test_the_ray_head_a_head_started_stays_for_its_jobs_and_down_stops_it(cluste
     try:
         head.start(timeout=120)
         assert _ray_processes(head.data_dir), "the head started no Ray processes of its own"
-        session = ray_temp_dir(head.data_dir / "ray")  # jobs run as other accounts: Ray's files are the head's
-        assert session.parent == Path(tempfile.gettempdir()) and stat.S_IMODE(session.stat().st_mode) == 0o700
+        wall = ray_temp_dir(head.data_dir / "ray").parent  # jobs run as other accounts: Ray's files are the head's
+        assert wall.parent == Path(tempfile.gettempdir()) and stat.S_IMODE(wall.stat().st_mode) == 0o700
+        assert os.access(wall / "ray", os.F_OK)  # Ray's own (0777, its choice) lives inside it
         with head.client() as c:
             job_id = int(c.submit(command=["sleep", "300"], gpus=1)["id"])
             wait_state(c, job_id, ("running",), timeout=60)

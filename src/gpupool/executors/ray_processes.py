@@ -162,22 +162,23 @@ SESSION_RECORD = "temp-dir"  # in the gpupool data dir's ray folder: where its R
 def ray_temp_dir(ray_dir: Path, *, make: bool = False) -> Path:
     """Ray's session directory for ``ray_dir``, kept short (Ray's Unix socket paths inside it must
     stay under 107 bytes, which a deep data dir would exceed) and private: jobs run as other
-    accounts on this machine, so it is made 0700 under a name nobody can guess, never at a path
-    another user could make first (``mkdtemp``). Its path is recorded in ``ray_dir`` for the next
-    start and for finding the session's processes. ``make``: a new one unless the recorded one is
-    still ours; else the recorded one (a path nothing lives at when there is none)."""
+    accounts on this machine. Ray makes its own directory world-writable (0777), so it lives inside
+    one of ours, made 0700 under a name nobody can guess, never at a path another user could make
+    first (``mkdtemp``). That one's path is recorded in ``ray_dir`` for the next start and for
+    finding the session's processes. ``make``: a new one unless the recorded one is still ours;
+    else the recorded one (a path nothing lives at when there is none)."""
     record = ray_dir / SESSION_RECORD
     try:
         found: Path | None = Path(record.read_text().strip())
     except OSError:
         found = None
     if found is not None and (not make or _private_to_me(found)):
-        return found
+        return found / "ray"
     if not make:
         return ray_dir / "no-ray-session"
     made = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))  # 0700, O_EXCL under a random name
     write_secret(record, str(made))
-    return made
+    return made / "ray"
 
 
 def _private_to_me(path: Path) -> bool:
