@@ -24,6 +24,7 @@ import os
 import stat
 import struct
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import NamedTuple
 
 # bpf(2) commands, program and attach types, from <linux/bpf.h>
@@ -176,13 +177,17 @@ def _load(insns: bytes) -> int:
         raise DeviceProgramError(exc.errno, f"{exc.strerror}{': ' + said[-1] if said else ''}") from None
 
 
+@cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _bpf(cmd: int, attr: bytes, doing: str) -> int:
     number_ = _SYSCALL.get(os.uname().machine)
     if number_ is None:
         raise DeviceProgramError(0, f"{doing}: bpf() is not known on {os.uname().machine}")
     buf = ctypes.create_string_buffer(attr, len(attr))
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = int(libc.syscall(number_, cmd, buf, len(attr)))
+    result = int(_libc().syscall(number_, cmd, buf, len(attr)))
     if result < 0:
         err = ctypes.get_errno()
         raise DeviceProgramError(err, f"{doing}: {os.strerror(err)}")
