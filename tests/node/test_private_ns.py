@@ -281,3 +281,18 @@ def test_a_node_refuses_root_and_system_accounts_unless_allowed(rt: NodeRuntime,
         return
     assert (ended.exit_code, ended.reason) == (126, "system_account"), ended
     assert "--allow-system-accounts" in log(rt, 10)
+
+
+def test_a_worker_that_cannot_be_started_says_which_step_failed(rt: NodeRuntime, unix_accounts: TestAccounts) -> None:
+    """Between fork and exec only a failure can be told to the parent: the child writes which step
+    failed to the log, and the exit is 126 (it used to take the supervisor down, leaving no exit)."""
+    ann = unix_accounts.make("ann")
+    closed = Path(f"/var/tmp/gpupool-test-closed-{os.getpid()}")
+    closed.mkdir(mode=0o700, exist_ok=True)  # root's: ann cannot enter it
+    try:
+        ended = finish(rt, rt.launch(request(11, "echo ran", account=ann, workdir=str(closed))))
+    finally:
+        closed.rmdir()
+    assert ended.exit_code == 126, (ended, log(rt, 11))
+    assert f"cannot start the worker: entering {closed} as {ann} failed" in log(rt, 11)
+    assert "ran" not in log(rt, 11).splitlines()[-1]

@@ -119,7 +119,7 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
             close_fds=True,
             preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group, spec.account, cwd, spec.scratch),
         )
-    except subprocess.SubprocessError:  # the walls could not be set up: said in the log by the child
+    except subprocess.SubprocessError:  # a wall, the account or the directory: said in the log by the child
         return 126, False
     except FileNotFoundError:
         log.write(f"gpupool: command not found: {spec.argv[0]}\n".encode())
@@ -173,25 +173,29 @@ def _limits(
     nothing left needs root."""
 
     def apply() -> None:
-        if group is not None:
-            group.add_self()
-        if scratch is not None:
-            try:
+        step = "entering its cgroup"
+        try:
+            if group is not None:
+                group.add_self()
+            step = "making its private /tmp and /dev/shm"
+            if scratch is not None:
                 jobns.enter(scratch)
-            except OSError as exc:  # stdout and stderr are the log already; the parent sees only a failure
-                why = f"gpupool: cannot give the worker its private /tmp and /dev/shm ({exc}); not starting it\n"
-                os.write(1, why.encode())
-                raise
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if memory_mib and group is None:
-            # RLIMIT_DATA, not RLIMIT_AS: CUDA reserves large virtual ranges it never touches.
-            limit = memory_mib * 2**20
-            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        if account is not None:
-            account.become()
-            if cwd:
-                os.chdir(cwd)  # again, as the owner: Popen entered it as root
+            step = "pinning its cores"
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+            if memory_mib and group is None:
+                # RLIMIT_DATA, not RLIMIT_AS: CUDA reserves large virtual ranges it never touches.
+                limit = memory_mib * 2**20
+                resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+            if account is not None:
+                step = f"becoming {account.name}"
+                account.become()
+                step = f"entering {cwd} as {account.name}"
+                if cwd:
+                    os.chdir(cwd)  # again, as the owner (and in the job's namespace): Popen entered it as root
+        except OSError as exc:  # stdout and stderr are the log already; the parent sees only a failure
+            os.write(1, f"gpupool: cannot start the worker: {step} failed ({exc})\n".encode())
+            raise
 
     return apply
 
