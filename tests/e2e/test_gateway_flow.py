@@ -87,6 +87,7 @@ def test_a_request_reaches_a_ready_replica_with_its_prefix_stripped_and_no_token
     seen = got.json()
     assert seen["path"] == "/echo/x?q=1"
     assert "authorization" not in seen["headers"]  # the caller's token stays at the gateway
+    assert (seen["headers"]["x-gpupool-user"], seen["headers"]["x-gpupool-project"]) == ("max", "lab")
     assert seen["headers"]["x-forwarded-prefix"] == "/api"
     assert seen["pid"] in {int(call(head, "/api/pid", tokens["admin"]).text)}
 
@@ -103,6 +104,13 @@ def test_a_non_member_gets_403_no_token_401_and_public_needs_none(
     serve(head, "api", "--replicas", "1", "--public")  # only the gateway's settings change: no roll
     wait_for(lambda: call(head, "/api/pid").status_code == 200, WAIT, 0.2, "api to be public")
     assert call(head, "/api/pid", tokens["kim"]).status_code == 200
+    # The README's own example calls a public service with the admin token: it must not reach it.
+    seen = httpx.get(
+        f"{head.gateway_url}/api/echo/x",
+        headers={"Authorization": f"Bearer {tokens['admin']}", "X-Gpupool-User": "admin"},
+        timeout=30,
+    ).json()
+    assert not {"authorization", "x-gpupool-user", "x-gpupool-project"} & set(seen["headers"]), seen
     assert {r["job_id"] for r in client.service("api")["replica_list"]} == jobs
 
 

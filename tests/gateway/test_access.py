@@ -1,6 +1,7 @@
 """Who may call a route through the gateway: the head decides (a fake head here, answering as the
 real one's /api/v1/gateway/authorize does), the gateway remembers, and the caller's token never
-reaches a replica."""
+reaches a replica, public or not: a checked caller is named to it instead, and a client's own claim
+to a name is dropped."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.gateway.replicas import Call, Replica, gateway, route, run
 
 # token -> projects whose routes it may use; any listed token is a valid user's
 TOKENS = {"max-token": {"lab"}, "kim-token": {"vision"}}
+USERS = {"max-token": "max", "kim-token": "kim"}
 
 
 def _fake_head() -> tuple[Replica, list[dict[str, list[str]]]]:
@@ -30,7 +32,7 @@ def _fake_head() -> tuple[Replica, list[dict[str, list[str]]]]:
         elif "project" in query and query["project"][0] not in TOKENS[token]:
             call.respond(403, json.dumps({"code": "not_a_member", "message": "not lab's"}).encode())
         else:
-            call.respond(204)
+            call.respond(204, headers={"X-Gpupool-User": USERS[token]})
 
     return Replica("head", authorize), asked
 
@@ -51,15 +53,23 @@ def test_members_pass_others_are_refused_and_answers_are_kept() -> None:
         assert (await gw.http.get("/svc/", headers=bearer("forged"))).status_code == 401
         other = await gw.http.get("/svc/", headers=bearer("kim-token"))
         assert other.status_code == 403 and other.json()["code"] == "not_a_member"
-        member = await gw.http.get("/svc/x", headers=bearer("max-token"))
+        forged = {"X-Gpupool-User": "admin", "X-Gpupool-Project": "root-stuff"}
+        member = await gw.http.get("/svc/x", headers={**bearer("max-token"), **forged})
         assert member.status_code == 200
-        assert "authorization" not in member.json()["headers"]  # the caller's token stays here
-        assert (await gw.http.get("/open/", headers=bearer("anything"))).json()["headers"]["authorization"]
+        seen = member.json()["headers"]
+        assert "authorization" not in seen  # the caller's token stays here
+        assert (seen["x-gpupool-user"], seen["x-gpupool-project"]) == (
+            "max",
+            "lab",
+        )  # the gateway's word, not the client's
+        public = (await gw.http.get("/open/", headers={**bearer("anything"), **forged})).json()["headers"]
+        assert not {"authorization", "x-gpupool-user", "x-gpupool-project"} & set(public)  # unchecked: unnamed
         assert asked[-1] == {"project": ["lab"]}
         before = len(asked)
         burst = await asyncio.gather(*[gw.http.get("/svc/", headers=bearer("max-token")) for _ in range(10)])
         refused = await gw.http.get("/svc/", headers=bearer("kim-token"))
         assert [r.status_code for r in burst] == [200] * 10 and refused.status_code == 403
+        assert {r.json()["headers"]["x-gpupool-user"] for r in burst} == {"max"}  # named from the kept answer too
         assert len(asked) == before  # kept: neither the burst nor the refusal asked again
         metrics = await gw.http.get("/metrics", headers=bearer("kim-token"))
         assert metrics.status_code == 200 and asked[-1] == {}  # any user's token may read /metrics

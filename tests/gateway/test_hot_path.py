@@ -107,7 +107,8 @@ def test_a_stream_that_falls_silent_is_cut_and_counted_as_a_timeout() -> None:
 
 _names = st.sampled_from(
     [b"Host", b"Connection", b"connection", b"Keep-Alive", b"X-Hop", b"Authorization", b"Content-Length",
-     b"Transfer-Encoding", b"X-Forwarded-For", b"x-forwarded-host", b"Upgrade", b"Accept", b"TE", b"Date"]
+     b"Transfer-Encoding", b"X-Forwarded-For", b"x-forwarded-host", b"Upgrade", b"Accept", b"TE", b"Date",
+     b"X-Gpupool-User"]
 )  # fmt: skip
 _values = st.sampled_from(
     [b"keep-alive", b"Keep-Alive", b"close", b"x-hop", b"upgrade, X-Hop", b"2", b"abc", b"chunked"]
@@ -116,15 +117,18 @@ _headers = st.lists(st.tuples(_names, _values), max_size=8)
 
 
 @given(_headers, st.booleans(), st.booleans())
-def test_the_one_pass_request_head_is_the_long_ways(headers: list[tuple[bytes, bytes]], auth: bool, up: bool) -> None:
+def test_the_one_pass_request_head_is_the_long_ways(headers: list[tuple[bytes, bytes]], named: bool, up: bool) -> None:
     framing = h.request_framing(headers)
-    fields = dict(client="10.0.0.1", prefix=b"/svc", framing=framing, drop_auth=auth, upgrade=up)
-    long_way = h._upstream_fields_named(headers, "10.0.0.1", b"/svc", framing, auth, up)
+    caller = h.identity("max", "lab") if named else b""
+    fields = dict(client="10.0.0.1", prefix=b"/svc", framing=framing, caller=caller, upgrade=up)
+    long_way = h._upstream_fields_named(headers, "10.0.0.1", b"/svc", framing, caller, up)
     assert h.upstream_head(b"GET", b"/x", headers, **fields) == b"GET /x HTTP/1.1\r\n" + long_way  # type: ignore[arg-type]
     cache = RequestHeads()
     for target in (b"/a", b"/b"):  # the second from the cache
         assert cache.head(b"GET", target, headers, **fields) == h.upstream_head(b"GET", target, headers, **fields)  # type: ignore[arg-type]
     assert h.request_body(headers) == (framing, h.content_length(headers))
+    said = [ln.split(b":")[0].lower() for ln in long_way.split(b"\r\n")]
+    assert b"authorization" not in said and said.count(b"x-gpupool-user") == int(named)  # never the client's
 
 
 @given(_headers, st.sampled_from([200, 204, 304, 404]), st.booleans(), st.booleans(), st.booleans())

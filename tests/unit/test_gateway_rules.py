@@ -90,15 +90,18 @@ def test_the_request_head_a_replica_sees() -> None:
         (b"Transfer-Encoding", b"chunked"),
         (b"X-Forwarded-For", b"10.1.1.1"),
         (b"Accept", b"*/*"),
+        (b"X-Gpupool-User", b"admin"),  # a client's claim: never passed on
     ]
+    caller = h.identity("max", "lab")
     head = h.upstream_head(
-        b"POST", b"/v1?x=1", sent, client="127.0.0.1", prefix=b"/llm", framing=h.request_framing(sent), drop_auth=True
+        b"POST", b"/v1?x=1", sent, client="127.0.0.1", prefix=b"/llm", framing=h.request_framing(sent), caller=caller
     )
     assert head == (
         b"POST /v1?x=1 HTTP/1.1\r\nHost: gw:7071\r\nAccept: */*\r\nX-Forwarded-For: 10.1.1.1, 127.0.0.1\r\n"
         b"X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: /llm\r\nX-Forwarded-Host: gw:7071\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n"
+        b"X-Gpupool-User: max\r\nX-Gpupool-Project: lab\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
+    assert h.identity("max\r\nX-Evil: 1", "lab") == h.identity(None, "lab") == b""  # only names gpupool allows
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,14 @@ class Trip:
     _out: list[bytes]
 
     def __init__(
-        self, state: RouteState, req: Request, client: Downstream, target: bytes, limits: Limits, sweeper: Sweeper
+        self,
+        state: RouteState,
+        req: Request,
+        client: Downstream,
+        target: bytes,
+        limits: Limits,
+        sweeper: Sweeper,
+        caller: bytes = b"",
     ) -> None:
         route = state.route
         self.state, self.req, self.client, self.limits, self.sweeper = state, req, client, limits, sweeper
@@ -118,7 +125,7 @@ class Trip:
             client=req.client,
             prefix=b"" if route.kind == "job" else state.prefix,  # a job's path keeps its prefix
             framing=req.framing,
-            drop_auth=not route.public,
+            caller=caller,  # who called, where the gateway checked it; the token itself never goes on
             upgrade=req.upgrade,
         )
         self.attempt = 0

@@ -4,13 +4,16 @@ What a proxy owes both sides (RFC 9110 7.6): hop-by-hop headers (``Connection`` 
 names, ``Keep-Alive``, ``Transfer-Encoding``, ...) describe one connection and are not passed on;
 the body's framing is chosen anew for each side (a chunked answer is chunked again for an HTTP/1.1
 client, and close-delimited for an HTTP/1.0 one); the replica learns whom it serves from
-``X-Forwarded-For``/``-Proto``/``-Host``/``-Prefix``. The caller's gpupool token is removed before a
-non-public route's replica sees it: the replica runs someone's code, and the token is the caller's.
+``X-Forwarded-For``/``-Proto``/``-Host``/``-Prefix``. The caller's gpupool token never reaches a
+replica, public or not: the replica runs someone's code, and the token is the caller's. Who called
+is told instead, where the gateway checked it (``X-Gpupool-User``, ``X-Gpupool-Project``); the same
+headers sent by a client are dropped, so a replica reached through the gateway may trust them.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 
 Headers = Sequence[tuple[bytes, bytes]]
@@ -29,10 +32,12 @@ HOP_BY_HOP = frozenset(
     }
 )
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
+# Never passed on: the caller's gpupool credentials, and any claim of who called but the gateway's own.
+CREDENTIALS = frozenset({b"authorization", b"x-gpupool-user", b"x-gpupool-project"})
 NO_BODY_STATUS = frozenset({204, 304})
 _PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b"upgrade", b"Upgrade"})
-_SKIP_UP = HOP_BY_HOP | _FORWARDED
-_SKIP_UP_AUTH = _SKIP_UP | {b"authorization"}
+_SKIP_UP = HOP_BY_HOP | _FORWARDED | CREDENTIALS
+_NAME_SAFE = re.compile(rb"[A-Za-z0-9._-]{1,128}")
 
 
 # The gateway's own answers' reason phrases (a replica's pass on as it gave them).
@@ -112,6 +117,15 @@ def bearer(headers: Headers) -> str | None:
     return None
 
 
+def identity(user: str | None, project: str | None) -> bytes:
+    """The header lines that tell a replica who called; nothing unless both are names as gpupool
+    allows them (so nothing a client chose can end a header line)."""
+    who, where = (user or "").encode("latin-1", "replace"), (project or "").encode("latin-1", "replace")
+    if not (_NAME_SAFE.fullmatch(who) and _NAME_SAFE.fullmatch(where)):
+        return b""
+    return b"X-Gpupool-User: " + who + b"\r\nX-Gpupool-Project: " + where + b"\r\n"
+
+
 def upstream_head(
     method: bytes,
     target: bytes,
@@ -120,26 +134,25 @@ def upstream_head(
     client: str,
     prefix: bytes,
     framing: Framing,
-    drop_auth: bool,
+    caller: bytes = b"",
     upgrade: bool = False,
 ) -> bytes:
     """The request head sent to a replica: ``target`` already has the route's prefix removed
-    (``prefix``, sent as ``X-Forwarded-Prefix``), or ``prefix`` is empty where it was kept."""
-    fields = upstream_fields(
-        headers, client=client, prefix=prefix, framing=framing, drop_auth=drop_auth, upgrade=upgrade
-    )
+    (``prefix``, sent as ``X-Forwarded-Prefix``), or ``prefix`` is empty where it was kept.
+    ``caller``: ``identity``'s lines, or nothing where the caller was not checked (a public route)."""
+    fields = upstream_fields(headers, client=client, prefix=prefix, framing=framing, caller=caller, upgrade=upgrade)
     return b"".join((method, b" ", target, b" HTTP/1.1\r\n", fields))
 
 
 def upstream_fields(
-    headers: Headers, *, client: str, prefix: bytes, framing: Framing, drop_auth: bool, upgrade: bool
+    headers: Headers, *, client: str, prefix: bytes, framing: Framing, caller: bytes, upgrade: bool
 ) -> bytes:
     """The header lines of ``upstream_head``, through the blank line that ends the head.
 
     One pass over the headers, each lowered once: this runs for every request. A ``Connection``
     header that names a header beyond the hop-by-hop ones (rare) sends the head through
     ``_upstream_fields_named``, which drops the named ones wherever they stand."""
-    skip = _SKIP_UP_AUTH if drop_auth else _SKIP_UP
+    skip = _SKIP_UP
     lines: list[bytes] = []
     forwarded_for = host = b""
     for name, value in headers:
@@ -148,7 +161,7 @@ def upstream_fields(
             if lower == b"x-forwarded-for":
                 forwarded_for = value.strip() + b", "
             elif lower == b"connection" and _names_others(value):
-                return _upstream_fields_named(headers, client, prefix, framing, drop_auth, upgrade)
+                return _upstream_fields_named(headers, client, prefix, framing, caller, upgrade)
             continue
         if lower == b"host":
             host = value
@@ -158,6 +171,7 @@ def upstream_fields(
         lines += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
     if host:
         lines += (b"X-Forwarded-Host: ", host, b"\r\n")
+    lines.append(caller)
     if framing is Framing.CHUNKED:
         lines.append(b"Transfer-Encoding: chunked\r\n")
     if upgrade:
@@ -171,13 +185,11 @@ def _upstream_fields_named(
     client: str,
     prefix: bytes,
     framing: Framing,
-    drop_auth: bool,
+    caller: bytes,
     upgrade: bool,
 ) -> bytes:
     """``upstream_fields`` when ``Connection`` names more headers to drop."""
-    skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED
-    if drop_auth:
-        skip = skip | {b"authorization"}
+    skip = _connection_named(headers) | HOP_BY_HOP | _FORWARDED | CREDENTIALS
     lines: list[bytes] = []
     forwarded_for = b""
     host = b""
@@ -195,6 +207,7 @@ def _upstream_fields_named(
         lines += [b"X-Forwarded-Prefix: ", prefix, b"\r\n"]
     if host:
         lines += [b"X-Forwarded-Host: ", host, b"\r\n"]
+    lines.append(caller)
     if framing is Framing.CHUNKED:
         lines.append(b"Transfer-Encoding: chunked\r\n")
     if upgrade:

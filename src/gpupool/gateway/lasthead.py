@@ -19,7 +19,7 @@ class RequestHeads:
 
     def __init__(self) -> None:
         self._headers: list[tuple[bytes, bytes]] | None = None
-        self._key: tuple[str, bytes, h.Framing, bool, bool] | None = None
+        self._key: tuple[str, bytes, h.Framing, bytes, bool] | None = None
         self._fields = b""
 
     def head(
@@ -31,14 +31,14 @@ class RequestHeads:
         client: str,
         prefix: bytes,
         framing: h.Framing,
-        drop_auth: bool,
+        caller: bytes,
         upgrade: bool,
     ) -> bytes:
         """``headers.upstream_head``, from the last one's lines when the inputs are the same."""
-        key = (client, prefix, framing, drop_auth, upgrade)
+        key = (client, prefix, framing, caller, upgrade)
         if headers != self._headers or key != self._key:
             self._fields = h.upstream_fields(
-                headers, client=client, prefix=prefix, framing=framing, drop_auth=drop_auth, upgrade=upgrade
+                headers, client=client, prefix=prefix, framing=framing, caller=caller, upgrade=upgrade
             )
             self._headers, self._key = list(headers), key  # a copy: trailers may still be added
         return b"".join((method, b" ", target, b" HTTP/1.1\r\n", self._fields))

@@ -72,13 +72,16 @@ class Gateway:
                 self.unrouted += 1
                 raise Refused(404, "no_route", f"no service or job answers {path.decode('latin-1')[:200]}")
             route = state.route
+            caller = b""  # a public route's caller is not checked, so not named
             if not route.public:
                 if self.access is None:
                     raise Refused(403, "not_public", f"{route.name} is not public and this gateway has no head")
-                if not self.access.approved(h.bearer(req.headers), route):
+                user = self.access.approved(h.bearer(req.headers), route)
+                if user is None:
                     client.run(self._checked(state, req, client, path, query))
                     return None
-            self._go(state, req, client, path, query)
+                caller = h.identity(user, route.project)
+            self._go(state, req, client, path, query, caller)
             return None
         except Refused as e:
             if state is not None:
@@ -92,19 +95,21 @@ class Gateway:
         ``/metrics``, which any valid user's token may read)."""
         assert self.access is not None
         try:
-            await self.access.check(h.bearer(req.headers), state.route if state is not None else None)
+            user = await self.access.check(h.bearer(req.headers), state.route if state is not None else None)
         except Refused as e:
             if state is not None:
                 state.own.answered(e.status)
             return answer_refused(e, req, client)
         if state is None:
             return self._metrics_page(req, client)
-        self._go(state, req, client, path, query)
+        self._go(state, req, client, path, query, h.identity(user, state.route.project))
         return None
 
-    def _go(self, state: RouteState, req: Request, client: ClientConnection, path: bytes, query: bytes) -> None:
+    def _go(
+        self, state: RouteState, req: Request, client: ClientConnection, path: bytes, query: bytes, caller: bytes
+    ) -> None:
         target = _target(state.route, path) + (b"?" + query if query else b"")
-        trip = Trip(state, req, client, target, self.limits, self.sweeper)
+        trip = Trip(state, req, client, target, self.limits, self.sweeper, caller)
         client.trip = trip
         trip.start()
 

@@ -1,8 +1,9 @@
 """GET /api/v1/gateway/authorize: the gateway asks whether the caller's token may use a route.
 
 The gateway (``gateway/access.py``) sends the caller's own token, so the head's usual door checks
-it; the answer is 204 (yes), 401 (no such token) or 403 (not this route's). It keeps answers a few
-seconds, so a burst of calls costs the head one question per token.
+it; the answer is 204 (yes, naming the caller in ``X-Gpupool-User``, which the gateway tells the
+replica), 401 (no such token) or 403 (not this route's). It keeps answers a few seconds, so a burst
+of calls costs the head one question per token.
 """
 
 from __future__ import annotations
@@ -27,4 +28,4 @@ def authorize(
     """204 when the caller may use a route of ``project`` (or job ``job``'s port); with neither,
     when the token is any user's (the gateway's ``/metrics``)."""
     gateway_access.authorize(ctx, who, project, job)
-    return Response(status_code=204)
+    return Response(status_code=204, headers={"X-Gpupool-User": who.user})
