@@ -207,6 +207,10 @@ class Head:
             access_log=False,
             http=guard.header_timeout(self.settings.header_timeout_s),
             limit_concurrency=self.settings.max_connections,
+            # The client's address is the socket's unless a proxy the head was told of forwarded the
+            # request (uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a job could forge it).
+            proxy_headers=bool(self.settings.trusted_proxies),
+            forwarded_allow_ips=list(self.settings.trusted_proxies) or None,
             ssl_certfile=self.settings.tls_cert,
             ssl_keyfile=self.settings.tls_key,
         )

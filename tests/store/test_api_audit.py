@@ -214,8 +214,12 @@ def test_the_controller_forgets_entries_after_90_days(db: Database, now: datetim
         assert audit_repo.prune(s, now - timedelta(days=90)) == 1
 
 
-def test_pending_entries_are_written_at_shutdown(db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(audit_service, "FLUSH_EVERY_S", 3600.0)  # no batch is written before the shutdown
+def test_a_change_is_in_the_log_before_its_answer_and_sign_ins_by_shutdown(
+    db: Database, now: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A head killed right after it answered a change still has its entry: the entry is written
+    before the answer leaves. Failed sign-ins wait for the next batch, written at shutdown."""
+    monkeypatch.setattr(audit_service, "FLUSH_EVERY_S", 3600.0)  # no batch is written unless asked
     executor = FakeExecutor(uniform(1, 1))
     with db.tx() as s:
         node_repo.register_nodes(s, executor.nodes(), now)
@@ -226,10 +230,17 @@ def test_pending_entries_are_written_at_shutdown(db: Database, now: datetime, mo
     with TestClient(app) as client:
         for i in range(20):
             assert client.put(f"/api/v1/projects/p{i}", headers=admin, json={"quota": 1}).status_code == 200
-        assert log.pending == 20
+            with db.read() as s:  # already written, as the answer came
+                assert audit_repo.listing(s, limit=1)[0].target == f"project p{i}"
+        assert log.pending == 0
+        for _ in range(5):
+            assert client.get("/api/v1/jobs", headers=_bearer("gp_forged")).status_code == 401
+        assert log.pending == 5
     assert log.pending == 0  # the app's shutdown wrote them
     with db.tx() as s:
-        assert sorted(e.target for e in audit_repo.listing(s)) == sorted(f"project p{i}" for i in range(20))
+        targets = [e.target for e in audit_repo.listing(s)]
+    assert sorted(targets[5:]) == sorted(f"project p{i}" for i in range(20))
+    assert targets[:5] == ["GET /api/v1/jobs"] * 5
 
 
 def test_a_batch_that_cannot_be_written_is_kept_and_written_later(db: Database, now: datetime) -> None:
@@ -247,3 +258,35 @@ def test_a_batch_that_cannot_be_written_is_kept_and_written_later(db: Database, 
     log.close()
     with db.tx() as s:
         assert [e.target for e in audit_repo.listing(s)] == ["job 2", "job 1"]
+
+
+def test_an_anonymous_nul_or_escape_in_a_path_neither_blinds_nor_forges_the_log(api: Api) -> None:
+    """``POST /api/v1/%00`` used to put a NUL in an entry: PostgreSQL refused the batch, which was
+    tried again forever, and every later entry was lost. Escape sequences in a path printed a
+    forged line in `gpupool audit`. Every text is now escaped as it is written."""
+    assert api.client.post("/api/v1/%00").status_code == 401
+    assert api.client.post("/api/v1/%1b[2K%1b[1Gforged%E2%80%AEevil").status_code == 401
+    assert api.client.put("/api/v1/projects/after", headers=api.admin, json={"quota": 1}).status_code == 200
+    entries = api.audit()
+    assert [e["target"] for e in reversed(entries)] == [
+        "POST /api/v1/\\x00",
+        "POST /api/v1/\\x1b[2K\\x1b[1Gforged\\u202eevil",
+        "project after",
+    ]
+    assert all(e["target"].isprintable() for e in entries)
+
+
+def test_one_entry_the_database_refuses_is_counted_lost_and_never_blocks_the_rest(db: Database, now: datetime) -> None:
+    log = AuditLog(db, every_s=3600)  # only explicit flushes
+    refused = AuditEntry(now, "admin", 1, "jobs.submit", "job 1", AuditResult.OK, 2**70, None)  # no such status fits
+    log.record(refused)
+    log.record(AuditEntry(now, "admin", 1, "jobs.submit", "job 2", AuditResult.OK, 201, None))
+    assert log.flush() == 1 and log.lost == 1 and log.pending == 0
+    log.record(AuditEntry(now, "admin", 1, "jobs.cancel", "job 2", AuditResult.OK, 200, None))
+    assert log.flush() == 1
+    log.close()
+    with db.tx() as s:
+        assert [(e.action, e.target) for e in audit_repo.listing(s)] == [
+            ("jobs.cancel", "job 2"),
+            ("jobs.submit", "job 2"),
+        ]

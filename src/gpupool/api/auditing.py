@@ -16,7 +16,11 @@ What is noted comes from the request's route and answer, never from its body:
   the HTTP status, and the client's address.
 
 Entries go to an ``AuditLog`` (``services/audit.py``), which writes them in batches from a
-thread of its own, so a request pays for an append, not a database write.
+thread of its own. The entry of a request that changed something is written before its answer
+leaves (requests answered together share the write), so a head killed right after it answered
+still has it; a failed sign-in's is written within half a second. The client's address is the
+socket's: the head trusts ``X-Forwarded-For`` only from the proxies it was told of (``gpupool up
+--trusted-proxy``), never by default (a job on the head's own machine could send one).
 """
 
 from __future__ import annotations
@@ -93,33 +97,43 @@ class AuditMiddleware:
             await self.app(scope, receive, send)
             return
         at = self.clock.now()
-        status, location = 0, None
+        status, location, noted = 0, None, False
 
         async def noting(message: Message) -> None:
-            nonlocal status, location
+            nonlocal status, location, noted
             if message["type"] == "http.response.start":
                 status = message["status"]
                 for key, value in message.get("headers", ()):
                     if key == b"location":
                         location = value.decode("latin-1")
+                if status != 401 and scope["method"] not in READ_METHODS:
+                    entry = self._safe_entry(scope, at, status, location)
+                    if entry is not None:  # a change: in the log before the answer leaves
+                        noted = True
+                        await self.log.durable(entry)
             await send(message)
 
         try:
             await self.app(scope, receive, noting)
         except Exception:
-            self._note(scope, at, status or 500, None)
+            if not noted:
+                self._note(scope, at, status or 500, None)
             raise
-        self._note(scope, at, status, location)
+        if not noted:
+            self._note(scope, at, status, location)
 
     def _note(self, scope: Scope, at: datetime, status: int, location: str | None) -> None:
         """Record the request, if it is one to record; never fails the request."""
-        try:
-            entry = self._entry(scope, at, status, location)
-        except Exception:
-            logger.exception("could not make an audit entry of %s %s", scope.get("method"), scope.get("path"))
-            return
+        entry = self._safe_entry(scope, at, status, location)
         if entry is not None:
             self.log.record(entry)
+
+    def _safe_entry(self, scope: Scope, at: datetime, status: int, location: str | None) -> AuditEntry | None:
+        try:
+            return self._entry(scope, at, status, location)
+        except Exception:
+            logger.exception("could not make an audit entry of %s %s", scope.get("method"), scope.get("path"))
+            return None
 
     def _entry(self, scope: Scope, at: datetime, status: int, location: str | None) -> AuditEntry | None:
         method: str = scope["method"]

@@ -10,6 +10,7 @@ from rich.text import Text
 from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import parse_time
 from gpupool.cli.tables import Col, Listing
+from gpupool.domain.audit import printable
 
 RESULT_STYLE = {"ok": "green", "denied": "red", "invalid": "yellow", "failed": "bold red"}
 
@@ -48,16 +49,22 @@ AUDIT_COLUMNS = (
 
 
 def audit_table(entries: list[dict[str, Any]]) -> Listing:
-    """One line an entry; the target wraps on a narrow terminal, the rest never does."""
+    """One line an entry; the target wraps on a narrow terminal, the rest never does. Text anyone
+    could have sent (a path, a name) is shown escaped, as it is stored: an entry written before the
+    head escaped at write time cannot act on the terminal either."""
     table = Listing(AUDIT_COLUMNS)
     for e in entries:
         table.add_row(
             f"{parse_time(e['at']):%m-%d %H:%M:%S}",
-            e["user"] or "-",
+            _shown(e["user"]) or "-",
             "-" if e["token_id"] is None else str(e["token_id"]),
-            e["action"],
-            e["target"],
+            _shown(e["action"]),
+            _shown(e["target"]),
             Text(f"{e['result']} {e['status']}", style=RESULT_STYLE.get(e["result"], "")),
-            e["client"] or "-",
+            _shown(e["client"]) or "-",
         )
     return table
+
+
+def _shown(text: str | None) -> str:
+    return printable(text, 10_000, backslash=False) or ""

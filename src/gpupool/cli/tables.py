@@ -53,8 +53,8 @@ class Listing:
             table.add_column(
                 col.header, justify=col.justify, no_wrap=not col.wrap, overflow="fold", width=widths.get(i)
             )
-        for row in self.rows:
-            table.add_row(*(row[i] for i in shown))
+        for row in self.rows:  # text as it is: a name or a message never reads as Rich markup
+            table.add_row(*(Text(row[i]) if isinstance(row[i], str) else row[i] for i in shown))
         yield table
         left_out = [self.columns[i].header for i in range(len(self.columns)) if i not in shown]
         if left_out:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -130,6 +131,13 @@ def up(
     max_connections: Annotated[
         int, typer.Option(help="connections served at once; more get 503 (16 to 100000)", min=16, max=100_000)
     ] = 1000,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a reverse proxy in front of the API (an address or network, repeatable) whose X-Forwarded-For"
+            " the audit log believes; none by default: the client's address is the socket's",
+        ),
+    ] = None,
     gateway_port: Annotated[
         int,
         typer.Option(
@@ -182,6 +190,7 @@ def up(
         max_log_bytes=_size("--max-log-size", max_log_size, 2**20, 2**40),
         max_body_bytes=_body_size(max_body),
         max_connections=max_connections,
+        trusted_proxies=_networks("--trusted-proxy", trusted_proxy or []),
         tls_cert=_readable("--tls-cert", tls_cert, tls_key),
         tls_key=_readable("--tls-key", tls_key, tls_cert),
         header_timeout_s=bounded_duration("--client-timeout", client_timeout, 1, 300),
@@ -207,6 +216,21 @@ def _readable(flag: str, path: Path | None, other: Path | None) -> Path | None:
     except OSError as exc:
         raise InvalidInput(f"cannot read {flag} {path}: {exc.strerror}") from None
     return path.resolve()
+
+
+def _networks(flag: str, given: list[str]) -> tuple[str, ...]:
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/24``, ``::1``), each checked."""
+    out = []
+    for text in given:
+        try:
+            out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+        except ValueError:
+            raise InvalidInput(
+                f"{flag} must be an IP address or network (10.0.0.5, 10.0.0.0/24), not {text!r}"
+            ) from None
+    if len(out) > 64:
+        raise InvalidInput(f"{flag}: at most 64, got {len(out)}")
+    return tuple(out)
 
 
 def _body_size(text: str) -> int:

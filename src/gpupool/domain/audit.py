@@ -10,6 +10,7 @@ result, the HTTP status and the client's address. Entries are kept ``AUDIT_KEPT`
 from __future__ import annotations
 
 import enum
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,6 +23,34 @@ class AuditResult(enum.StrEnum):
     DENIED = "denied"  # 401 or 403: no valid token, or not allowed
     INVALID = "invalid"  # any other 4xx: the request was wrong (malformed, not found, conflict)
     FAILED = "failed"  # 5xx: the head could not do it
+
+
+# Characters written as escapes: controls (NUL, ESC, DEL, C1: a terminal acts on them, PostgreSQL
+# refuses NUL), format characters (bidi overrides, zero widths: text that reads other than it is),
+# line and paragraph separators, surrogates and unassigned code points.
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def printable(text: str | None, width: int, *, backslash: bool = True) -> str | None:
+    """``text`` as it is stored and shown: every unsafe character as a ``\\xNN``, ``\\uNNNN`` or
+    ``\\UNNNNNNNN`` escape and a backslash doubled (so no escape can be faked), cut to ``width``.
+    Anything anonymous callers send (a path) reaches the log: it must neither break the database
+    nor act on the terminal of the admin who reads it. ``backslash=False``: shown again, text that
+    was stored so already has its escapes (only what is unsafe is escaped)."""
+    if text is None:
+        return None
+    if text.isprintable() and (not backslash or "\\" not in text):
+        return text[:width]
+    out = []
+    for ch in text:
+        if ch == "\\" and backslash:
+            out.append("\\\\")
+        elif unicodedata.category(ch) in _UNSAFE or not ch.isprintable():
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)[:width]
 
 
 def result_of(status: int) -> AuditResult:

@@ -9,11 +9,12 @@ from typing import cast
 from sqlalchemy import Table, delete, insert, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.audit import AuditEntry, AuditResult
+from gpupool.domain.audit import AuditEntry, AuditResult, printable
 from gpupool.store.orm import AuditRow
 
 _TABLE = cast(Table, AuditRow.__table__)
-# The columns' widths (migration 0009): longer values are cut, never refused.
+# The columns' widths (migration 0009): longer values are cut, never refused; every text is made
+# printable first (domain/audit.printable), so nothing a caller sent can break a write or a terminal.
 _WIDTHS = {"user": 64, "action": 64, "target": 256, "client": 64}
 
 
@@ -55,7 +56,7 @@ def _row(e: AuditEntry) -> dict[str, object]:
 
 
 def _cut(value: str | None, column: str) -> str | None:
-    return None if value is None else value[: _WIDTHS[column]]
+    return printable(value, _WIDTHS[column])
 
 
 def _entry(r: AuditRow) -> AuditEntry:
