@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -50,7 +51,16 @@ from gpupool.store.db import Database
 
 log = logging.getLogger("gpupool.head")
 # In the data dir, readable by the head's user only (0600), made so at start if they are not.
-PRIVATE_FILES = (TOKEN_FILE, JOIN_TOKEN_FILE, "ray/auth_token", "gpupool.db", "gpupool.db-wal", "gpupool.db-shm")
+GATEWAY_TOKEN_FILE = "gateway-token"  # the gateway's identity for this start (0600), read by the gateway alone
+PRIVATE_FILES = (
+    TOKEN_FILE,
+    JOIN_TOKEN_FILE,
+    GATEWAY_TOKEN_FILE,
+    "ray/auth_token",
+    "gpupool.db",
+    "gpupool.db-wal",
+    "gpupool.db-shm",
+)
 
 
 class Head:
@@ -61,13 +71,17 @@ class Head:
         self._lock = _lock_data_dir(settings)
         self.db = Database(settings.database_url)
         self.db.migrate()
-        self.admin_token = self._ensure_token(settings.token_file, "admin")
-        self._ensure_token(settings.data_dir / JOIN_TOKEN_FILE, "join")
+        mended = [
+            said
+            for path, role in ((settings.token_file, "admin"), (settings.data_dir / JOIN_TOKEN_FILE, "join"))
+            if (said := self._ensure_token(path, role))
+        ]
         backend = backends.build(settings)  # the table of backends, by name
         self.executor: Executor = backend.executor
         self.ray: RayCluster | None = backend.cluster
         self.topology: Topology = backend.topology
-        self.notes: list[str] = backend.notes
+        self.notes: list[str] = [*mended, *backend.notes]
+        self.gateway_secret = "gpg_" + secrets.token_urlsafe(32)  # the gateway's identity, for this start only
         self._on_stop = backend.on_stop
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
@@ -115,6 +129,7 @@ class Head:
             wake_services=self._wake,
             load=load,
             scheduler=settings.scheduler_config,
+            gateway_secret=self.gateway_secret,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(
@@ -129,17 +144,25 @@ class Head:
         self.services.wake()
 
     def _ensure_token(self, path: Path, role: str) -> str | None:
-        """Create the admin (or join) token at first start, and again if its file was deleted;
-        the database keeps only its hash."""
+        """Create the admin (or join) token at first start, again if its file was deleted, and
+        again if the token in it no longer works (revoked, expired): a head never runs on with a
+        file token that does not work. The database keeps only its hash. What was mended is said
+        (None: nothing was)."""
+        now = SystemClock().now()
         with self.db.tx() as s:
-            if tokens.has_role(s, role) and path.exists():
+            try:
+                current = path.read_text().strip()
+            except OSError:
+                current = ""
+            if current and tokens.has_role(s, role) and tokens.principal_for(s, current, now) is not None:
                 return None
-            now = SystemClock().now()
             if role == Role.ADMIN.value:
                 users.ensure_user(s, ADMIN_USER, Role.ADMIN, now)  # the built-in user that owns it
             token = tokens.create_token(s, role, role, now)
         write_secret(path, token + "\n")
-        return token
+        if not current:
+            return None  # a first start, or a file deleted: nothing worth saying
+        return f"the {role} token in {path} no longer worked (revoked or expired): a new one was made there"
 
     def summary(self) -> str:
         nodes = self.executor.nodes()
@@ -251,8 +274,10 @@ class Head:
         local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
         head = f"{'https' if settings.tls_cert else 'http'}://{f'[{local}]' if ':' in local else local}"
         extra = ["--head-ca", str(settings.tls_cert)] if settings.tls_cert else []
+        identity = settings.data_dir / GATEWAY_TOKEN_FILE
+        write_secret(identity, self.gateway_secret + "\n")  # this start's; the last one's no longer works
         proc = gateway_launch.start_gateway(
-            settings.gateway_port, f"{head}:{settings.port}", settings.token_file, host=settings.host, extra=extra
+            settings.gateway_port, f"{head}:{settings.port}", identity, host=settings.host, extra=extra
         )
         try:
             url = gateway_launch.ready_url(proc)

@@ -83,9 +83,9 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/services/{name}"): ANYONE,
     ("POST", "/api/v1/services/{name}/scale"): Rule(Who.OWNER, Scope.SUBMIT),
     ("DELETE", "/api/v1/services/{name}"): Rule(Who.OWNER, Scope.SUBMIT),
-    # the gateway (it runs with an admin token): replicas' endpoints out, their load in
-    ("GET", "/api/v1/gateway/routes"): ADMIN,
-    ("POST", "/api/v1/gateway/stats"): ADMIN,
+    # the gateway (its own identity, which no user token can revoke): replicas' endpoints out, their load in
+    ("GET", "/api/v1/gateway/routes"): Rule(Who.GATEWAY),
+    ("POST", "/api/v1/gateway/stats"): Rule(Who.GATEWAY),
     # who changed what (api/auditing.py records it)
     ("GET", "/api/v1/audit"): ADMIN,
 }

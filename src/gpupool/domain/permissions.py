@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpupool.domain.users import JOIN_ROLE, Role, Scope, effective_scope
+from gpupool.domain.users import GATEWAY_ROLE, JOIN_ROLE, Role, Scope, effective_scope
 
 
 class Who(enum.StrEnum):
@@ -24,6 +24,7 @@ class Who(enum.StrEnum):
     MEMBER = "member"  # members and admins, to the projects they belong to (viewers may not)
     OWNER = "owner"  # the job's owner, a manager of the job's project, or an admin
     SELF = "self"  # the user's own (tokens); anyone's for an admin
+    GATEWAY = "gateway"  # the head's own gateway (its identity of its own), or an admin
     ADMIN = "admin"
 
 
@@ -52,6 +53,7 @@ _WORDS = {
     Who.MEMBER: "a member of the project, or an admin",
     Who.OWNER: "the job's owner, a manager of its project, or an admin",
     Who.SELF: "the user themselves, or an admin",
+    Who.GATEWAY: "the head's gateway, or an admin",
     Who.ADMIN: "an admin",
 }
 
@@ -69,17 +71,26 @@ def refusal(rule: Rule, role: str, scope: Scope | None) -> Refusal | None:
         return None
     if role == JOIN_ROLE:
         return None if rule.who is Who.NODE else Refusal("forbidden", "a join token only lets a node join")
+    if role == GATEWAY_ROLE:
+        refused = Refusal("forbidden", "the gateway only reads routes and reports load")
+        return None if rule.who is Who.GATEWAY else refused
     may = effective_scope(role, scope)
-    if rule.who in (Who.ADMIN, Who.NODE) and role != Role.ADMIN.value:
+    if rule.who in (Who.ADMIN, Who.NODE, Who.GATEWAY) and role != Role.ADMIN.value:
         return Refusal("forbidden", f"this needs {rule.describe()}; a {role} may not")
     if rule.who is Who.MEMBER and role == Role.VIEWER.value:
         return Refusal("forbidden", f"this needs {rule.describe()}; a viewer may only look")
-    needed = Scope.ADMIN if rule.who in (Who.ADMIN, Who.NODE) else rule.scope
+    needed = Scope.ADMIN if rule.who in (Who.ADMIN, Who.NODE, Who.GATEWAY) else rule.scope
     if not may.covers(needed):
         if may is Scope.READ:
             return Refusal("read_only_token", "this token has scope read: it can list and show, not change anything")
         return Refusal("narrow_token", f"this needs a token of scope {needed.value}; this one has {may.value}")
     return None
+
+
+def may_revoke(caller: Scope, target: Scope) -> bool:
+    """A token may revoke only tokens whose scope its own covers: a narrow token of an admin cannot
+    take the admin's full tokens (the head's own among them) away."""
+    return caller.covers(target)
 
 
 def may_act_on_job(user: str, is_admin: bool, owner: str, project_role: ProjectRole | None) -> bool:

@@ -16,7 +16,10 @@ from gpupool.domain.projects import NAME_RE
 
 ADMIN_USER = "admin"  # the built-in user that owns the head's bootstrap admin token
 JOIN_ROLE = "join"  # the role of the join token: it only lets a node join
-RESERVED_NAMES = frozenset({JOIN_ROLE})
+# The head's gateway: an identity of its own, minted afresh at every head start and kept nowhere a
+# token route reaches, so no user token can revoke or narrow it. It reads routes and reports load.
+GATEWAY_ROLE = "gateway"
+RESERVED_NAMES = frozenset({JOIN_ROLE, GATEWAY_ROLE})
 MAX_TOKEN_NAME = 64
 MAX_UNIX_USER = 32
 MIN_EXPIRY = timedelta(minutes=1)
@@ -51,6 +54,7 @@ _WIDEST = {
     Role.MEMBER.value: Scope.SUBMIT,
     Role.VIEWER.value: Scope.READ,
     JOIN_ROLE: Scope.READ,
+    GATEWAY_ROLE: Scope.READ,
 }
 
 

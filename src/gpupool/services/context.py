@@ -59,3 +59,6 @@ class HeadContext:
     gateway: GatewayPlace = field(default_factory=GatewayPlace)  # where services and jobs' ports are served
     # The policy the controller runs: `why` replays job ends through it for a start estimate.
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # The gateway's identity, minted at this head's start and kept only in memory and a 0600 file
+    # the gateway reads: no token route can revoke or narrow it. None: no gateway identity.
+    gateway_secret: str | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.domain.errors import Forbidden, InvalidInput
-from gpupool.domain.permissions import ProjectRole
+from gpupool.domain.permissions import ProjectRole, may_revoke
 from gpupool.domain.users import (
     Role,
     Scope,
@@ -16,6 +16,7 @@ from gpupool.domain.users import (
     check_token_name,
     check_unix_user,
     check_user_name,
+    effective_scope,
     expiry,
     widest_scope,
 )
@@ -153,10 +154,19 @@ def list_tokens(ctx: HeadContext, who: Principal, user: str | None = None) -> li
 
 
 def revoke_token(ctx: HeadContext, who: Principal, token_id: int) -> TokenInfo:
+    """One's own token with a ``submit`` token, anyone's as an admin; never a token of a wider
+    scope than the caller's own (the head's admin token is not a narrow token's to revoke)."""
     with ctx.db.tx() as s:
         token = token_repo.get_token(s, token_id)
         own = token.user == who.user
         _require(who, Scope.SUBMIT if own else Scope.ADMIN, "revoke tokens" if own else "revoke another user's token")
+        mine, theirs = effective_scope(who.role, who.scope), token_repo.token_scope(s, token_id)
+        if not may_revoke(mine, theirs):
+            raise Forbidden(
+                f"token {token_id} has scope {theirs.value}, wider than this token's {mine.value}: "
+                f"revoke it with a token of scope {theirs.value}",
+                code="narrow_token",
+            )
         return token_repo.revoke_token(s, token_id, ctx.clock.now())
 
 

@@ -132,6 +132,15 @@ def get_token(session: Session, token_id: int) -> TokenInfo:
     return _info(row)
 
 
+def token_scope(session: Session, token_id: int) -> Scope:
+    """What the token may do now: its scope, narrowed to its user's current role."""
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"no token {token_id}: list tokens with gpupool token list", code="token_not_found")
+    user = session.get(UserRow, row.user)
+    return effective_scope(user.role if user is not None else row.role, row.scope)
+
+
 def revoke_token(session: Session, token_id: int, now: datetime) -> TokenInfo:
     row = session.get(TokenRow, token_id)
     if row is None or row.revoked_at is not None:
