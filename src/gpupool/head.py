@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from gpupool.gateway import launch as gateway_launch
 from gpupool.node import accounts
 from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
-from gpupool.services.accounts import JobAccounts
+from gpupool.services.accounts import job_accounts
 from gpupool.services.context import HeadContext, RayCluster
 from gpupool.services.load import LoadBoard
 from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
@@ -349,43 +348,6 @@ def _with_port(settings: Settings, port: int) -> Settings:
 def _live_workers(db: Database) -> int:
     with db.read() as s:
         return len(worker_repo.live_workers(s))
-
-
-def job_accounts(executor: Executor, allow_system: bool = False) -> JobAccounts:
-    """As root, jobs run as their owners (checked here at submit where the nodes are this
-    machine); otherwise as the head's own user."""
-    local = not executor.capabilities.multi_host
-    return JobAccounts(
-        owners=accounts.privileged(),
-        head_user=accounts.me(),
-        uid_of=_KnownAccounts() if local else None,
-        uid_min=accounts.uid_min(),
-        allow_system=allow_system,
-    )
-
-
-class _KnownAccounts:
-    """A Unix account's uid here (None: no such account), remembered for a minute: a submission
-    should not read the passwd and group databases each time (a change meanwhile is caught at
-    launch, where the node looks again)."""
-
-    TTL_S = 60.0
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[float, int]] = {}
-
-    def __call__(self, name: str) -> int | None:
-        now = time.monotonic()
-        seen = self._seen.get(name)
-        if seen is not None and now - seen[0] < self.TTL_S:
-            return seen[1]
-        account = accounts.lookup(name)
-        if account is None:
-            return None
-        if len(self._seen) > 10_000:
-            self._seen.clear()
-        self._seen[name] = (now, account.uid)
-        return account.uid
 
 
 def _lock_data_dir(settings: Settings) -> IO[str]:

@@ -83,7 +83,8 @@ def test_two_replicas_become_ready_on_two_nodes_and_answer(head: HeadProcess, cl
     ]
 
 
-def test_a_killed_replica_is_replaced(head: HeadProcess, client: GpupoolClient) -> None:
+def test_a_killed_replica_is_started_again_as_the_same_job(head: HeadProcess, client: GpupoolClient) -> None:
+    """A replica that dies is one job's restart (after the restart back-off), not a new job."""
     before = client.service("web")
     victim = before["endpoints"][0]
     pid = int(get(victim, "/pid"))
@@ -91,13 +92,18 @@ def test_a_killed_replica_is_replaced(head: HeadProcess, client: GpupoolClient) 
     wait_for(lambda: not pid_alive(pid), 10, what="the replica's process to die")
     after = wait_for(
         lambda: (
-            (s := ready(client, "web", 2)) and victim["replica"] not in {e["replica"] for e in s["endpoints"]} and s
+            (s := ready(client, "web", 2))
+            and victim["replica"] in {e["replica"] for e in s["endpoints"]}
+            and client.job(int(victim["replica"]))["restarts"] == 1
+            and s
         ),
         WAIT,
         0.2,
-        "the killed replica to be replaced",
+        "the killed replica to be started again",
     )
-    assert client.job(int(victim["replica"]))["state"] == "failed"
+    again = next(e for e in after["endpoints"] if e["replica"] == victim["replica"])
+    assert int(get(again, "/pid")) != pid
+    assert {r["job_id"] for r in after["replica_list"]} == {r["job_id"] for r in before["replica_list"]}
     assert [get(e, "/healthz") for e in after["endpoints"]] == ["ok", "ok"]
 
 

@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
-from gpupool.cli.render import ago
+from gpupool.cli.render import ago, parse_time
 from gpupool.cli.service_load import load_line, replica_table
 from gpupool.cli.tables import Col, Listing
+from gpupool.domain.audit import printable
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.services import ServiceSpec
@@ -146,14 +148,29 @@ def show(name: str, url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = O
     if output is Output.JSON:
         print_json(s)
         return
-    console.print(f"[bold]{s['name']}[/bold] ({s['project']}, {s['owner']}): {s['state']}, {_counts(s)}")
+    # Text, never markup: a command or a log line is shown as it is, on a terminal or in a file.
+    title = Text.assemble((s["name"], "bold"), f" ({s['project']}, {s['owner']}): {s['state']}, {_counts(s)}")
+    console.print(title)
     where = s["url"] or "- (the head runs no gateway)"
-    console.print(f"url {where}  health {s['health_path']}  port in ${s['port_env']}  ")
-    console.print(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}")
+    console.print(Text(f"url {where}  health {s['health_path']}  port in ${s['port_env']}  "))
+    console.print(Text(f"replicas {s['min_replicas']}..{s['max_replicas']}, max concurrency {s['max_concurrency']}"))
     if s["command"] is not None:
-        console.print("command " + " ".join(s["command"]))
+        console.print(Text("command " + " ".join(s["command"])))
+    crash = s.get("crash_loop")
+    if crash is not None:
+        console.print(Text(crash_line(crash), style="red"))
+        for line in crash["log_tail"]:
+            console.print(Text("  " + (printable(line, 1000, backslash=False) or "")))
     console.print(load_line(s))
     console.print(replica_table(s))
+
+
+def crash_line(crash: dict[str, Any]) -> str:
+    """What a crash-looping service's show says of the replica that keeps failing."""
+    how = f"exit {crash['exit_code']}" + (f" ({crash['exit_reason']})" if crash["exit_reason"] else "")
+    when = f", tried again at {parse_time(crash['next_try_at']):%H:%M:%S} UTC" if crash["next_try_at"] else ""
+    ends = "; its log ends:" if crash["log_tail"] else ""
+    return f"crash loop: replica job {crash['job_id']} failed {crash['restarts']} times, last {how}{when}{ends}"
 
 
 @service_app.command("scale")

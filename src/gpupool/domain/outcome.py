@@ -162,13 +162,27 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
     return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code, exit_reason=exit_reason)
 
 
-RESTART_BACKOFF_CAP_S = 600.0  # the longest a failed job waits before its next attempt
+RESTART_BACKOFF_CAP_S = 300.0  # the longest a failed job waits before its next attempt (Kubernetes' 5 minutes)
+CRASH_RESET_S = 600.0  # an attempt that ran this long before it failed starts the doubling over
 
 
-def restart_delay(restarts: int, base_s: float, cap_s: float = RESTART_BACKOFF_CAP_S) -> float:
-    """How long a job that failed waits before attempt ``restarts + 1``: ``base_s`` after its first
-    failure, doubling with each one after, never more than ``cap_s`` (0: no back-off), so a job
-    that fails at once cannot restart dozens of times a minute."""
-    if base_s <= 0 or restarts <= 0:
+def restart_delay(failures: int, base_s: float, cap_s: float = RESTART_BACKOFF_CAP_S) -> float:
+    """How long a job waits after ``failures`` failures in a row (attempts that each ended within
+    ``CRASH_RESET_S`` of their start, the last one included): ``base_s`` after the first, doubling
+    with each one after, never more than ``cap_s`` (0: no back-off), as Kubernetes' CrashLoopBackOff,
+    so a job or replica that fails at once cannot restart dozens of times a minute, while one that
+    ran for long and failed once starts again soon."""
+    if base_s <= 0 or failures <= 0:
         return 0.0
-    return min(cap_s, base_s * 2.0 ** min(restarts - 1, 30))
+    return min(cap_s, base_s * 2.0 ** min(failures - 1, 30))
+
+
+def failures_in_a_row(runs_s: Sequence[float | None]) -> int:
+    """How many of the latest attempts (newest first, each how long it ran; None: it never ran)
+    ended within ``CRASH_RESET_S``: the streak ``restart_delay`` doubles over."""
+    streak = 0
+    for ran in runs_s:
+        if ran is not None and ran >= CRASH_RESET_S:
+            break
+        streak += 1
+    return streak

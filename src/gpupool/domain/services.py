@@ -48,6 +48,7 @@ class ServiceState(enum.StrEnum):
     READY = "ready"  # as many ready as wanted
     DEGRADED = "degraded"  # some ready, fewer than wanted (a replica died, or is being rolled)
     IDLE = "idle"  # no replica wanted (scaled to zero, or --replicas 0)
+    CRASH_LOOP = "crash_loop"  # none ready, and a replica keeps failing: it waits longer before each try
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,9 @@ class ServiceSpec:
             priority="inference",
             env=self.env,
             workdir=self.workdir,
+            # A replica that dies is the same replica started again, after a growing wait (the
+            # restart back-off): its failures are one job's restarts, not a new job each time.
+            max_restarts=bounds.MAX_RESTARTS,
         )
         return dataclasses.replace(job, service=self.name, port_env=self.port_env)
 
@@ -266,15 +270,25 @@ class Replica:
     ready: bool = False
     started_at: datetime | None = None
     worker_id: int | None = None  # its current attempt's worker
+    restarts: int = 0  # how many times it failed and was started again
+    exit_code: int | None = None  # how its last attempt ended
+    exit_reason: str | None = None
+    backing_off_until: datetime | None = None  # it failed and waits before its next try (restart back-off)
+    last_node: str | None = None  # where its last attempt ran (its log is there)
 
     @property
     def starting(self) -> bool:
         return not self.ready and not self.stopping
 
+    @property
+    def crashing(self) -> bool:
+        """It failed and waits before it is started again."""
+        return self.backing_off_until is not None and self.restarts > 0 and not self.stopping
 
-def service_state(desired: int, ready: int) -> ServiceState:
+
+def service_state(desired: int, ready: int, crashing: bool = False) -> ServiceState:
     if desired == 0 and ready == 0:
         return ServiceState.IDLE
     if ready == 0:
-        return ServiceState.STARTING
+        return ServiceState.CRASH_LOOP if crashing else ServiceState.STARTING
     return ServiceState.READY if ready >= desired else ServiceState.DEGRADED

@@ -14,11 +14,14 @@ an admin says ``--shared-account``. The nodes check the uid again at launch (``n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpupool.domain.errors import Conflict, InvalidInput
 from gpupool.domain.users import ADMIN_USER, User
+from gpupool.executors.base import Executor
+from gpupool.node import accounts
 
 ROOT = "root"
 ALLOW_SYSTEM = "--allow-system-accounts"
@@ -84,3 +87,40 @@ class JobAccounts:
                 "if they are meant to share it",
                 code="account_taken",
             )
+
+
+def job_accounts(executor: Executor, allow_system: bool = False) -> JobAccounts:
+    """As root, jobs run as their owners (checked here at submit where the nodes are this
+    machine); otherwise as the head's own user."""
+    local = not executor.capabilities.multi_host
+    return JobAccounts(
+        owners=accounts.privileged(),
+        head_user=accounts.me(),
+        uid_of=_KnownAccounts() if local else None,
+        uid_min=accounts.uid_min(),
+        allow_system=allow_system,
+    )
+
+
+class _KnownAccounts:
+    """A Unix account's uid here (None: no such account), remembered for a minute: a submission
+    should not read the passwd and group databases each time (a change meanwhile is caught at
+    launch, where the node looks again)."""
+
+    TTL_S = 60.0
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, name: str) -> int | None:
+        now = time.monotonic()
+        seen = self._seen.get(name)
+        if seen is not None and now - seen[0] < self.TTL_S:
+            return seen[1]
+        account = accounts.lookup(name)
+        if account is None:
+            return None
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+        self._seen[name] = (now, account.uid)
+        return account.uid

@@ -41,6 +41,7 @@ class ServiceView:
     replicas: tuple[Replica, ...]
     full: bool  # the caller may see its command and environment
     load: ServiceLoad | None = None  # the gateway's recent reports (listing and show only)
+    crash_log: tuple[str, ...] = ()  # show only, to those who may read logs: the end of the crashing replica's
 
     @property
     def ready(self) -> int:
@@ -52,7 +53,13 @@ class ServiceView:
 
     @property
     def state(self) -> ServiceState:
-        return service_state(self.record.desired, self.ready)
+        return service_state(self.record.desired, self.ready, self.crashing is not None)
+
+    @property
+    def crashing(self) -> Replica | None:
+        """The replica that failed most often and waits to be started again, if any."""
+        waiting = [r for r in self.replicas if r.crashing]
+        return max(waiting, key=lambda r: r.restarts) if waiting else None
 
     @property
     def endpoints(self) -> list[Replica]:
@@ -106,7 +113,30 @@ def show(ctx: HeadContext, name: str, who: Principal) -> ServiceView:
     check_service_name(name)
     with ctx.db.read() as s:
         view = _view(s, who, service_repo.get_service(s, name))
+    crash = view.crashing
+    if crash is not None and view.full and crash.last_node is not None:
+        view = dataclasses.replace(view, crash_log=_log_tail(ctx, crash.last_node, crash.job_id))
     return _with_load(ctx, view)
+
+
+LOG_TAIL_LINES = 10
+_LOG_CHUNK = 1 << 20
+_LOG_CHUNKS = 8  # a crash-looping replica's log is short; past 8 MiB, gpupool logs has the rest
+
+
+def _log_tail(ctx: HeadContext, node: str, job_id: int) -> tuple[str, ...]:
+    """The last lines of worker 0's log, where its last attempt ran; none if the node is gone."""
+    data, offset = b"", 0
+    try:
+        for _ in range(_LOG_CHUNKS):
+            chunk = ctx.executor.read_log(node, job_id, 0, offset)
+            data, offset = (data + chunk)[-_LOG_CHUNK:], offset + len(chunk)
+            if len(chunk) < _LOG_CHUNK:
+                break
+    except Exception:  # a node that does not answer: the state still says crash_loop
+        return ()
+    lines = data.decode(errors="replace").splitlines()
+    return tuple(lines[-LOG_TAIL_LINES:])
 
 
 def replica_states(ctx: HeadContext) -> list[tuple[str, int, dict[str, int]]]:

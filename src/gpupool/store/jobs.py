@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, REQUEUING_STOPS, JobSpec, JobState, StopReason, may_replace
-from gpupool.domain.outcome import JobFacts, restart_delay, settle
+from gpupool.domain.outcome import JobFacts, failures_in_a_row, restart_delay, settle
 from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord, WorkerRecord
 from gpupool.store import bulk
 from gpupool.store.convert import job_record, worker_record
@@ -194,7 +194,9 @@ def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 
     row.restarts, row.exit_code, row.exit_reason = plan.restarts, plan.exit_code, plan.exit_reason
     for step in plan.steps:
         transition_job(session, row, step.state, now, step.message, kind=step.kind)
-    delay = restart_delay(row.restarts, backoff_s) if failed_again and row.state == JobState.PENDING.value else 0
+    delay = 0.0
+    if failed_again and row.state == JobState.PENDING.value and backoff_s > 0:
+        delay = restart_delay(failures_in_a_row(_recent_runs(session, job_id, row.starts)), backoff_s)
     if delay:
         row.not_before = now + timedelta(seconds=delay)
         row.reason_code, row.reason = backoff_reason(row.not_before, delay, row.restarts)
@@ -205,7 +207,8 @@ def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 
 def backoff_reason(until: datetime, delay: float, restarts: int) -> tuple[str, str]:
     return (
         ReasonCode.BACKOFF.value,
-        f"restart {restarts} waits {delay:g}s after the failure (--restart-backoff, doubling per failure): "
+        f"restart {restarts} waits {delay:g}s after the failure (--restart-backoff, doubling per quick failure"
+        " in a row, at most 5m): "
         f"scheduled again from {until:%H:%M:%S} UTC",
     )
 
@@ -254,6 +257,25 @@ def _ask_to_stop(session: Session, row: JobRow, reason: StopReason, now: datetim
     row.stop_reason = reason.value
     add_event(session, now, kind=kind, job_id=row.id, message=message)
     return True
+
+
+def _recent_runs(session: Session, job_id: int, last: int, count: int = 12) -> list[float | None]:
+    """How long each of the job's latest ``count`` attempts ran (newest first; None: it never
+    started): from its workers' first start to their last end. Twelve is past the doubling's cap."""
+    query = select(WorkerRow.attempt, WorkerRow.started_at, WorkerRow.finished_at).where(
+        WorkerRow.job_id == job_id, WorkerRow.attempt > last - count, WorkerRow.attempt <= last
+    )
+    spans: dict[int, tuple[datetime | None, datetime | None]] = {}
+    for attempt, started, finished in session.execute(query):
+        first, end = spans.get(attempt, (None, None))
+        first = started if first is None or (started is not None and started < first) else first
+        end = finished if end is None or (finished is not None and finished > end) else end
+        spans[attempt] = (first, end)
+    runs: list[float | None] = []
+    for attempt in range(last, max(0, last - count), -1):
+        first, end = spans.get(attempt, (None, None))
+        runs.append(None if first is None or end is None else (end - first).total_seconds())
+    return runs
 
 
 def _attempt_rows(session: Session, job_id: int, attempt: int) -> list[WorkerRow]:

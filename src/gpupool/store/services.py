@@ -120,6 +120,12 @@ def replicas(session: Session, templates: Mapping[str, JobSpec]) -> dict[str, li
                 ready=bool(live and w is not None and w.ready_at is not None and row.state == "running"),
                 started_at=w.started_at if w is not None else None,
                 worker_id=w.id if w is not None else None,
+                restarts=row.restarts,
+                # a requeued job keeps no exit of its own: its last attempt's worker has it
+                exit_code=w.exit_code if w is not None and w.exit_code is not None else row.exit_code,
+                exit_reason=w.exit_reason if w is not None and w.exit_code is not None else row.exit_reason,
+                backing_off_until=row.not_before if row.state == "pending" and row.reason_code == "backoff" else None,
+                last_node=w.node if w is not None else None,
             )
         )
     return out

@@ -108,6 +108,7 @@ class ReplicaOut(BaseModel):
     node: str | None
     host: str | None
     port: int | None
+    restarts: int = Field(0, description="how many times it failed and was started again")
     load: LoadOut | None = Field(None, description="null where the gateway has not reported it lately")
 
     @classmethod
@@ -123,6 +124,7 @@ class ReplicaOut(BaseModel):
             node=r.node,
             host=r.host,
             port=r.port,
+            restarts=r.restarts,
         )
 
 
@@ -137,11 +139,32 @@ class EndpointOut(BaseModel):
         return cls(replica=str(r.job_id), host=r.host, port=r.port)
 
 
+class CrashLoopOut(BaseModel):
+    job_id: int = Field(description="the replica that keeps failing: one job, started again after each failure")
+    restarts: int
+    exit_code: int | None
+    exit_reason: str | None
+    next_try_at: datetime | None = Field(description="when it is started again (the restart back-off)")
+    log_tail: list[str] = Field(description="its log's last lines (empty for those who may not read its logs)")
+
+    @classmethod
+    def of(cls, r: Replica, log_tail: tuple[str, ...]) -> CrashLoopOut:
+        return cls(
+            job_id=r.job_id,
+            restarts=r.restarts,
+            exit_code=r.exit_code,
+            exit_reason=r.exit_reason,
+            next_try_at=r.backing_off_until,
+            log_tail=list(log_tail),
+        )
+
+
 class ServiceOut(BaseModel):
     name: str
     project: str
     owner: str
-    state: str = Field(description="starting, ready, degraded or idle: read from its replicas")
+    state: str = Field(description="starting, ready, degraded, idle or crash_loop: read from its replicas")
+    crash_loop: CrashLoopOut | None = Field(None, description="the replica that keeps failing, while one does")
     replicas: ReplicaCounts
     endpoints: list[EndpointOut] = Field(description="ready replicas, where the gateway sends requests")
     max_concurrency: int
@@ -200,6 +223,7 @@ class ServiceOut(BaseModel):
             env=dict(spec.env) if v.full else None,
             replica_list=[ReplicaOut.of(r, v.load) for r in v.replicas],
             load=None if v.load is None else ServiceLoadOut.of_service(v.load),
+            crash_loop=None if v.crashing is None else CrashLoopOut.of(v.crashing, v.crash_log),
         )
 
 
