@@ -231,8 +231,22 @@ def test_a_service_scaled_to_zero_wakes_for_its_first_request(
     wait_for(lambda: in_gateway_metrics(head, admin, 'route="cold"'), WAIT, 0.2, "the gateway to know cold")
     first = call(head, "/cold/pid", admin, timeout=90)  # held until the replica it woke is ready
     assert first.status_code == 200 and first.text.isdigit()
-    assert client.service("cold")["replicas"]["ready"] == 1
+    # ready once the gateway says it routes to it: its next load report, within a second or so
+    wait_for(lambda: client.service("cold")["replicas"]["ready"] == 1, WAIT, 0.1, "cold to read ready")
     wait_for(lambda: client.service("cold")["replicas"]["desired"] == 0, WAIT, 0.2, "cold to sleep again")
+
+
+def test_a_service_reads_ready_only_once_the_gateway_routes_to_it(
+    head: HeadProcess, client: GpupoolClient, tokens: dict[str, str]
+) -> None:
+    """The first request after `2/2 ready` used to get 503 no_replica now and then: the head said
+    ready before the gateway's next look at the routes. Ready now means routed."""
+    for name in ("prompt1", "prompt2", "prompt3"):
+        serve(head, name, "--replicas", "1")
+        wait_for(lambda n=name: client.service(n)["replicas"]["ready"] == 1, WAIT, 0.02, f"{name} to read ready")  # type: ignore[misc]
+        first = call(head, f"/{name}/pid", tokens["admin"])
+        assert first.status_code == 200, (name, first.status_code, first.text)
+        client.delete_service(name)
 
 
 def test_a_jobs_exposed_port_is_published_to_its_owner_only(

@@ -51,3 +51,37 @@ def test_user_and_token_commands(head: HeadProcess, unix_accounts: TestAccounts)
     time.sleep(1.05)
     out = head.cli("jobs", token=alice)
     assert out.returncode == 2 and out.stderr.startswith("error: invalid token"), out
+
+
+def test_a_name_given_again_starts_with_nothing_of_the_deleted_users(
+    head: HeadProcess, unix_accounts: TestAccounts
+) -> None:
+    """A deleted user's finished jobs, logs, idle services and submission keys are not inherited
+    by a new user of the same name (they were: the new one could read the old one's logs)."""
+    import httpx
+
+    from gpupool.client import GpupoolClient
+    from tests.e2e.headproc import wait_state
+
+    account = unix_accounts.make("reuse")
+    first = head.cli("user", "add", "reuse", "--unix-user", account).stdout.strip().splitlines()[-1]
+    with GpupoolClient(head.url, first) as c:
+        job = int(c.submit(command=["sh", "-c", "echo old-secret"], gpus=0)["id"])
+        wait_state(c, job, ("succeeded",), timeout=30)
+    keyed = {"Authorization": f"Bearer {first}", "Idempotency-Key": "same-key"}
+    kept = httpx.post(f"{head.url}/api/v1/jobs", json={"command": ["true"], "gpus": 0}, headers=keyed).json()["id"]
+    with head.client() as c:
+        wait_state(c, kept, ("succeeded",), timeout=30)
+    assert head.cli("user", "delete", "reuse").returncode == 0
+    again = head.cli("user", "add", "reuse", "--unix-user", account)
+    second = again.stdout.strip().splitlines()[-1]
+    mine = json.loads(head.cli("jobs", "--all", "--mine", "-o", "json", token=second).stdout)
+    assert mine == []
+    logs = head.cli("logs", str(job), token=second)
+    assert logs.returncode == 2 and "old-secret" not in logs.stdout, logs
+    keyed["Authorization"] = f"Bearer {second}"
+    made = httpx.post(f"{head.url}/api/v1/jobs", json={"command": ["true"], "gpus": 0}, headers=keyed)
+    assert made.status_code == 201 and made.json()["id"] != kept  # a key of their own, not the old one's
+    with head.client() as c:
+        owner = c.job(job)["owner"]
+    assert owner.startswith("reuse~") and len(owner) <= 64  # an admin still sees whose it was

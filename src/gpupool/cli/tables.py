@@ -20,6 +20,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from gpupool.domain.audit import printable
+
 WORD_CAP = 12  # a wrapping column is as wide as its longest word, up to this; longer words fold
 GAP = 2  # columns are one space of padding each side, none at the table's edges
 
@@ -53,8 +55,8 @@ class Listing:
             table.add_column(
                 col.header, justify=col.justify, no_wrap=not col.wrap, overflow="fold", width=widths.get(i)
             )
-        for row in self.rows:  # text as it is: a name or a message never reads as Rich markup
-            table.add_row(*(Text(row[i]) if isinstance(row[i], str) else row[i] for i in shown))
+        for row in self.rows:  # text as it is (never Rich markup), control characters escaped
+            table.add_row(*(_shown(row[i]) if isinstance(row[i], str) else row[i] for i in shown))
         yield table
         left_out = [self.columns[i].header for i in range(len(self.columns)) if i not in shown]
         if left_out:
@@ -104,3 +106,10 @@ class Listing:
 
 def _plain(cell: Any) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def _shown(cell: str) -> Text:
+    """A cell anyone may have written (a job's name, a token's, a message): shown as it is."""
+    if cell.replace("\n", "").isprintable():
+        return Text(cell)
+    return Text("\n".join(printable(line, 100_000, backslash=False) or "" for line in cell.split("\n")))

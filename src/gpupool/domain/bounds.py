@@ -16,6 +16,8 @@ from gpupool.domain.errors import InvalidInput
 
 MAX_ID = 2**63 - 1  # a job id, token id: what a BIGINT column holds
 MAX_GPUS_PER_WORKER = 1024
+MAX_GPU_INDEX = MAX_GPUS_PER_WORKER - 1  # a GPU's index on its node
+MAX_LISTING = 100_000  # the most rows one listing returns
 MAX_CPUS_PER_WORKER = 4096
 MAX_MEMORY_MIB = 2**30  # 1 PiB per worker
 MAX_RESTARTS = 1000

@@ -258,7 +258,7 @@ class JobSpec:
             if not _ENV_KEY_RE.match(key):
                 raise InvalidInput(f"invalid environment variable name {bounds.shown(key)}: use K=V with K like MY_VAR")
         bounds.environment(clean_env)
-        bounds.path("workdir", workdir)
+        _check_workdir(workdir)
         if gpu_model is not None:
             bounds.readable("the GPU model", gpu_model, bounds.MAX_MODEL)
         checkpoint_dir = _checkpoint_dir(checkpoint_dir, workdir)
@@ -295,6 +295,15 @@ def _memory(what: str, value: str | int | None) -> int:
 
 
 MAX_PATH = bounds.MAX_PATH
+
+
+def _check_workdir(workdir: str | None) -> None:
+    bounds.path("workdir", workdir)
+    if workdir is not None and not posixpath.isabs(workdir):
+        raise InvalidInput(
+            f"workdir {bounds.shown(workdir)} must be an absolute path: a job starts on a node, not where"
+            " it was submitted from (gpupool submit resolves a relative --workdir where it runs)"
+        )
 
 
 def _checkpoint_dir(path: str | None, workdir: str | None) -> str | None:

@@ -275,6 +275,7 @@ class Replica:
     exit_reason: str | None = None
     backing_off_until: datetime | None = None  # it failed and waits before its next try (restart back-off)
     last_node: str | None = None  # where its last attempt ran (its log is there)
+    ready_at: datetime | None = None  # since when it answers its health check
 
     @property
     def starting(self) -> bool:

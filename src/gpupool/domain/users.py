@@ -21,6 +21,7 @@ JOIN_ROLE = "join"  # the role of the join token: it only lets a node join
 GATEWAY_ROLE = "gateway"
 RESERVED_NAMES = frozenset({JOIN_ROLE, GATEWAY_ROLE})
 MAX_TOKEN_NAME = 64
+_TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_UNIX_USER = 32
 MIN_EXPIRY = timedelta(minutes=1)
 MAX_EXPIRY = timedelta(days=3653)  # ten years
@@ -112,8 +113,13 @@ def check_unix_user(unix_user: str | None) -> str | None:
 
 
 def check_token_name(name: str | None) -> str | None:
-    if name is not None and (not name.strip() or len(name) > MAX_TOKEN_NAME):
-        raise InvalidInput(f"a token name is 1 to {MAX_TOKEN_NAME} characters")
+    """A token's name is shown in listings: spelled as a user's name is (letters, digits, '.', '_'
+    and '-'), so no control character or markup reaches a terminal."""
+    if name is not None and (len(name) > MAX_TOKEN_NAME or not _TOKEN_NAME_RE.fullmatch(name)):
+        raise InvalidInput(
+            f"invalid token name {name[:80]!r}: 1-{MAX_TOKEN_NAME} letters, digits, '.', '_' and '-',"
+            " starting with a letter or digit"
+        )
     return name
 
 

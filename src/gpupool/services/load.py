@@ -111,6 +111,15 @@ class LoadBoard:
             reports = list(self._reports.get(service, ()))
         return [LoadSample(r.at, line.replica, line.in_flight, line.queued) for r in reports for line in r.lines]
 
+    def routed(self, service: str) -> tuple[datetime, frozenset[str]] | None:
+        """When the gateway last reported the service, and the replicas it routed to then (every
+        replica in its table is in each report); None before its first report."""
+        with self._lock:
+            reports = self._reports.get(service)
+            if not reports:
+                return None
+            return reports[-1].at, frozenset(line.replica for line in reports[-1].lines)
+
     def latest(self, service: str) -> tuple[ReplicaLoad, ...]:
         with self._lock:
             reports = self._reports.get(service)

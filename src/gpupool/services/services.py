@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpupool.domain.errors import Conflict
 from gpupool.domain.services import (
@@ -42,10 +43,25 @@ class ServiceView:
     full: bool  # the caller may see its command and environment
     load: ServiceLoad | None = None  # the gateway's recent reports (listing and show only)
     crash_log: tuple[str, ...] = ()  # show only, to those who may read logs: the end of the crashing replica's
+    # Where the head runs a gateway: when it last reported, and the replicas it routed to then. A
+    # replica reads ready only once the gateway routes to it (else a caller would get 503 at first).
+    routed: tuple[datetime, frozenset[str]] | None = None
+    gateway: bool = False
+
+    def serving(self, r: Replica) -> bool:
+        """Ready, not being stopped, and (with a gateway) routed to by it since it became ready."""
+        if not r.ready or r.stopping:
+            return False
+        if not self.gateway:
+            return True
+        if self.routed is None or r.ready_at is None:
+            return False
+        at, names = self.routed
+        return str(r.job_id) in names and _aware(at) >= _aware(r.ready_at)
 
     @property
     def ready(self) -> int:
-        return sum(1 for r in self.replicas if r.ready and not r.stopping)
+        return sum(1 for r in self.replicas if self.serving(r))
 
     @property
     def starting(self) -> int:
@@ -232,7 +248,18 @@ def _require_act(s: Tx, who: Principal, record: ServiceRecord, what: str) -> Non
 
 
 def _with_load(ctx: HeadContext, view: ServiceView) -> ServiceView:
-    return dataclasses.replace(view, load=ctx.load.figures(view.record.spec.name, ctx.clock.now()))
+    name = view.record.spec.name
+    return dataclasses.replace(
+        view,
+        load=ctx.load.figures(name, ctx.clock.now()),
+        routed=ctx.load.routed(name),
+        gateway=ctx.gateway.port is not None,
+    )
+
+
+def _aware(at: datetime) -> datetime:
+    """SQLite gives times back without a zone; every time gpupool stores is UTC."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _view(s: Tx, who: Principal, record: ServiceRecord) -> ServiceView:

@@ -126,6 +126,7 @@ def replicas(session: Session, templates: Mapping[str, JobSpec]) -> dict[str, li
                 exit_reason=w.exit_reason if w is not None and w.exit_code is not None else row.exit_reason,
                 backing_off_until=row.not_before if row.state == "pending" and row.reason_code == "backoff" else None,
                 last_node=w.node if w is not None else None,
+                ready_at=w.ready_at if w is not None else None,
             )
         )
     return out

@@ -3,16 +3,17 @@ enabled admin can be neither disabled, demoted nor deleted."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES
 from gpupool.domain.users import Role, User
 from gpupool.store import members
-from gpupool.store.orm import JobRow, TokenRow, UserRow
+from gpupool.store.orm import IdempotencyKeyRow, JobRow, ServiceRow, TokenRow, UserRow, UserUsageRow
 from gpupool.store.transitions import add_event
 
 
@@ -74,7 +75,10 @@ def set_unix_user(session: Session, name: str, unix_user: str | None, now: datet
 
 
 def delete_user(session: Session, name: str, now: datetime) -> None:
-    """Refused while the user owns pending or running jobs; their tokens go with them."""
+    """Refused while the user owns pending or running jobs; their tokens, memberships, usage and
+    idempotency keys go with them, and what they owned that stays (finished jobs, idle services)
+    is handed to a name no one can take (``alice~3f9a1c2e``): a user added later under the same
+    name starts with nothing of theirs (their logs, their services, their submissions' keys)."""
     row = _row(session, name, lock=True)
     if row.role == Role.ADMIN.value:
         _keep_an_admin(session, name, "delete")
@@ -88,8 +92,16 @@ def delete_user(session: Session, name: str, now: datetime) -> None:
         )
     session.execute(delete(TokenRow).where(TokenRow.user == name))
     members.forget_user(session, name)
+    session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.owner == name))
+    session.execute(delete(UserUsageRow).where(UserUsageRow.user == name))
+    gone = f"{name[:54]}{GONE}{secrets.token_hex(4)}"
+    session.execute(update(JobRow).where(JobRow.owner == name).values(owner=gone))
+    session.execute(update(ServiceRow).where(ServiceRow.owner == name).values(owner=gone))
     session.delete(row)
-    add_event(session, now, kind="user_deleted", message=f"user {name} deleted")
+    add_event(session, now, kind="user_deleted", message=f"user {name} deleted; what they owned is now {gone}'s")
+
+
+GONE = "~"  # in a deleted user's name for what they owned: no user name has it
 
 
 def _keep_an_admin(session: Session, name: str, what: str) -> None:

@@ -16,9 +16,11 @@ router = APIRouter(prefix="/api/v1", tags=["accounting"])
 def report(
     ctx: Ctx,
     who: Caller,
-    since: str | None = Query(None, description="ISO 8601 time or a duration ago (7d); default 7 days ago"),
-    until: str | None = Query(None, description="ISO 8601 time or a duration ago; default now"),
-    by: str = Query("project", description="project, user or job"),
+    since: str | None = Query(
+        None, max_length=64, description="ISO 8601 time or a duration ago (7d); default 7 days ago"
+    ),
+    until: str | None = Query(None, max_length=64, description="ISO 8601 time or a duration ago; default now"),
+    by: str = Query("project", max_length=64, description="project, user or job"),
 ) -> dict[str, Any]:
     """GPU-hours allocated and used (utilisation-weighted; ``coverage`` is the part of the allocated
     GPU-hours with utilisation readings), energy in kWh and queue times, per group. Every

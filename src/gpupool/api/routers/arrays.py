@@ -42,7 +42,7 @@ def listing(
     response: Response,
     all: bool = Query(False, description="include arrays whose tasks all finished"),
     limit: int = Query(1000, ge=1, le=100_000, description="at most this many, the newest"),
-    user: str | None = Query(None, description="only the arrays this user submitted"),
+    user: str | None = Query(None, max_length=64, description="only the arrays this user submitted"),
 ) -> list[ArrayOut]:
     arrays, total = array_service.listing(ctx, who, include_finished=all, limit=limit, user=user)
     response.headers["X-Total-Count"] = str(total)

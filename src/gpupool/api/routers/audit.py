@@ -18,9 +18,11 @@ def audit(
     ctx: Ctx,
     who: Caller,
     since: str | None = Query(
-        None, description="only entries this recent: ISO 8601 time, or a duration ago (1d); default all kept (90 days)"
+        None,
+        max_length=64,
+        description="only entries this recent: ISO 8601 time, or a duration ago (1d); default all kept (90 days)",
     ),
-    user: str | None = Query(None, description="only this user's requests"),
+    user: str | None = Query(None, max_length=64, description="only this user's requests"),
     limit: int = Query(1000, ge=1, le=audit_service.MAX_LIMIT, description="at most this many, the newest"),
 ) -> list[AuditOut]:
     """Requests that changed something, and failed sign-ins, newest first."""

@@ -9,6 +9,7 @@ from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.arrays import BatchRequest
 from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
 from gpupool.api.schemas.services import job_path
+from gpupool.domain import bounds
 from gpupool.domain.bounds import MAX_ID
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
@@ -56,8 +57,13 @@ def listing(
     who: Caller,
     response: Response,
     all: bool = Query(False, description="include finished jobs"),
-    limit: int = Query(1000, description="at most this many, the newest; X-Total-Count says how many exist"),
-    user: str | None = Query(None, description="only the jobs this user submitted (their owner)"),
+    limit: int = Query(
+        1000,
+        ge=1,
+        le=bounds.MAX_LISTING,
+        description="at most this many, the newest; X-Total-Count says how many exist",
+    ),
+    user: str | None = Query(None, max_length=64, description="only the jobs this user submitted (their owner)"),
     tasks: bool = Query(True, description="false: leave out the tasks of arrays (GET /arrays lists those)"),
 ) -> list[JobOut]:
     jobs, total = job_service.listing(ctx, who, include_finished=all, limit=limit, user=user, tasks=tasks)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.nodes import DrainRequest, NodeOut, TelemetryOut
+from gpupool.domain import bounds
 from gpupool.domain.telemetry import Resolution
 from gpupool.services import nodes as node_service
 from gpupool.services import telemetry as telemetry_service
@@ -28,9 +29,11 @@ def telemetry(
     name: str,
     ctx: Ctx,
     who: Caller,
-    gpu: int | None = Query(None, ge=0, description="only this GPU (its index on the node)"),
-    since: str | None = Query(None, description="ISO 8601 time, or a duration ago (15m, 2h, 1d); default 15m"),
-    until: str | None = Query(None, description="ISO 8601 time, or a duration ago; default now"),
+    gpu: int | None = Query(None, ge=0, le=bounds.MAX_GPU_INDEX, description="only this GPU (its index on the node)"),
+    since: str | None = Query(
+        None, max_length=64, description="ISO 8601 time, or a duration ago (15m, 2h, 1d); default 15m"
+    ),
+    until: str | None = Query(None, max_length=64, description="ISO 8601 time, or a duration ago; default now"),
     resolution: Resolution = Query(
         Resolution.AUTO, description="raw, minute, or auto: raw unless part of the window is downsampled"
     ),

@@ -16,7 +16,9 @@ def latest(
     ctx: Ctx,
     who: Caller,
     since: str | None = Query(
-        None, description="only readings this recent: ISO 8601 time, or a duration ago (1m); default any kept"
+        None,
+        max_length=64,
+        description="only readings this recent: ISO 8601 time, or a duration ago (1m); default any kept",
     ),
 ) -> list[GpuSampleOut]:
     """The newest reading of every GPU of every node, ordered by node and GPU index. A GPU not read

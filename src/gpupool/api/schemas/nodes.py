@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpupool.domain import bounds
 from gpupool.domain.records import NodeRecord
 from gpupool.domain.telemetry import TelemetryPoint
 from gpupool.services.telemetry import History
@@ -14,7 +15,12 @@ from gpupool.services.telemetry import History
 class DrainRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu: int | None = Field(None, ge=0, description="only this GPU (its index on the node); null for the whole node")
+    gpu: int | None = Field(
+        None,
+        ge=0,
+        le=bounds.MAX_GPU_INDEX,
+        description="only this GPU (its index on the node); null for the whole node",
+    )
     reason: str | None = Field(None, max_length=200, description="why, for the node's events")
 
 
