@@ -183,8 +183,8 @@ class Head:
             )
         if self.ctx.gateway.port is not None:
             line += (
-                f"\ngateway: http://{self.settings.host}:{self.ctx.gateway.port} (services at /NAME/: gpupool serve;"
-                " published job ports at /jobs/ID/: gpupool submit --expose)"
+                f"\ngateway: {scheme}://{self.settings.host}:{self.ctx.gateway.port}"
+                " (services at /NAME/: gpupool serve; published job ports at /jobs/ID/: gpupool submit --expose)"
             )
         if self.executor.capabilities.node_join and self.ray is not None:
             line += (
@@ -197,7 +197,7 @@ class Head:
                 " serve HTTPS with --tls-cert and --tls-key (clients refuse plain http beyond loopback"
                 " unless given --insecure)"
             )
-        if self.ctx.gateway.port is not None and not is_loopback(self.settings.host):
+        if self.ctx.gateway.port is not None and not is_loopback(self.settings.host) and not self.settings.tls_cert:
             line += (
                 f"\nwarning: the gateway speaks plain HTTP on {self.settings.host}: callers' tokens cross the network"
                 " in clear text; put it behind a TLS proxy, or keep the head on loopback"
@@ -272,7 +272,16 @@ class Head:
                 ) from None
         local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
         head = f"{'https' if settings.tls_cert else 'http'}://{f'[{local}]' if ':' in local else local}"
-        extra = ["--head-ca", str(settings.tls_cert)] if settings.tls_cert else []
+        # The gateway's door is the API's: the same client timeouts and connection cap, and HTTPS
+        # where the head serves it (the head's own certificate, which the gateway also trusts).
+        extra = [
+            f"--header-timeout={settings.header_timeout_s}s",
+            f"--body-timeout={settings.body_timeout_s}s",
+            f"--max-connections={settings.max_connections}",
+        ]
+        if settings.tls_cert and settings.tls_key:
+            extra += ["--head-ca", str(settings.tls_cert), "--tls-cert", str(settings.tls_cert)]
+            extra += ["--tls-key", str(settings.tls_key)]
         identity = settings.data_dir / GATEWAY_TOKEN_FILE
         write_secret(identity, self.gateway_secret + "\n")  # this start's; the last one's no longer works
         proc = gateway_launch.start_gateway(
@@ -284,6 +293,7 @@ class Head:
             raise Unavailable(f"{exc}: pass another --gateway-port, or --no-gateway", code="gateway_failed") from None
         self._gateway = proc
         self.ctx.gateway.port = int(url.rsplit(":", 1)[1])
+        self.ctx.gateway.tls = bool(settings.tls_cert)
 
     def _stop_gateway(self) -> None:
         proc, self._gateway = self._gateway, None

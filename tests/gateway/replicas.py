@@ -15,10 +15,12 @@ import httptools
 import httpx
 
 from gpupool.gateway.access import Access
+from gpupool.gateway.connection import ClientConnection
+from gpupool.gateway.door import Door
 from gpupool.gateway.exchange import Limits
 from gpupool.gateway.pool import Table
 from gpupool.gateway.routes import parse_table
-from gpupool.gateway.server import ClientConnection, Gateway
+from gpupool.gateway.server import Gateway
 
 
 @dataclass
@@ -174,13 +176,17 @@ class Running:
 
 
 async def gateway(
-    *routes: dict[str, Any], access: Access | None = None, max_body: int = 1 << 20, first: bool = False
+    *routes: dict[str, Any],
+    access: Access | None = None,
+    max_body: int = 1 << 20,
+    first: bool = False,
+    door: Door | None = None,
 ) -> Running:
     """A gateway on an ephemeral port serving ``routes``; ``first``: two random choices always
     draw the first replica listed first (so a test knows where a request goes)."""
     table = Table(draw=(lambda n: 0) if first else None)
     table.apply(parse_table({"routes": list(routes)}))
-    gw = Gateway(table, access, lambda: b"", limits=Limits(eject_s=30.0), max_body=max_body)
+    gw = Gateway(table, access, lambda: b"", limits=Limits(eject_s=30.0), max_body=max_body, door=door)
     server = await asyncio.get_running_loop().create_server(lambda: ClientConnection(gw), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     running = Running(gw, table, server, url, httpx.AsyncClient(base_url=url, timeout=20.0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gpupool.gateway.door import Door
 from tests.gateway.replicas import Call, Replica, gateway, route, run, until
 
 
@@ -91,5 +92,28 @@ def test_a_replica_that_dies_mid_answer_closes_the_client_connection() -> None:
         assert got.startswith(b"HTTP/1.1 200") and b"partial" in got and not got.endswith(b"0\r\n\r\n")
         assert b.seen == []  # the client saw a byte: never retried
         writer.close()
+
+    run(scenario)
+
+
+def test_a_body_that_stops_coming_is_cut_off_with_408_and_its_slot_let_go() -> None:
+    """The door's body clock (gateway/door.py): a client that sends half a body and waits holds a
+    replica's slot no longer than the body timeout."""
+
+    async def scenario() -> None:
+        async def reads_all(call: Call) -> None:
+            call.respond(200, call.seen.body)  # the replica answers once the whole body is in
+
+        a = await Replica("a", reads_all).start()
+        gw = await gateway(route("svc", [a]), door=Door(body_s=0.3))
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        writer.write(b"POST /svc/x HTTP/1.1\r\nHost: g\r\nContent-Length: 100\r\n\r\n{")  # never the rest
+        said = await reader.read(4096)
+        assert said.startswith(b"HTTP/1.1 408") and b"body_timeout" in said, said
+        writer.close()
+        await until(lambda: gw.table.routes["svc"].replicas[0].in_flight == 0)
+        await until(lambda: gw.gateway.door.open == 0)  # once its lingering close is done
+        assert gw.gateway.door.timed_out == 1
+        await gw.close()
 
     run(scenario)

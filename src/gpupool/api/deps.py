@@ -26,7 +26,7 @@ class _PrincipalCache:
     one each. Short-lived on purpose: a revoked or expired token, or a disabled user's, stops
     working within ``ttl_s``."""
 
-    def __init__(self, ttl_s: float = 1.0, size: int = 1024) -> None:
+    def __init__(self, ttl_s: float = 0.5, size: int = 1024) -> None:
         self._ttl, self._size = ttl_s, size
         self._entries: dict[str, tuple[float, Principal]] = {}
 
@@ -42,7 +42,8 @@ class _PrincipalCache:
         self._entries[token] = (time.monotonic(), who)
 
 
-_cache = _PrincipalCache()
+# Half a second, and the gateway's own half second: a revoked token fails within a second anywhere.
+_cache = _PrincipalCache(ttl_s=0.5)
 _bearer = HTTPBearer(auto_error=False, description="a gpupool token (the admin token is in the data dir)")
 
 

@@ -13,9 +13,10 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -25,10 +26,12 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
 from gpupool.gateway import observe
 from gpupool.gateway.access import Access
+from gpupool.gateway.connection import ClientConnection
+from gpupool.gateway.door import Door
 from gpupool.gateway.exchange import Limits
 from gpupool.gateway.pool import Table
 from gpupool.gateway.routes import FileRoutes, HeadRoutes, RouteSource, RouteTableError
-from gpupool.gateway.server import ClientConnection, Gateway
+from gpupool.gateway.server import Gateway
 
 TOKEN_ENV = "GPUPOOL_GATEWAY_TOKEN"
 DEFAULT_PORT = 7071
@@ -54,6 +57,8 @@ class Options:
     uvloop: bool
     parent: int | None = None
     head_ca: Path | None = None
+    door: Door = field(default_factory=Door)
+    tls: tuple[Path, Path] | None = None  # certificate and key: served over HTTPS
 
 
 def parse(argv: list[str], env: dict[str, str]) -> Options:
@@ -65,7 +70,17 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
     p.add_argument("--routes", type=Path, help="a static route table (JSON) instead of the head's")
     p.add_argument("--poll", default="0.5s", help="how often the head's route table is read")
     p.add_argument("--report-every", default="1s", help="how often the load goes to the head")
-    p.add_argument("--auth-ttl", default="5s", help="how long the head's answer about a token is kept")
+    p.add_argument(
+        "--auth-ttl",
+        default="0.5s",
+        help="how long the head's answer about a token is kept (with the head's own half second, a revoked token"
+        " fails within a second)",
+    )
+    p.add_argument("--header-timeout", default="10s", help="the time a client has to send a request's head")
+    p.add_argument("--body-timeout", default="10s", help="the time a client has to send a request's body")
+    p.add_argument("--max-connections", type=int, default=1000, help="connections served at once; more get 503")
+    p.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate (PEM), as the head does")
+    p.add_argument("--tls-key", type=Path, help="the certificate's key (PEM)")
     p.add_argument("--max-body", default="64M", help="the largest request body passed on")
     p.add_argument("--eject", default="1s", help="how long a replica that refused a connection is left out (doubling)")
     p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
@@ -78,11 +93,16 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         raise UsageError(f"--port {a.port}: must be 0..65535")
     try:
         poll, report, ttl, eject = (parse_duration(v) for v in (a.poll, a.report_every, a.auth_ttl, a.eject))
+        header, body = parse_duration(a.header_timeout), parse_duration(a.body_timeout)
         max_body = parse_bytes(a.max_body)
     except InvalidInput as e:
         raise UsageError(str(e)) from None
     if not (0.05 <= poll <= 60 and 0.1 <= report <= 600 and 0 <= ttl <= 300 and 0.01 <= eject <= 300):
         raise UsageError("--poll 0.05s..60s, --report-every 0.1s..10m, --auth-ttl 0..5m, --eject 0.01s..5m")
+    if not (0.1 <= header <= 300 and 0.1 <= body <= 300 and 16 <= a.max_connections <= 100_000):
+        raise UsageError("--header-timeout and --body-timeout 0.1s..5m, --max-connections 16..100000")
+    if (a.tls_cert is None) != (a.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
     token = _token(a.token_file, env) if a.head else None
     return Options(
         host=a.host,
@@ -98,6 +118,8 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         uvloop=_uvloop(a.loop),
         parent=a.parent,
         head_ca=a.head_ca,
+        door=Door(header_s=header, body_s=body, max_connections=a.max_connections),
+        tls=(a.tls_cert, a.tls_key) if a.tls_cert is not None else None,
     )
 
 
@@ -143,11 +165,23 @@ async def serve(options: Options) -> None:
     if options.routes is not None:
         table.apply(await source.fetch())  # a bad file stops the gateway before it serves
     access = Access(head, ttl_s=options.auth_ttl_s) if head is not None else None
-    gateway = Gateway(table, access, lambda: observe.render(metrics), limits=options.limits, max_body=options.max_body)
+    gateway = Gateway(
+        table,
+        access,
+        lambda: observe.render(metrics),
+        limits=options.limits,
+        max_body=options.max_body,
+        door=options.door,
+    )
     metrics = observe.registry(table, gateway)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: ClientConnection(gateway), options.host, options.port, backlog=1024, reuse_address=True
+        lambda: ClientConnection(gateway),
+        options.host,
+        options.port,
+        backlog=1024,
+        reuse_address=True,
+        ssl=_tls(options.tls),
     )
     port = server.sockets[0].getsockname()[1]
     stop = asyncio.Event()
@@ -159,7 +193,8 @@ async def serve(options: Options) -> None:
     if options.parent is not None:
         tasks.append(loop.create_task(_orphaned(options.parent, stop)))
     origin = f"head {options.head}" if options.head else f"file {options.routes}"
-    print(f"gpupool gateway ready at http://{options.host}:{port} (routes from {origin})", flush=True)
+    scheme = "https" if options.tls else "http"
+    print(f"gpupool gateway ready at {scheme}://{options.host}:{port} (routes from {origin})", flush=True)
     try:
         await stop.wait()
     finally:
@@ -212,6 +247,17 @@ def _token(path: Path | None, env: dict[str, str]) -> str:
     if not token:
         raise UsageError(f"{path} is empty")
     return token
+
+
+def _tls(pair: tuple[Path, Path] | None) -> ssl.SSLContext | None:
+    if pair is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(pair[0]), str(pair[1]))
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"cannot load --tls-cert/--tls-key: {e}") from None
+    return context
 
 
 def _uvloop(choice: str) -> bool:

@@ -1,36 +1,35 @@
-"""The client side: an asyncio protocol per client connection that parses requests with
-``httptools``, and the ``Gateway`` that answers each one (its own pages, or a route's replicas).
-
-Requests on one connection are answered in order (a pipelined request waits, with reading paused,
-until the one before it is answered). Every limit is checked at the door: the size of a request's
-head and body, and whether the caller may use the route.
+"""The ``Gateway`` that answers each request a client connection (``gateway/connection.py``)
+parsed: its own pages, or a route's replicas, once the caller may use the route.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
-
-import httptools
+from typing import Any, Protocol
 
 from gpupool.gateway import headers as h
 from gpupool.gateway.access import Access
-from gpupool.gateway.exchange import Limits, Trip
-from gpupool.gateway.lasthead import RequestHeads
+from gpupool.gateway.door import Door
+from gpupool.gateway.exchange import Downstream, Limits, Trip
 from gpupool.gateway.pool import Refused, RouteState, Table
 from gpupool.gateway.request import Request
 from gpupool.gateway.routes import Route, route_name
 from gpupool.gateway.sweep import Sweeper
-from gpupool.gateway.upstream import UpstreamConnection
 
 log = logging.getLogger("gpupool.gateway")
 
-LINGER_S = 2.0  # how long a refused client's remaining bytes are read and dropped
-MAX_HEAD = 64 * 1024  # a request line and headers beyond this get 431
+
+class ClientConnection(Downstream, Protocol):
+    """What the gateway needs of a client's connection (``gateway/connection.py`` has it)."""
+
+    trip: Trip | None
+    responded: bool
+
+    def run(self, work: Coroutine[Any, Any, bool | None]) -> None:
+        """Handle the active request in a task (a token the head must be asked about)."""
+
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
 
@@ -47,8 +46,10 @@ class Gateway:
         *,
         limits: Limits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        door: Door | None = None,
     ) -> None:
         self.table, self.access, self.limits, self.max_body = table, access, limits or Limits(), max_body
+        self.door = door or Door()
         self._metrics = metrics
         self.unrouted = 0  # requests that named no route
         self.sweeper = Sweeper()
@@ -134,239 +135,6 @@ def answer_refused(e: Refused, req: Request, client: ClientConnection) -> bool:
     body = json.dumps({"code": e.code, "message": e.message})
     client.write(h.simple_response(e.status, h.REASONS[e.status], body, extra=extra + _connection(req, keep)))
     return keep
-
-
-class ClientConnection(asyncio.Protocol):
-    """One client's connection. A request is handled once the bytes read with its head are parsed
-    (so a bodyless request is complete when it is answered), in order: the next waits, with
-    reading paused, until the one before is answered (``finished``)."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.transport: asyncio.Transport | None = None
-        self.responded = False  # a byte of the active request's answer was written
-        self.trip: Trip | None = None  # the active request's, while it runs
-        self.heads = RequestHeads()
-        self._peer = ""
-        self._parser = httptools.HttpRequestParser(self)
-        self._building: Request | None = None
-        self._head_bytes = 0
-        self._active: Request | None = None
-        self._ready: Request | None = None  # its head just parsed: handled when the read is parsed
-        self._task: asyncio.Task[None] | None = None
-        self._waiting: deque[Request] = deque()
-        self._upstream: UpstreamConnection | None = None
-        self._paused = False
-        self._write_paused = False
-        self._upgrading: Request | None = None
-        self._tunnel: UpstreamConnection | None = None
-
-    # the trip's side (exchange.Downstream)
-
-    def write(self, data: bytes) -> None:
-        self.responded = True
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-
-    def pause_reading(self) -> None:
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
-            self._paused = True
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._paused and self.transport is not None and not self.transport.is_closing():
-            self._paused = False
-            self.transport.resume_reading()
-
-    def bind(self, conn: UpstreamConnection | None) -> None:
-        self._upstream = conn
-        if conn is not None and self._write_paused:
-            conn.pause()
-
-    def start_tunnel(self, conn: UpstreamConnection) -> None:
-        self._tunnel = conn
-        if self._upgrading is not None:
-            for piece in self._upgrading.tunnel:
-                conn.send_raw(piece)
-            self._upgrading.tunnel.clear()
-
-    def finished(self, keep: bool) -> None:
-        self._active, self.trip = None, None
-        if not keep or self.transport is None:
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if self._waiting:  # a pipelined request: started from the loop, not from inside a callback
-            self._active = self._waiting.popleft()
-            asyncio.get_running_loop().call_soon(self._start, self._active)
-        else:
-            self.resume_reading()
-
-    def refused(self, error: Refused) -> None:
-        req = self._active
-        if req is not None:
-            self.finished(answer_refused(error, req, self))
-
-    def run(self, work: Coroutine[Any, Any, bool | None]) -> None:
-        """Handle the active request in a task (a token the head must be asked about)."""
-        self._task = asyncio.get_running_loop().create_task(self._serve(work))
-
-    # asyncio's side
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports only quack like one
-        peer = transport.get_extra_info("peername")
-        self._peer = str(peer[0]) if isinstance(peer, tuple) else "unix"
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is None:
-            return  # refused and closing
-        if self._tunnel is not None:
-            self._tunnel.send_raw(data)
-            return
-        if self._upgrading is not None:
-            self._upgrading.tunnel.append(data)
-            return
-        if self._building is not None and self._head_bytes >= 0:
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD:
-                return self._refuse(431, "head_too_large", f"a request head is at most {MAX_HEAD} bytes")
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade as e:
-            req = self._building
-            if req is not None:
-                self._upgrading, req.upgrade = req, True
-                rest = data[e.args[0] :]
-                if rest:
-                    req.tunnel.append(rest)
-        except httptools.HttpParserError as e:
-            return self._refuse(400, "bad_request", f"malformed request: {e}")
-        ready, self._ready = self._ready, None
-        if ready is not None and self.transport is not None:
-            self._start(ready)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self._stop()
-        if self._tunnel is not None:
-            self._tunnel.close()
-        self._waiting.clear()
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        if self._upstream is not None:
-            self._upstream.pause()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._upstream is not None:
-            self._upstream.resume()
-
-    # httptools' callbacks
-
-    def on_message_begin(self) -> None:
-        self._building = Request(self._peer, self)
-        self._head_bytes = 0
-
-    def on_url(self, url: bytes) -> None:
-        assert self._building is not None
-        self._building.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        assert self._building is not None
-        self._building.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        req = self._building
-        assert req is not None
-        self._head_bytes = -1
-        parser = self._parser
-        req.method = parser.get_method()
-        req.http11 = parser.get_http_version() == "1.1"
-        req.keep_alive = parser.should_keep_alive()
-        req.framing, length = h.request_body(req.headers)
-        if length is not None and length > self.gateway.max_body:
-            return self._too_large()
-        if self._active is None:
-            self._active = self._ready = req
-        else:
-            self._waiting.append(req)
-            self.pause_reading()
-
-    def on_body(self, body: bytes) -> None:
-        req = self._building
-        if req is None or self.transport is None:
-            return
-        if req.size + len(body) > self.gateway.max_body:
-            return self._too_large()
-        req.feed(body)
-
-    def on_message_complete(self) -> None:
-        if self._building is not None:
-            self._building.finish()
-
-    # the rest
-
-    def _start(self, req: Request) -> None:
-        if self.transport is None:
-            return
-        self._active, self.responded = req, False
-        try:
-            keep = self.gateway.handle(req, self)
-        except Exception:
-            keep = self._crashed(req)
-        if keep is not None:
-            self.finished(keep)
-
-    async def _serve(self, work: Coroutine[Any, Any, bool | None]) -> None:
-        req = self._active
-        try:
-            keep = await work
-        except asyncio.CancelledError:
-            return
-        except Exception:
-            keep = self._crashed(req)
-        self._task = None
-        if keep is not None:
-            self.finished(keep)
-
-    def _crashed(self, req: Request | None) -> bool:
-        log.exception("gateway: request %s %s failed", req.method if req else b"", req.url[:200] if req else b"")
-        if not self.responded:
-            self.write(
-                h.simple_response(500, "Internal Server Error", '{"code": "internal", "message": "gateway error"}')
-            )
-        return False
-
-    def _stop(self) -> None:
-        """The client is gone or refused: the active request's work stops."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        if self.trip is not None:
-            self.trip.abort()
-            self.trip = None
-
-    def _too_large(self) -> None:
-        self._refuse(413, "body_too_large", f"a request body is at most {self.gateway.max_body} bytes")
-
-    def _refuse(self, status: int, code: str, message: str) -> None:
-        """Answer (when nothing was answered yet) and close: the connection's framing is lost.
-        What the client still sends is read and dropped for a moment first (a lingering close):
-        closing with its data unread would reset the connection, and the answer with it."""
-        transport = self.transport
-        if transport is None:
-            return
-        if self._active is None or not self.responded:  # else an answer is half-written: just close
-            body = json.dumps({"code": code, "message": message})
-            self.write(h.simple_response(status, h.REASONS[status], body, extra=[("Connection", "close")]))
-        self.transport = None  # reads are dropped, nothing more is written
-        self._stop()
-        if transport.can_write_eof():
-            transport.write_eof()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 def _target(route: Route, path: bytes) -> bytes:

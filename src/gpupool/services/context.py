@@ -32,6 +32,7 @@ class GatewayPlace:
     set once. ``port`` None: the head runs no gateway (``--no-gateway``)."""
 
     port: int | None = None
+    tls: bool = False  # it serves HTTPS (the head's certificate)
 
     def url(self, base_url: str, path: str) -> str | None:
         """The gateway's URL for ``path``, on the host the caller reached the head by (the
@@ -39,7 +40,8 @@ class GatewayPlace:
         if self.port is None:
             return None
         host = urlsplit(base_url).hostname or "127.0.0.1"
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}{path}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}{path}"
 
 
 @dataclass(frozen=True, slots=True)
