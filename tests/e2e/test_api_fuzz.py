@@ -35,7 +35,7 @@ EXAMPLES = 12  # per operation and caller: about 1,000 requests in all
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
-    made = HeadProcess(tmp_path_factory.mktemp("fuzz") / "data", gpus=1).start()
+    made = HeadProcess(tmp_path_factory.mktemp("fuzz") / "data", gpus=1, gateway=True).start()
     yield made
     made.kill_everything()
 
@@ -74,6 +74,12 @@ def test_no_generated_request_gets_a_server_error_or_an_answer_off_the_schema(
     sent_admin, admin_failures = _fuzz(
         head, head.token(), skip={("POST", "/api/v1/jobs"), ("POST", "/api/v1/services")}
     )
-    print(f"\nAPI fuzzing: {sent_member} requests as a member, {sent_admin} as an admin")
-    assert sent_member > 300 and sent_admin > 300
-    assert member_failures + admin_failures == [], "\n\n".join(member_failures + admin_failures)
+    # The gateway's own identity: its two routes (routes out, load in), and a refusal everywhere else.
+    gateway = (head.data_dir / "gateway-token").read_text().strip()
+    sent_gateway, gateway_failures = _fuzz(head, gateway, skip=set())
+    print(
+        f"\nAPI fuzzing: {sent_member} requests as a member, {sent_admin} as an admin, {sent_gateway} as the gateway"
+    )
+    assert sent_member > 300 and sent_admin > 300 and sent_gateway > 300
+    failures = member_failures + admin_failures + gateway_failures
+    assert failures == [], "\n\n".join(failures)
