@@ -135,7 +135,9 @@ class Head:
                 f"single-user mode: every job runs as {accounts.me()}, the head's own user"
                 " (run gpupool as root for jobs to run as their owners' Unix accounts)"
             )
-        self.app = create_app(self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s)
+        self.app = create_app(
+            self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s, settings.sign_in_limit
+        )
 
     def _wake(self) -> None:
         """A request changed a service: the service reconciler and the controller look now."""

@@ -83,6 +83,7 @@ class Settings:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     max_connections: int = 1000
+    sign_in_limit: int = 20  # failed sign-ins from one address in a burst before it gets 429 (0: no limit)
     trusted_proxies: tuple[str, ...] = ()  # whose X-Forwarded-For the API believes (audit log); none: the socket's
     # The gateway to services and jobs' published ports, a process the head starts (0: any free
     # port; None: none), and the span of its load reports the autoscaler averages over.

@@ -94,3 +94,27 @@ def test_a_head_that_cannot_answer_gets_503_and_no_head_means_only_public_routes
         await client.aclose()
 
     run(scenario)
+
+
+def test_an_address_guessing_tokens_is_slowed_at_the_gateway_too() -> None:
+    """The head sees the gateway's address only: the gateway counts its callers' failed sign-ins
+    itself, and past the limit answers 429 without asking the head (one it approved lately passes)."""
+    from gpupool.domain.signins import LIMIT
+
+    async def scenario() -> None:
+        head, asked = _fake_head()
+        await head.start()
+        a = await Replica("a").start()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{head.port}")
+        gw = await gateway(route("svc", [a], public=False), access=Access(client))
+        answers = [
+            (await gw.http.get("/svc/", headers={"Authorization": f"Bearer guess-{i}"})).status_code
+            for i in range(LIMIT + 5)
+        ]
+        assert answers[:LIMIT] == [401] * LIMIT and set(answers[LIMIT:]) == {429}
+        assert len(asked) == LIMIT  # the refused ones never reached the head
+        refused = await gw.http.get("/svc/", headers={"Authorization": "Bearer guess-more"})
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        await client.aclose()
+
+    run(scenario)

@@ -127,6 +127,7 @@ def test_failed_sign_ins_refusals_and_bad_requests_are_recorded(api: Api) -> Non
     client, admin = api.client, api.admin
     alice = api.add_user("alice")
     assert client.get("/api/v1/jobs", headers=_bearer("gp_not-a-token")).status_code == 401
+    api.clock.advance(60)  # a burst of failed sign-ins is written once: these are two bursts
     assert client.post("/api/v1/jobs", json={"command": ["x"]}).status_code == 401  # no token at all
     assert client.post(f"/api/v1/nodes/{api.node}/drain", headers=alice).status_code == 403
     assert client.post("/api/v1/users", headers=admin, json={"name": "bad name"}).status_code == 400
@@ -235,12 +236,14 @@ def test_a_change_is_in_the_log_before_its_answer_and_sign_ins_by_shutdown(
         assert log.pending == 0
         for _ in range(5):
             assert client.get("/api/v1/jobs", headers=_bearer("gp_forged")).status_code == 401
-        assert log.pending == 5
-    assert log.pending == 0  # the app's shutdown wrote them
+        assert log.pending == 1  # the burst's first; the other four are counted
+    assert log.pending == 0  # the app's shutdown wrote them, and the burst's count
     with db.tx() as s:
         targets = [e.target for e in audit_repo.listing(s)]
-    assert sorted(targets[5:]) == sorted(f"project p{i}" for i in range(20))
-    assert targets[:5] == ["GET /api/v1/jobs"] * 5
+    assert sorted(targets[2:]) == sorted(f"project p{i}" for i in range(20))
+    assert sorted(targets[:2]) == sorted(
+        ["GET /api/v1/jobs", "4 more failed sign-in(s) from this address over 0s (the last: GET /api/v1/jobs)"]
+    )
 
 
 def test_a_batch_that_cannot_be_written_is_kept_and_written_later(db: Database, now: datetime) -> None:
@@ -265,6 +268,7 @@ def test_an_anonymous_nul_or_escape_in_a_path_neither_blinds_nor_forges_the_log(
     tried again forever, and every later entry was lost. Escape sequences in a path printed a
     forged line in `gpupool audit`. Every text is now escaped as it is written."""
     assert api.client.post("/api/v1/%00").status_code == 401
+    api.clock.advance(60)  # each its own burst: each written
     assert api.client.post("/api/v1/%1b[2K%1b[1Gforged%E2%80%AEevil").status_code == 401
     assert api.client.put("/api/v1/projects/after", headers=api.admin, json={"quota": 1}).status_code == 200
     entries = api.audit()
@@ -290,3 +294,23 @@ def test_one_entry_the_database_refuses_is_counted_lost_and_never_blocks_the_res
             ("jobs.cancel", "job 2"),
             ("jobs.submit", "job 2"),
         ]
+
+
+def test_a_flood_of_bad_tokens_is_slowed_and_written_once_with_its_count(api: Api) -> None:
+    """Failed sign-ins from one address: the first is recorded, the rest counted; past the limit
+    the address gets 429 without its token being looked up, while a token the head knows passes."""
+    from gpupool.domain.signins import LIMIT, WINDOW_S
+
+    assert api.client.get("/api/v1/jobs", headers=api.admin).status_code == 200  # a token that works, before
+    answers = [api.client.get("/api/v1/jobs", headers=_bearer(f"gp_guess{i}")).status_code for i in range(LIMIT + 30)]
+    assert answers[:LIMIT] == [401] * LIMIT and set(answers[LIMIT:]) == {429}
+    refused = api.client.get("/api/v1/jobs", headers=_bearer("gp_guess"))
+    assert refused.json()["code"] == "too_many_failed_sign_ins" and int(refused.headers["Retry-After"]) >= 1
+    assert api.client.get("/api/v1/jobs", headers=api.admin).status_code == 200  # its token is known
+    failed = [e for e in api.audit() if e["action"] == "auth.failed"]
+    assert len(failed) == 1  # the burst goes on: its first only, so far
+    api.clock.advance(WINDOW_S + 1)  # quiet for the window: the burst is over
+    assert api.client.get("/api/v1/jobs", headers=_bearer("gp_late")).status_code == 401  # a new burst
+    failed = [e for e in api.audit() if e["action"] == "auth.failed"]
+    assert len(failed) == 3, failed
+    assert f"{LIMIT + 30} more failed sign-in(s) from this address" in failed[1]["target"]

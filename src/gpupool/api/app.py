@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from gpupool import __version__
-from gpupool.api import auditing, errors, guard, permissions
+from gpupool.api import auditing, errors, guard, permissions, throttle
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.prometheus import SchedulerMetrics, build_registry
 from gpupool.api.prometheus_services import ServiceCollector
@@ -28,6 +28,8 @@ from gpupool.api.routers import (
 )
 from gpupool.api.routers import audit as audit_router
 from gpupool.api.schemas.users import WhoAmI
+from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
+from gpupool.domain.signins import SignInBursts
 from gpupool.services import nodes as node_service
 from gpupool.services import services as service_layer
 from gpupool.services import users as user_service
@@ -40,6 +42,7 @@ def create_app(
     scheduler_metrics: SchedulerMetrics | None = None,
     max_body: int = guard.DEFAULT_MAX_BODY,
     body_timeout_s: float = guard.DEFAULT_BODY_TIMEOUT_S,
+    sign_in_limit: int = SIGN_IN_LIMIT,
 ) -> FastAPI:
     """``scheduler_metrics``: what the head's controller observes (cycle and pending times), shown
     at ``/metrics``; without it, those histograms stay empty. ``max_body``, ``body_timeout_s``: the
@@ -52,9 +55,12 @@ def create_app(
     app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
     app.state.metrics.register(ServiceCollector(lambda: service_layer.replica_states(ctx), ctx.load))
     errors.install(app)
-    # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in.
+    # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in;
+    # outside the door, an address with too many failed sign-ins is slowed down (429).
+    signins = SignInBursts(limit=sign_in_limit)
     app.add_middleware(guard.BodyGuard, ctx=ctx, max_body=max_body, body_timeout_s=body_timeout_s)
-    auditing.install(app, ctx.db, ctx.clock)  # every change and failed sign-in, to the audit log
+    app.add_middleware(throttle.SignInThrottle, bursts=signins, clock=ctx.clock)
+    auditing.install(app, ctx.db, ctx.clock, signins)  # every change and failed sign-in, to the audit log
     app.include_router(jobs.router)
     app.include_router(arrays.router)
     app.include_router(nodes.router)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +38,8 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.clock import Clock
-from gpupool.domain.audit import AUTH_FAILED, AuditEntry, result_of
+from gpupool.domain.audit import AUTH_FAILED, AuditEntry, AuditResult, result_of
+from gpupool.domain.signins import BurstSummary, SignInBursts
 from gpupool.services.audit import AuditLog
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
@@ -49,12 +50,14 @@ API_PREFIX = "/api/v1/"
 _TARGET = "audit_target"  # the request-state key ``set_target`` writes
 
 
-def install(app: FastAPI, db: Database, clock: Clock) -> AuditLog:
+def install(app: FastAPI, db: Database, clock: Clock, signins: SignInBursts | None = None) -> AuditLog:
     """Record ``app``'s requests into a new ``AuditLog`` on ``db``, closed when the app shuts
-    down (a head served without the ASGI lifespan calls ``close``)."""
+    down (a head served without the ASGI lifespan calls ``close``). ``signins``: the bursts of
+    failed sign-ins, each written once with its count (shared with ``api/throttle.py``)."""
     log = AuditLog(db)
-    app.state.audit = log
-    app.add_middleware(AuditMiddleware, log=log, clock=clock)
+    bursts = signins or SignInBursts()
+    app.state.audit, app.state.signins = log, bursts
+    app.add_middleware(AuditMiddleware, log=log, clock=clock, bursts=bursts)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -63,7 +66,7 @@ def install(app: FastAPI, db: Database, clock: Clock) -> AuditLog:
             try:
                 yield state
             finally:
-                log.close()
+                close(app)
 
     app.router.lifespan_context = lifespan
     return log
@@ -79,8 +82,12 @@ def audit_log(app: Any) -> AuditLog:
 
 
 def close(app: FastAPI) -> None:
-    """Write what is pending and stop the writer: at shutdown."""
-    audit_log(app).close()
+    """Write what is pending (bursts of failed sign-ins still going included) and stop the writer:
+    at shutdown."""
+    log, bursts = audit_log(app), app.state.signins
+    for summary in bursts.ended(datetime.now(UTC), everything=True):
+        log.record(_summary_entry(summary))
+    log.close()
 
 
 def set_target(request: Request, target: str) -> None:
@@ -89,8 +96,8 @@ def set_target(request: Request, target: str) -> None:
 
 
 class AuditMiddleware:
-    def __init__(self, app: ASGIApp, log: AuditLog, clock: Clock) -> None:
-        self.app, self.log, self.clock = app, log, clock
+    def __init__(self, app: ASGIApp, log: AuditLog, clock: Clock, bursts: SignInBursts) -> None:
+        self.app, self.log, self.clock, self.bursts = app, log, clock, bursts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,10 +130,13 @@ class AuditMiddleware:
             self._note(scope, at, status, location)
 
     def _note(self, scope: Scope, at: datetime, status: int, location: str | None) -> None:
-        """Record the request, if it is one to record; never fails the request."""
+        """Record the request, if it is one to record, and the bursts of failed sign-ins that are
+        over; never fails the request."""
         entry = self._safe_entry(scope, at, status, location)
         if entry is not None:
             self.log.record(entry)
+        for summary in self.bursts.ended(at):
+            self.log.record(_summary_entry(summary))
 
     def _safe_entry(self, scope: Scope, at: datetime, status: int, location: str | None) -> AuditEntry | None:
         try:
@@ -140,6 +150,9 @@ class AuditMiddleware:
         state: Mapping[str, Any] = scope.get("state") or {}
         if status == 401:
             action, target = AUTH_FAILED, f"{method} {scope['path']}"
+            client = scope.get("client")
+            if not self.bursts.failed(str(client[0]) if client else "-", at, target):
+                return None  # counted in its burst: one entry says how many once it is over
         elif method in READ_METHODS:
             return None
         else:
@@ -166,6 +179,20 @@ class AuditMiddleware:
             status=status,
             client=str(client[0]) if client else None,
         )
+
+
+def _summary_entry(summary: BurstSummary) -> AuditEntry:
+    """The one entry of a burst's failed sign-ins past its first."""
+    return AuditEntry(
+        at=summary.ended,
+        user=None,
+        token_id=None,
+        action=AUTH_FAILED,
+        target=summary.target(),
+        result=AuditResult.DENIED,
+        status=401,
+        client=summary.client,
+    )
 
 
 @lru_cache(maxsize=512)

@@ -58,6 +58,7 @@ ERROR_STATUSES = {
     "409": "the thing changed or is in use: try again, or see the message",
     "413": "the request body is larger than --max-body",
     "422": "a value of the wrong type, or a request no node could ever run",
+    "429": "too many failed sign-ins from this address: wait as Retry-After says, with a token that works",
     "503": "the head or its database cannot serve this now",
 }
 _ERROR_SCHEMA = {

@@ -131,6 +131,15 @@ def up(
     max_connections: Annotated[
         int, typer.Option(help="connections served at once; more get 503 (16 to 100000)", min=16, max=100_000)
     ] = 1000,
+    sign_in_limit: Annotated[
+        int,
+        typer.Option(
+            help="failed sign-ins from one address, each within 10s of the last, before it gets 429 until it is"
+            " quiet for 10s (0: no limit)",
+            min=0,
+            max=100_000,
+        ),
+    ] = 20,
     trusted_proxy: Annotated[
         list[str] | None,
         typer.Option(
@@ -191,6 +200,7 @@ def up(
         max_body_bytes=_body_size(max_body),
         max_connections=max_connections,
         trusted_proxies=_networks("--trusted-proxy", trusted_proxy or []),
+        sign_in_limit=sign_in_limit,
         tls_cert=_readable("--tls-cert", tls_cert, tls_key),
         tls_key=_readable("--tls-key", tls_key, tls_cert),
         header_timeout_s=bounded_duration("--client-timeout", client_timeout, 1, 300),

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpupool.domain.signins import SignInBursts
 from gpupool.gateway import headers as h
 from gpupool.gateway.access import Access
 from gpupool.gateway.door import Door
@@ -50,6 +53,7 @@ class Gateway:
     ) -> None:
         self.table, self.access, self.limits, self.max_body = table, access, limits or Limits(), max_body
         self.door = door or Door()
+        self.signins = SignInBursts()  # failed sign-ins per client address, as the head's own door counts them
         self._metrics = metrics
         self.unrouted = 0  # requests that named no route
         self.sweeper = Sweeper()
@@ -79,6 +83,7 @@ class Gateway:
                     raise Refused(403, "not_public", f"{route.name} is not public and this gateway has no head")
                 user = self.access.approved(h.bearer(req.headers), route)
                 if user is None:
+                    self._throttle(req)
                     client.run(self._checked(state, req, client, path, query))
                     return None
                 caller = h.identity(user, route.project)
@@ -98,6 +103,8 @@ class Gateway:
         try:
             user = await self.access.check(h.bearer(req.headers), state.route if state is not None else None)
         except Refused as e:
+            if e.status == 401:
+                self.signins.failed(req.client, datetime.now(UTC), f"{req.method.decode()} {path.decode('latin-1')}")
             if state is not None:
                 state.own.answered(e.status)
             return answer_refused(e, req, client)
@@ -113,6 +120,16 @@ class Gateway:
         trip = Trip(state, req, client, target, self.limits, self.sweeper, caller)
         client.trip = trip
         trip.start()
+
+    def _throttle(self, req: Request) -> None:
+        """An address past the limit of failed sign-ins waits (429) before its token is checked."""
+        now = datetime.now(UTC)
+        wait = self.signins.wait_s(req.client, now)
+        if wait is not None:
+            self.signins.failed(req.client, now, req.method.decode())
+            seconds = max(1, math.ceil(wait))
+            message = f"too many failed sign-ins from this address; try again in {seconds}s with a valid token"
+            raise Refused(429, "too_many_failed_sign_ins", message, retry_after=seconds)
 
     def _metrics_page(self, req: Request, client: ClientConnection) -> bool:
         keep = req.keep_alive and req.complete
