@@ -72,7 +72,7 @@ def test_checkpoint_dir_is_absolute_and_a_relative_one_is_taken_from_the_workdir
         ("", "/w", "checkpoint dir must be a non-empty path"),
         ("   ", "/w", "checkpoint dir must be a non-empty path"),
         ("ckpt", None, "checkpoint dir 'ckpt' is relative and the job has no absolute workdir"),
-        ("ckpt", "rel/wd", "is relative and the job has no absolute workdir"),
+        ("ckpt", "rel/wd", "workdir .rel/wd. must be an absolute path"),  # the workdir itself, first
         ("~/ckpt", "/w", "'~' is not expanded here"),
         ("/data/\x00ckpt", None, "must not contain NUL bytes"),
         ("/" + "d" * 5000, None, "longer than 4096 characters"),
