@@ -68,3 +68,20 @@ def _wait(check: object, timeout: float = 10) -> object:
     from tests.e2e.headproc import wait_for as wait
 
     return wait(check, timeout)  # type: ignore[arg-type]
+
+
+def test_a_zygote_whose_parent_is_gone_before_it_serves_stops_at_once(tmp_path: Path) -> None:
+    """A head killed as it started its zygote: the zygote must not take init for its parent and
+    live on (one was found, hours later, holding a socket in a data dir long gone)."""
+    import subprocess
+    import sys
+    import time
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer is
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", "gpupool.node.zygote", str(tmp_path / "z.sock"), str(gone.pid)], start_new_session=True
+    )
+    started = time.monotonic()
+    assert zygote.wait(timeout=10) == 0
+    assert time.monotonic() - started < 5

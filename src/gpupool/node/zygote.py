@@ -3,7 +3,7 @@
 Starting ``python -m gpupool.node.supervisor`` costs an interpreter start and the supervisor's
 imports: 60-140 ms of CPU on a small machine, most of what lies between a job's start decision
 and its process running, and the ceiling on how many short jobs a node turns over per second.
-The node runtime starts this process once (``python -m gpupool.node.zygote SOCKET``); it imports
+The node runtime starts this process once (``python -m gpupool.node.zygote SOCKET PID``); it imports
 the supervisor and then, per launch, reads a spec path from its Unix socket and forks: the child
 becomes a supervisor exactly as one started fresh would be (its own session, stdin and stdout on
 /dev/null, stderr in the run directory, its pid in the run directory) and runs
@@ -60,7 +60,7 @@ class Zygote:
         err = os.open(self._path.parent / "zygote.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             self._process = subprocess.Popen(
-                [self._python, "-m", "gpupool.node.zygote", str(self._path)],
+                [self._python, "-m", "gpupool.node.zygote", str(self._path), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -90,9 +90,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=5)
 
 
-def serve(path: str) -> None:
-    """The zygote: fork a supervisor per request until the process that started it is gone."""
-    parent = os.getppid()
+def serve(path: str, parent: int | None = None) -> None:
+    """The zygote: fork a supervisor per request until the process that started it (``parent``)
+    is gone. Named, not read with ``getppid`` here: a parent killed before this line ran would be
+    taken for init, and the zygote would outlive it for good."""
+    parent = os.getppid() if parent is None else parent
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     old = os.umask(0o077)
@@ -156,4 +158,4 @@ def _become_supervisor(spec: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
