@@ -81,9 +81,7 @@ def test_no_generated_request_gets_a_server_error_or_an_answer_off_the_schema(
     # The gateway's own identity: its two routes (routes out, load in), and a refusal everywhere else.
     gateway = (head.data_dir / "gateway-token").read_text().strip()
     sent_gateway, gateway_failures = _fuzz(head, gateway, skip=set())
-    print(
-        f"\nAPI fuzzing: {sent_member} requests as a member, {sent_admin} as an admin, {sent_gateway} as the gateway"
-    )
+    print(f"\nAPI fuzzing: {sent_member} requests as a member, {sent_admin} as an admin, {sent_gateway} as the gateway")
     assert sent_member > 300 and sent_admin > 300 and sent_gateway > 300
     failures = member_failures + admin_failures + gateway_failures
     assert failures == [], "\n\n".join(failures)

@@ -33,6 +33,7 @@ class ClientConnection(Downstream, Protocol):
     def run(self, work: Coroutine[Any, Any, bool | None]) -> None:
         """Handle the active request in a task (a token the head must be asked about)."""
 
+
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
 
