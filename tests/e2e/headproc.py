@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.client import GpupoolClient
-from gpupool.node.runtime import stop_leftovers
+from gpupool.node.leftovers import stop_leftovers
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 

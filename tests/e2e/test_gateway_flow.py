@@ -9,6 +9,7 @@ timeouts, and what is checked is what happened (status codes, counts, paths, hea
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -22,12 +23,14 @@ import httpx
 import pytest
 
 from gpupool.client import GpupoolClient
+from tests.e2e.dial import dialed
 from tests.e2e.headproc import HeadProcess, free_port, pid_alive, wait_for, wait_state
 from tests.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
 SERVER = str(Path(__file__).with_name("replica_server.py"))
+DIAL = str(Path(__file__).with_name("dial.py"))
 # A job of max's runs as max's Unix account (as root), which cannot read the venv under /root.
 SYSTEM_PYTHON = "/usr/bin/python3" if os.geteuid() == 0 and Path("/usr/bin/python3").exists() else sys.executable
 WAIT = 60
@@ -272,6 +275,49 @@ def test_a_jobs_exposed_port_is_published_to_its_owner_only(
     assert call(head, path).status_code == 401
     client.cancel(job_id)
     wait_for(lambda: call(head, path, tokens["max"]).status_code == 404, WAIT, 0.2, "the route to go with the job")
+
+
+def test_replicas_and_published_ports_answer_the_gateway_only(
+    head: HeadProcess, client: GpupoolClient, tokens: dict[str, str]
+) -> None:
+    """Issue 30: kim's job called a members-only replica straight at its host:port, with no token,
+    and got 200. Now other jobs, on its node and on the other one, are refused at connect (EPERM);
+    the gateway, with a member's token, still gets through; kim is not shown where it runs."""
+    walls = {n["name"]: n["isolation"].get("network", "") for n in client.nodes()}
+    if not all(w.startswith("cgroup connect program") for w in walls.values()):
+        pytest.skip(f"the nodes cannot wall ports here: {walls}")
+    serve(head, "walled", "--replicas", "1")
+    routed(head, "walled", tokens["admin"])
+    (replica,) = client.service("walled")["endpoints"]
+    with GpupoolClient(head.url, tokens["max"]) as member, GpupoolClient(head.url, tokens["kim"]) as stranger:
+        assert member.service("walled")["endpoints"] == [replica]  # max may call it: max sees where
+        hidden = stranger.service("walled")
+        assert hidden["endpoints"] == [] and [(r["host"], r["port"]) for r in hidden["replica_list"]] == [(None, None)]
+    port = free_port()
+    out = head.cli(
+        "submit", "--project", "lab", "--gpus", "0", "--expose", str(port), "--env", f"PORT={port}",
+        "--workdir", "/tmp", "--", SYSTEM_PYTHON, SERVER, token=tokens["max"],
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    notebook = int(out.stdout.split()[-1])
+    path = f"/jobs/{notebook}/echo"
+    wait_for(lambda: call(head, path, tokens["max"]).status_code == 200, WAIT, 0.2, "the job's port to be published")
+    targets = [f"{replica['host']}:{replica['port']}", f"127.0.0.1:{port}"]
+    # A job of kim's with a worker on each node (two workers of four GPUs each), whichever the replica's.
+    sent = head.cli(
+        "submit", "--workers", "2", "--gpus", "4", "--", SYSTEM_PYTHON, DIAL, *targets, token=tokens["kim"]
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    checker = int(sent.stdout.split()[-1])
+    wait_state(client, checker, ("succeeded",), WAIT)
+    assert {p["node"] for p in client.job(checker)["placements"]} == set(walls)
+    for worker in (0, 1):
+        said = client.logs(checker, worker).data.decode()
+        assert dialed(said) == {t: errno.EPERM for t in targets}, said
+    assert call(head, "/walled/pid", tokens["max"]).status_code == 200  # the gateway still gets through
+    assert call(head, path, tokens["max"]).status_code == 200
+    client.cancel(notebook)
+    client.delete_service("walled")
 
 
 @pytest.mark.parametrize(("value", "says"), [("0", "expose"), ("65536", "expose"), ("x", "")])

@@ -282,14 +282,19 @@ def test_nodes_say_which_walls_they_enforce(head: HeadProcess) -> None:
     the weaker per-process limits (and how a job gets past them) where not."""
     listing = json.loads(head.cli("nodes", "-o", "json").stdout)
     layout = confinement()
-    expected = NodeWalls(layout, "any").isolation()
+    walls = NodeWalls(layout, "any")
+    expected = walls.isolation()
+    walls.close()
     assert [n["isolation"] for n in listing] == [expected, expected]
-    assert set(expected) == {"users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc"}
+    assert set(expected) == {"users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc", "network"}
     if layout is not None:
         assert expected["memory"].startswith("cgroup") and expected["kill"].startswith("cgroup")
         assert "device program" in expected["devices"] or "v1 devices" in expected["devices"]
     if os.geteuid() == 0:  # a job's own /tmp, /dev/shm and /proc need root; said either way
         assert expected["tmp"].startswith("private /tmp and /dev/shm"), expected
+        assert expected["network"].startswith("cgroup connect program") == (
+            layout is not None and layout.unified is not None
+        )
     else:
         assert expected["tmp"].startswith("none (shared /tmp and /dev/shm: not root"), expected
     table = head.cli("nodes").stdout

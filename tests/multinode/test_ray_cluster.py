@@ -5,6 +5,7 @@ gang which resumes from its checkpoint, and a head restart that re-attaches to r
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -22,6 +23,7 @@ import pytest
 from gpupool import head_ray
 from gpupool.client import ClientError, GpupoolClient
 from gpupool.executors.ray_processes import ray_temp_dir
+from tests.e2e.dial import dialed
 from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 from tests.multinode.conftest import RayCluster
 from tests.unix_accounts import TestAccounts
@@ -95,6 +97,7 @@ def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) 
 
 
 REPLICA_SERVER = str(Path(__file__).resolve().parents[1] / "e2e" / "replica_server.py")
+DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 
 
 def test_a_services_replicas_on_two_joined_nodes_answer_through_the_gateway(cluster: RayCluster) -> None:
@@ -125,6 +128,16 @@ def test_a_services_replicas_on_two_joined_nodes_answer_through_the_gateway(clus
 
         wait_for(both_answered, timeout=60, interval=0.05, what="requests through the gateway to reach both replicas")
     with cluster.head.client() as c:
+        walls = {n["name"]: n["isolation"].get("network", "") for n in c.nodes()}
+        targets = [f"{r['host']}:{r['port']}" for r in replicas]
+        if all(w.startswith("cgroup connect program") for w in walls.values()):
+            # Issue 30: another job reaches neither replica straight, on its node or the other one.
+            dialer = submit(c, [sys.executable, DIAL, *targets], gpus=0)
+            wait_state(c, dialer, ("succeeded",), 90)
+            said = log_text(c, dialer, 0)
+            assert dialed(said) == {t: errno.EPERM for t in targets}, said
+        else:
+            assert os.geteuid() != 0, walls  # as root, with cgroup v2, every node walls its ports
         c.delete_service("echo")
         wait_for(lambda: not c.services(), timeout=60, interval=0.5, what="the service to be gone")
 

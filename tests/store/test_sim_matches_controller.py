@@ -154,6 +154,8 @@ class FakeExecutor:
         self.sensors = SimulatedSensors()
         self.sampled: list[tuple[str, frozenset[int]]] = []
         self.forgotten: list[tuple[str, tuple[int, ...]]] = []
+        self.protected: dict[str, tuple[tuple[str, int, int], ...]] = {}  # the ports walled from each node
+        self.taken_ports: set[int] = set()  # ports something else listens on: no node walls them
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -171,7 +173,10 @@ class FakeExecutor:
     def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
         self.launched.append((node, request))
         started = self.clock.now().timestamp() if self.clock is not None else 0.0
-        return {"job_id": request.job_id, "attempt": request.attempt, "worker": request.worker, "at": started}
+        handle = {"job_id": request.job_id, "attempt": request.attempt, "worker": request.worker, "at": started}
+        if request.port and request.port not in self.taken_ports:
+            handle["port"] = request.port  # as a node's runtime says a port it walled for the job
+        return handle
 
     def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
         return None
@@ -198,6 +203,9 @@ class FakeExecutor:
             return [None] * len(handles)
         now = self.clock.now().timestamp()
         return [Stats(256 * 2**20, 512 * 2**20, now - float(h.get("at", now))) for h in handles]
+
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+        self.protected[node] = tuple(endpoints)
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         self.forgotten.append((node, tuple(job_ids)))

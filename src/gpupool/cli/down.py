@@ -29,7 +29,7 @@ def down(
     """Stop the head of a data dir, every worker it left running, and the Ray head it started.
     Running jobs end (the next `gpupool up` requeues them as lost)."""
     from gpupool.head_ray import stop_started  # no Ray import: it finds Ray's processes by their paths
-    from gpupool.node.runtime import stop_leftovers
+    from gpupool.node.leftovers import stop_leftovers
 
     where = (data_dir or default_data_dir(dict(os.environ))).resolve()
     if not where.is_dir():

@@ -149,6 +149,6 @@ def _wait_started(child: subprocess.Popen[bytes], log_path: Path, offset: int, t
 
 def _stop_workers(node_dir: Path) -> int:
     """The node is leaving: its workers stop now rather than when their lease runs out."""
-    from gpupool.node.runtime import stop_leftovers
+    from gpupool.node.leftovers import stop_leftovers
 
     return stop_leftovers(node_dir, "stopped as the node left the cluster")

@@ -98,6 +98,9 @@ class Applier:
                 # 127.0.0.1 is out of their reach on any node but the head's own.
                 env[NODE_ADDRESS_ENV] = there.master_addr
             gpus = ",".join(map(str, p.gpus)) or "none"
+            # The port it serves (a replica's, or worker 0's published one) answers its job and the
+            # gateway only: the node walls it from every other job (``node/netwall.py``).
+            served = port if port is not None else spec.expose if p.worker == 0 else None
             request = LaunchRequest(
                 job_id=job_id,
                 attempt=attempt,
@@ -115,6 +118,7 @@ class Applier:
                 gpu_share=p.gpu_share,
                 gpu_memory_mib=p.gpu_memory_mib,
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
+                port=served,
             )
             try:
                 launched.append((worker_id, self._executor.launch(p.node, request), port))

@@ -16,6 +16,7 @@ from gpupool.controller.alerts import AlertWatch
 from gpupool.controller.applier import Applier
 from gpupool.controller.idle import IdleWatch
 from gpupool.controller.monitor import Monitor
+from gpupool.controller.ports import PortWalls
 from gpupool.controller.recovery import recover
 from gpupool.controller.telemetry import TelemetrySampler
 from gpupool.domain.alerts import AlertRules
@@ -152,6 +153,7 @@ class Controller:
         )
         self._idle = IdleWatch(db, clock, settings.idle, self._applier)
         self._alerts = AlertWatch(db, clock, settings.alerts)
+        self._ports = PortWalls(db, executor)  # served ports walled from the other nodes' jobs
         self._thread: threading.Thread | None = None
         self._on_cycle = on_cycle
         self._on_first_start = on_first_start
@@ -202,6 +204,9 @@ class Controller:
             self._watch(self._alerts.nodes)
         touched = self._reap()
         self._moved = bool(touched)  # exits were reaped: this cycle moved work along
+        if touched:
+            self._ports.changed()
+        self._watch(lambda: self._ports.push(self._nodes_seen))
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
             drain_repo.settle_drains(s, self._clock.now())
@@ -239,6 +244,9 @@ class Controller:
             if attempt == 1:
                 self._on_first_start((self._clock.now() - submitted[job_id]).total_seconds())
         self._applier.preempt_all(result.preemptions)
+        if result.starts:
+            self._ports.changed()
+            self._watch(lambda: self._ports.push(self._nodes_seen))
         if result.starts or result.preemptions:
             self._moved = True
             self._dirty = True  # the next cycle sees the new placements and the stopping jobs
@@ -256,12 +264,12 @@ class Controller:
         return self._monitor.reap()
 
     def _watch(self, step: Callable[[], T]) -> T | None:
-        """Run an alert or idle step; a failure is logged and retried at the next round, never
+        """Run an alert, idle or port-wall step; a failure is logged and retried at the next round, never
         allowed to stop scheduling."""
         try:
             return step()
         except Exception:
-            log.exception("an alert or idle-GPU step failed; trying again at the next round")
+            log.exception("an alert, idle-GPU or port-wall step failed; trying again at the next round")
             return None
 
     def _sync_nodes(self, force: bool = False) -> bool:

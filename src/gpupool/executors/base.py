@@ -56,4 +56,9 @@ class Executor(Protocol):
         """Delete what ``node`` keeps of jobs the head pruned (run directories, logs)."""
         ...
 
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+        """The ports jobs on other nodes serve, as (address, port, job id), walled from ``node``'s
+        other jobs (``node/netwall.py``); the set replaces the last one given."""
+        ...
+
     def close(self) -> None: ...

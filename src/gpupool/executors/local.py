@@ -62,6 +62,9 @@ class LocalExecutor:
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         return self._runtime(node).forget(job_ids)
 
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+        self._runtime(node).protect(endpoints)
+
     def close(self) -> None:
         for watch in self._watches:
             watch.close()

@@ -115,6 +115,9 @@ class NodeAgent:
     def forget(self, job_ids: list[int]) -> int:
         return self.runtime.forget(job_ids)
 
+    def protect(self, endpoints: list[tuple[str, int, int]]) -> None:
+        self.runtime.protect(endpoints)
+
     def _keep_lease(self) -> None:
         while True:
             try:
@@ -274,6 +277,13 @@ class RayExecutor:
                 return 0  # a node that comes back cleans nothing up: its data dir keeps the files
         removed: int = self._call(node, agent.forget.remote(list(job_ids)))
         return removed
+
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return  # told again once it answers: the controller pushes to every node that is up
+        self._call(node, agent.protect.remote(list(endpoints)))
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""

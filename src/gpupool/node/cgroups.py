@@ -188,6 +188,11 @@ def _enable_v2(mount: str) -> None:
             _write(os.path.join(mount, "cgroup.subtree_control"), f"+{c}")
 
 
+def ensure_group(mount: str, rel: str) -> str | None:
+    """The group ``rel`` in the hierarchy at ``mount``, made if missing (its path); None if it cannot be."""
+    return os.path.join(mount, rel) if _ensure(mount, rel) else None
+
+
 def _ensure(mount: str, rel: str, notes: list[str] | None = None) -> bool:
     """mkdir each level of ``rel`` in ``mount``. v1 cpuset levels copy their parent's cpus and
     mems (a v1 cpuset with none takes no tasks); v2 levels get the controllers their parent has."""

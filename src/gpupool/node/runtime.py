@@ -24,7 +24,7 @@ from typing import Any
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, cgroups, gpu_share, log_cap, private, rundir, zygote
+from gpupool.node import accounts, cgroups, gpu_share, leftovers, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import NodeWalls, confinement
 
@@ -48,6 +48,7 @@ class LaunchRequest:
     # Root or an account below the machine's UID_MIN: refused unless the head allows it (gpupool up
     # --allow-system-accounts, or the built-in admin's own jobs, which run as the head's account).
     allow_system_account: bool = False
+    port: int | None = None  # the port it serves (a replica's, a published one): its job's alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ class NodeRuntime:
         self.walls = NodeWalls(self.layout, f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}", device_dir)
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
         self.scratch_why = self.walls.scratch_why  # None: each job gets a private /tmp, /dev/shm, /proc
+        self.netwall = self.walls.netwall  # None: jobs may connect to each other's ports
 
     def describe(self) -> Node:
         return Node(
@@ -192,8 +194,11 @@ class NodeRuntime:
         )
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
+        port = self.walls.worker_started(spec.cgroup, req.job_id, req.port, run_dir)
         # Kept in the store: a restarted head hands the limit back and the watch goes on.
-        watched = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
+        watched: dict[str, Any] = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
+        if port:  # and the port it serves, walled again by a restarted head's runtime
+            watched.update(job=req.job_id, port=port)
         if not self._detach and (pid := self._zygote.spawn(spec_path)):
             return {"pid": pid, "run_dir": str(run_dir), **watched}
         detach = ["--detach"] if self._detach else []
@@ -237,19 +242,21 @@ class NodeRuntime:
         recorded = _read_exit(run_dir)
         pid = self._pid(handle)
         if recorded is not None:
+            self.walls.release(run_dir, handle)
             self._reap(pid)
             self._gpu_watch.forget(str(run_dir))
             self._log_cap.check(handle, final=True)
             self._log_cap.forget(str(run_dir))
             return recorded
         if pid is None or self._supervisor_alive(pid, run_dir):
+            self.walls.adopt(run_dir, handle)
             self._gpu_watch.check(handle)
             self._log_cap.check(handle)
             return None
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
             return recorded
-        self._kill_worker_group(run_dir, signal.SIGKILL)
+        leftovers.kill_worker_group(run_dir, signal.SIGKILL)
         return WorkerExit(exit_code=None, lost=True)
 
     def kill(self, handle: Mapping[str, Any]) -> None:
@@ -261,9 +268,9 @@ class NodeRuntime:
                 starting.wait(timeout=10)  # learn the supervisor's pid before signalling it
         pid = self._pid(handle) or 0
         if pid and self._supervisor_alive(pid, run_dir):
-            _signal(pid, signal.SIGTERM)
+            leftovers.signal_pid(pid, signal.SIGTERM)
         else:
-            self._kill_worker_group(run_dir, signal.SIGKILL)
+            leftovers.kill_worker_group(run_dir, signal.SIGKILL)
 
     def usage(self, handles: Sequence[Mapping[str, Any]]) -> list[cgroups.Stats | None]:
         """What each worker's cgroup says it uses (None for one without a cgroup)."""
@@ -287,7 +294,8 @@ class NodeRuntime:
     def clean(self) -> int:
         """Stop every worker left over from before this runtime started (a node that comes back
         after it was declared dead): its jobs were already counted lost and requeued elsewhere."""
-        return stop_leftovers(self.data_dir, "stopped when the node came back: the job was requeued elsewhere")
+        note = "stopped when the node came back: the job was requeued elsewhere"
+        return leftovers.stop_leftovers(self.data_dir, note)
 
     @staticmethod
     def find_in(run_dir: Path) -> dict[str, Any] | None:
@@ -296,8 +304,14 @@ class NodeRuntime:
             return None
         return {"pid": pid, "run_dir": str(run_dir)}
 
+    def protect(self, endpoints: Sequence[tuple[str, int, int]]) -> None:
+        """The ports other nodes' jobs serve (address, port, job id), refused to this node's jobs."""
+        if self.netwall is not None:
+            self.netwall.protect(endpoints)
+
     def close(self) -> None:
         """Forget the children without killing them: a restarted head re-adopts them."""
+        self.walls.close()
         self._zygote.close()
         for child in self._children.values():
             child.returncode = 0  # stop Popen.__del__ from warning about a running child
@@ -331,44 +345,9 @@ class NodeRuntime:
             return child.poll() is None
         return rundir.supervisor_running(pid, run_dir)
 
-    @staticmethod
-    def _kill_worker_group(run_dir: Path, sig: signal.Signals) -> None:
-        """The worker's process group, and its whole cgroup (what left the group too) when it has one."""
-        child = rundir.read_child(run_dir)
-        if child is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pgid, sig)
-        try:
-            spec = rundir.read_spec(run_dir)
-        except (OSError, ValueError, KeyError):
-            return
-        if spec.cgroup is not None and sig == signal.SIGKILL:
-            with contextlib.suppress(ValueError, OSError):
-                group = spec.group()
-                group.kill()
-                if group.wait_empty(timeout=5):
-                    group.remove()
-
 
 NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
 SYSTEM_ACCOUNT = "system_account"  # exit reason of a worker that would have run as root or a system account
-
-
-def stop_leftovers(data_dir: Path, note: str) -> int:
-    """Kill every supervisor and worker under ``data_dir`` that has no recorded exit, and record
-    each as fenced (the head sees it lost). Needs no runtime: ``gpupool join`` calls it as its
-    node leaves."""
-    stopped = 0
-    for run_dir in rundir.all_run_dirs(data_dir):
-        if rundir.read_exit(run_dir) is not None:
-            continue
-        pid = rundir.read_pid(run_dir)
-        if pid is not None and rundir.supervisor_running(pid, run_dir):
-            _signal(pid, signal.SIGKILL)
-        NodeRuntime._kill_worker_group(run_dir, signal.SIGKILL)
-        rundir.write_exit(run_dir, rundir.ExitRecord(None, fenced=True, note=note))
-        stopped += 1
-    return stopped
 
 
 def _visible(req: LaunchRequest) -> list[int]:
@@ -385,8 +364,3 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
         return WorkerExit(exit_code=None, lost=True)
     stopped = rundir.read_stop(run_dir)  # the runtime stopped it (over its GPU memory): that is why
     return WorkerExit(exit_code=record.exit_code, reason=stopped.reason if stopped else record.reason)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)

@@ -6,13 +6,16 @@ worker's spec; the supervisor puts them up."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpupool.node import accounts, cgroups, gpu_share, jobns
+from gpupool.node import accounts, cgroups, gpu_share, jobns, rundir
+from gpupool.node.netwall import NetWall
 
 PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
 _GPU_DEV = re.compile(r"nvidia(\d+)")
@@ -27,9 +30,71 @@ class NodeWalls:
         self.scratch_why = jobns.usable() if self.as_owners else "not root: jobs share the node's /tmp and /dev/shm"
         self.hidepid = jobns.hidepid_usable()
         self.device_dir = device_dir  # where the GPUs' device files are (tests make stand-ins elsewhere)
+        # A job's served port answers only its own job and what is outside the workers (the gateway).
+        self.netwall: NetWall | None = None
+        self._walled: set[str] = set()  # run dirs of the workers the netwall knows
+        self.network_why: str | None = "not root, or no cgroup v2 here: jobs may call each other's ports"
+        node_group = None
+        if layout is not None and layout.unified is not None:
+            node_group = cgroups.ensure_group(layout.unified, f"{layout.parent}/{cgroup_node}")
+        if node_group is not None:
+            try:
+                self.netwall, self.network_why = NetWall(node_group), None
+            except OSError as exc:
+                self.network_why = f"no cgroup connect program ({exc})"
 
     def isolation(self) -> dict[str, str]:
-        return isolation(self.layout, self.as_owners, self.scratch_why, self.hidepid)
+        said = isolation(self.layout, self.as_owners, self.scratch_why, self.hidepid)
+        said["network"] = (
+            "cgroup connect program (a job reaches no other job's replica or published port)"
+            if self.netwall is not None
+            else f"none ({self.network_why})"
+        )
+        return said
+
+    def worker_started(self, cgroup_rel: str | None, job_id: int, port: int | None, run_dir: Path) -> int | None:
+        """Before a worker starts: its group made here (so its id is known now) and its job's, and
+        the port it will serve, if any, its job's alone; that port, or None where none is walled."""
+        if self.netwall is None or cgroup_rel is None or self.layout is None or self.layout.unified is None:
+            return None
+        self._walled.add(str(run_dir))
+        group = cgroups.ensure_group(self.layout.unified, f"{self.layout.parent}/{cgroup_rel}")
+        if group is not None:
+            self.netwall.worker(group, job_id)
+        if not port or not _free(port):
+            return None  # a port something else listens on already (the head's API?) is not the job's
+        self.netwall.serve(port, job_id)
+        return port
+
+    def adopt(self, run_dir: Path, handle: Mapping[str, Any]) -> None:
+        """A running worker this runtime did not launch (a head restarted): walled as at its launch."""
+        if self.netwall is None or self.layout is None or self.layout.unified is None or str(run_dir) in self._walled:
+            return
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            spec = rundir.read_spec(run_dir)
+            job = int(run_dir.parents[1].name.removeprefix("job-"))  # .../runs/job-J/attempt-A/worker-W
+            self._walled.add(str(run_dir))
+            if spec.cgroup:
+                self.netwall.worker(os.path.join(self.layout.unified, self.layout.parent, spec.cgroup), job)
+            if handle.get("port"):  # walled at its launch: its server may be listening on it now
+                self.netwall.serve(int(handle["port"]), job)
+
+    def release(self, run_dir: Path, handle: Mapping[str, Any]) -> None:
+        """The worker ended: its group and its port are no longer its job's."""
+        if self.netwall is None or self.layout is None or self.layout.unified is None:
+            return
+        self._walled.discard(str(run_dir))
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            cgroup_rel = rundir.read_spec(run_dir).cgroup
+            if cgroup_rel is not None:
+                self.netwall.forget_worker(os.path.join(self.layout.unified, self.layout.parent, cgroup_rel))
+        if handle.get("port"):
+            self.netwall.stop_serving(int(handle["port"]))
+
+    def close(self) -> None:
+        """Let go of the netwall's handles (its programs stay attached while workers run)."""
+        if self.netwall is not None:
+            self.netwall.close()
 
     def cgroup(self, job_id: int, attempt: int, worker: int, gpus: list[int]) -> dict[str, Any]:
         """The cgroup part of a worker's spec: its group, a process limit, and its GPUs' device
@@ -80,6 +145,19 @@ class NodeWalls:
         mps = base_env.get("CUDA_MPS_PIPE_DIRECTORY") or gpu_share.DEFAULT_MPS_PIPE
         uid, gid = (account.uid, account.gid) if account is not None else (os.geteuid(), os.getegid())
         return jobns.Scratch(str(job_dir), size, uid, gid, jobns.kept([*kept, mps]), self.hidepid)
+
+
+def _free(port: int) -> bool:
+    """Whether nothing listens on ``port`` yet: only a port the job can still take becomes its."""
+    if not 1024 <= port <= 65535:
+        return False  # a privileged port is the machine's, not a job's
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def isolation(

@@ -9,12 +9,14 @@ one that changes only counts or gateway settings does not. A name taken in anoth
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gpupool.domain.errors import Conflict
+from gpupool.domain.errors import Conflict, NotFound
+from gpupool.domain.permissions import may_submit_to
 from gpupool.domain.services import (
     Replica,
     ServiceRecord,
@@ -47,6 +49,9 @@ class ServiceView:
     # replica reads ready only once the gateway routes to it (else a caller would get 503 at first).
     routed: tuple[datetime, frozenset[str]] | None = None
     gateway: bool = False
+    # The caller may call it (public, or a member of its project): only then are its replicas'
+    # host:port shown. They answer only the gateway anyway (``node/netwall.py``).
+    reachable: bool = False
 
     def serving(self, r: Replica) -> bool:
         """Ready, not being stopped, and (with a gateway) routed to by it since it became ready."""
@@ -269,11 +274,16 @@ def _view(s: Tx, who: Principal, record: ServiceRecord) -> ServiceView:
 def _views(s: Tx, who: Principal, records: list[ServiceRecord]) -> list[ServiceView]:
     found = service_repo.replicas(s, {r.spec.name: r.spec.replica_spec() for r in records})
     managed = set() if who.is_admin else member_repo.managed_by(s, who.user)
+    callers: dict[str, bool] = {}  # project -> whether ``who`` may call its services
+    for project in {r.spec.project for r in records if not r.spec.public}:
+        with contextlib.suppress(NotFound):
+            callers[project] = may_submit_to(who.is_admin, *member_repo.project_access(s, project, who.user))
     return [
         ServiceView(
             r,
             tuple(found.get(r.spec.name, ())),
             who.is_admin or who.user == r.owner or r.spec.project in managed,
+            reachable=r.spec.public or callers.get(r.spec.project, False),
         )
         for r in records
     ]

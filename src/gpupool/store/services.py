@@ -149,3 +149,22 @@ def published_ports(session: Session) -> list[tuple[int, str, str, int]]:
         .order_by(JobRow.id)
     )
     return [(job_id, project, address, port) for job_id, project, port, address in rows if address and port]
+
+
+def served_ports(session: Session) -> list[tuple[str, str, int, int]]:
+    """The ports live workers serve and their node walled at launch (a replica's, worker 0's
+    published one): node, node address, port, job id. A port the node did not wall (something
+    listened on it already) is left out, so no node walls it either."""
+    rows = session.execute(
+        select(WorkerRow.node, NodeRow.address, WorkerRow.handle, WorkerRow.job_id)
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .join(NodeRow, NodeRow.name == WorkerRow.node)
+        .where(WorkerRow.status.in_(("launching", "running")))
+        .where(WorkerRow.port.is_not(None) | ((WorkerRow.worker == 0) & JobRow.expose.is_not(None)))
+        .order_by(WorkerRow.id)
+    )
+    return [
+        (node, address, int(handle["port"]), job_id)
+        for node, address, handle, job_id in rows
+        if address and isinstance(handle, dict) and isinstance(handle.get("port"), int)
+    ]

@@ -106,13 +106,14 @@ class ReplicaOut(BaseModel):
     current: bool = Field(description="runs the service's current version (false while an update rolls)")
     stopping: bool
     node: str | None
-    host: str | None
+    host: str | None = Field(description="null while it runs nowhere, or for a caller who may not call the service")
     port: int | None
     restarts: int = Field(0, description="how many times it failed and was started again")
     load: LoadOut | None = Field(None, description="null where the gateway has not reported it lately")
 
     @classmethod
-    def of(cls, r: Replica, load: ServiceLoad | None = None) -> ReplicaOut:
+    def of(cls, r: Replica, load: ServiceLoad | None = None, where: bool = True) -> ReplicaOut:
+        """``where``: whether the caller may see its host and port (one who may call the service)."""
         figures = None if load is None else load.replicas.get(str(r.job_id))
         return cls(
             load=None if figures is None else LoadOut.of(figures),
@@ -122,8 +123,8 @@ class ReplicaOut(BaseModel):
             current=r.current,
             stopping=r.stopping,
             node=r.node,
-            host=r.host,
-            port=r.port,
+            host=r.host if where else None,
+            port=r.port if where else None,
             restarts=r.restarts,
         )
 
@@ -166,7 +167,10 @@ class ServiceOut(BaseModel):
     state: str = Field(description="starting, ready, degraded, idle or crash_loop: read from its replicas")
     crash_loop: CrashLoopOut | None = Field(None, description="the replica that keeps failing, while one does")
     replicas: ReplicaCounts
-    endpoints: list[EndpointOut] = Field(description="ready replicas, where the gateway sends requests")
+    endpoints: list[EndpointOut] = Field(
+        description="ready replicas, where the gateway sends requests (empty for a caller who may not call it; "
+        "a replica answers only the gateway anyway)"
+    )
     max_concurrency: int
     url: str | None = Field(
         description="where the gateway serves it: http://<gateway>/<name>/ (null: the head runs no gateway)"
@@ -201,7 +205,7 @@ class ServiceOut(BaseModel):
             owner=v.record.owner,
             state=v.state.value,
             replicas=ReplicaCounts(desired=v.record.desired, ready=v.ready, starting=v.starting),
-            endpoints=[EndpointOut.of(r) for r in v.endpoints],
+            endpoints=[EndpointOut.of(r) for r in v.endpoints] if v.reachable else [],
             max_concurrency=spec.max_concurrency,
             url=gateway.url(base_url, service_path(spec.name)),
             created_at=v.record.created_at,
@@ -221,7 +225,7 @@ class ServiceOut(BaseModel):
             timeout_s=spec.timeout_s,
             command=list(spec.command) if v.full else None,
             env=dict(spec.env) if v.full else None,
-            replica_list=[ReplicaOut.of(r, v.load) for r in v.replicas],
+            replica_list=[ReplicaOut.of(r, v.load, where=v.reachable) for r in v.replicas],
             load=None if v.load is None else ServiceLoadOut.of_service(v.load),
             crash_loop=None if v.crashing is None else CrashLoopOut.of(v.crashing, v.crash_log),
         )
