@@ -100,6 +100,7 @@ class Head:
                 alerts=AlertRules(temperature_c=settings.alert_temperature_c),
                 restart_backoff_s=settings.restart_backoff_s,
                 keep_finished_s=settings.keep_finished_s,
+                max_user_log_bytes=settings.max_user_log_bytes,
                 allow_system_accounts=settings.allow_system_accounts,
             ),
             on_cycle=self.metrics.observe_cycle,
@@ -129,6 +130,7 @@ class Head:
             load=load,
             scheduler=settings.scheduler_config,
             gateway_secret=self.gateway_secret,
+            max_user_arrays=settings.max_user_arrays,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(

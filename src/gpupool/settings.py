@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
+from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
 from gpupool.domain.worker_env import inherited_env
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ class Settings:
     allow_system_accounts: bool = False  # jobs may run as root or accounts below UID_MIN (DisableRootJobs=NO)
     keep_finished_s: float = 30 * 86400.0  # finished jobs, their events, run dirs and logs are kept so long
     max_log_bytes: int = 100 * 2**20  # each worker's log is cut to its newest half past this
+    max_user_arrays: int = DEFAULT_MAX_USER_ARRAYS  # arrays with an unfinished task, per user (each up to 10,000 tasks)
+    max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES  # each user's logs; the oldest finished jobs' emptied first
     restart_backoff_s: float = 10.0  # a failed job's first wait before its next attempt, doubling per failure
     # The API's door (api/guard.py): the largest request body, how long a client may take to send
     # its headers, then its body, and how many connections are served at once (then 503).

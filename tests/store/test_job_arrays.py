@@ -4,6 +4,7 @@ once (the others wait with reason ``array_limit``), and a cancel of the array en
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.arrays import ArraySpec, parse_job_ref
-from gpupool.domain.errors import Forbidden, InvalidInput, NotFound, Unsatisfiable
+from gpupool.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
 from gpupool.services import arrays as array_service
@@ -131,3 +132,23 @@ def test_job_refs() -> None:
     assert parse_job_ref("42") == (42, None) and parse_job_ref("42_7") == (42, 7)
     with pytest.raises(InvalidInput, match="ID_INDEX"):
         parse_job_ref("42_")
+
+
+def test_a_user_has_at_most_max_user_arrays_in_flight(db: Database) -> None:
+    """Issue 30, part 6: arrays with an unfinished task are bounded per user (--max-user-arrays);
+    another is refused 409 too_many_arrays, saying how to go on, until one finishes."""
+    ctx, controller, _, _ = make(db, gpus=1)
+    ctx = dataclasses.replace(ctx, max_user_arrays=2)
+    spec = JobSpec.create(command=["train"], gpus=1)
+    first, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
+    array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
+    with pytest.raises(Conflict) as refused:
+        array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
+    assert refused.value.code == "too_many_arrays" and "--max-user-arrays 2" in str(refused.value)
+    assert "gpupool cancel ID" in str(refused.value)
+    array_service.submit(ctx, spec, ArraySpec.parse("0-1"), BOB)  # another user's count is their own
+    job_service.submit(ctx, spec, ALICE)  # plain jobs are not arrays
+    array_service.cancel(ctx, first.first.id, ALICE)
+    controller.tick()
+    again, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)  # one finished: room again
+    assert again.tasks == 2

@@ -155,7 +155,9 @@ class FakeExecutor:
         self.sampled: list[tuple[str, frozenset[int]]] = []
         self.forgotten: list[tuple[str, tuple[int, ...]]] = []
         self.protected: dict[str, tuple[tuple[str, int, int], ...]] = {}  # the ports walled from each node
-        self.taken_ports: set[int] = set()  # ports something else listens on: no node walls them
+        self.taken_ports: set[int] = set()
+        self.logs: dict[str, dict[int, int]] = {}  # node -> job id -> bytes of its logs there (the test sets them)
+        self.emptied: list[tuple[str, tuple[int, ...], str]] = []  # ports something else listens on: no node walls them
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -203,6 +205,16 @@ class FakeExecutor:
             return [None] * len(handles)
         now = self.clock.now().timestamp()
         return [Stats(256 * 2**20, 512 * 2**20, now - float(h.get("at", now))) for h in handles]
+
+    def log_sizes(self, node: str) -> dict[int, int]:
+        return dict(self.logs.get(node, {}))
+
+    def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
+        kept = self.logs.setdefault(node, {})
+        freed = sum(max(0, kept.get(j, 0) - len(note)) for j in job_ids if j in kept)
+        kept.update({j: min(kept[j], len(note)) for j in job_ids if j in kept})
+        self.emptied.append((node, tuple(job_ids), note))
+        return freed
 
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
         self.protected[node] = tuple(endpoints)

@@ -120,6 +120,22 @@ def up(
     max_log_size: Annotated[
         str, typer.Option(help="a worker's log past this keeps its newest half (1M to 1T)")
     ] = "100M",
+    max_user_arrays: Annotated[
+        int,
+        typer.Option(
+            help="arrays with an unfinished task one user may have; another array is refused (409 too_many_arrays)"
+            " until one finishes (1 to 100000)",
+            min=1,
+            max=100_000,
+        ),
+    ] = 20,
+    max_user_logs: Annotated[
+        str,
+        typer.Option(
+            help="each user's logs together, on every node; past it the logs of their oldest finished jobs are"
+            " emptied first, said in those jobs' events (1M to 1T)"
+        ),
+    ] = "10G",
     max_body: Annotated[str, typer.Option(help="the largest request body the API reads (1K to 64M)")] = "1M",
     client_timeout: Annotated[
         str, typer.Option(help="how long a client may take to send a request's headers, and then its body (1s to 5m)")
@@ -197,6 +213,8 @@ def up(
         restart_backoff_s=bounded_duration("--restart-backoff", restart_backoff, 0, 600),
         keep_finished_s=bounded_duration("--keep-finished", keep_finished, 3600, 3650 * 86400),
         max_log_bytes=_size("--max-log-size", max_log_size, 2**20, 2**40),
+        max_user_arrays=max_user_arrays,
+        max_user_log_bytes=_size("--max-user-logs", max_user_logs, 2**20, 2**40),
         max_body_bytes=_body_size(max_body),
         max_connections=max_connections,
         trusted_proxies=_networks("--trusted-proxy", trusted_proxy or []),
@@ -248,7 +266,10 @@ def _body_size(text: str) -> int:
 
 
 def _size(flag: str, text: str, low: int, high: int) -> int:
-    size = parse_bytes(text)
+    try:
+        size = parse_bytes(text)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{flag}: {exc}") from None
     if not low <= size <= high:
         raise InvalidInput(f"{flag} must be between {low} and {high} bytes, got {text}")
     return size

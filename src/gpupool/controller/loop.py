@@ -19,12 +19,14 @@ from gpupool.controller.monitor import Monitor
 from gpupool.controller.ports import PortWalls
 from gpupool.controller.recovery import recover
 from gpupool.controller.telemetry import TelemetrySampler
+from gpupool.controller.user_logs import UserLogs
 from gpupool.domain.alerts import AlertRules
 from gpupool.domain.audit import AUDIT_KEPT
 from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.idle import IdleSettings
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import TelemetryRetention
+from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
 from gpupool.executors.base import Executor
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.store import arrays as array_repo
@@ -89,6 +91,9 @@ class ControllerSettings:
     # Users' jobs may run as root or system accounts (gpupool up --allow-system-accounts); the
     # nodes refuse them otherwise, whatever the head checked at submit.
     allow_system_accounts: bool = False
+    # Each user's jobs' logs together, on every node, are kept under this (--max-user-logs; 0: no cap).
+    max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES
+    user_logs_every_s: float = 60.0  # and soon after exits (at most every 5 s)
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -154,6 +159,14 @@ class Controller:
         self._idle = IdleWatch(db, clock, settings.idle, self._applier)
         self._alerts = AlertWatch(db, clock, settings.alerts)
         self._ports = PortWalls(db, executor)  # served ports walled from the other nodes' jobs
+        self._user_logs = UserLogs(
+            db,
+            executor,
+            clock,
+            settings.max_user_log_bytes,
+            settings.user_logs_every_s,
+            min(5.0, settings.user_logs_every_s),
+        )
         self._thread: threading.Thread | None = None
         self._on_cycle = on_cycle
         self._on_first_start = on_first_start
@@ -206,7 +219,9 @@ class Controller:
         self._moved = bool(touched)  # exits were reaped: this cycle moved work along
         if touched:
             self._ports.changed()
+            self._user_logs.changed()
         self._watch(lambda: self._ports.push(self._nodes_seen))
+        self._watch(lambda: self._user_logs.check(self._nodes_seen))
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
             drain_repo.settle_drains(s, self._clock.now())

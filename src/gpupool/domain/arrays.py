@@ -16,6 +16,9 @@ from gpupool.domain.errors import InvalidInput
 # Slurm's default MaxArraySize is 1001; a bigger array is still one request and one transaction.
 MAX_ARRAY_TASKS = 10_000
 MAX_ARRAY_INDEX = 9_999_999
+# Arrays with an unfinished task, per user (gpupool up --max-user-arrays): with MAX_ARRAY_TASKS,
+# what bounds the rows one person's sweeps can put in the head's database at once.
+DEFAULT_MAX_USER_ARRAYS = 20
 _ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 _REF = re.compile(r"^(\d+)(?:_(\d+))?$")
 

@@ -56,6 +56,14 @@ class Executor(Protocol):
         """Delete what ``node`` keeps of jobs the head pruned (run directories, logs)."""
         ...
 
+    def log_sizes(self, node: str) -> dict[int, int]:
+        """The bytes of each job's logs kept on ``node`` (job id -> bytes)."""
+        ...
+
+    def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
+        """Replace the logs of these finished jobs on ``node`` by ``note``; the bytes freed."""
+        ...
+
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
         """The ports jobs on other nodes serve, as (address, port, job id), walled from ``node``'s
         other jobs (``node/netwall.py``); the set replaces the last one given."""

@@ -62,6 +62,12 @@ class LocalExecutor:
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         return self._runtime(node).forget(job_ids)
 
+    def log_sizes(self, node: str) -> dict[int, int]:
+        return self._runtime(node).log_sizes()
+
+    def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
+        return self._runtime(node).empty_logs(job_ids, note)
+
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
         self._runtime(node).protect(endpoints)
 

@@ -115,6 +115,12 @@ class NodeAgent:
     def forget(self, job_ids: list[int]) -> int:
         return self.runtime.forget(job_ids)
 
+    def log_sizes(self) -> dict[int, int]:
+        return self.runtime.log_sizes()
+
+    def empty_logs(self, job_ids: list[int], note: str) -> int:
+        return self.runtime.empty_logs(job_ids, note)
+
     def protect(self, endpoints: list[tuple[str, int, int]]) -> None:
         self.runtime.protect(endpoints)
 
@@ -277,6 +283,22 @@ class RayExecutor:
                 return 0  # a node that comes back cleans nothing up: its data dir keeps the files
         removed: int = self._call(node, agent.forget.remote(list(job_ids)))
         return removed
+
+    def log_sizes(self, node: str) -> dict[int, int]:
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return {}  # counted again once it answers
+        sizes: dict[int, int] = self._call(node, agent.log_sizes.remote())
+        return sizes
+
+    def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
+        with self._lock:
+            agent = self._agents.get(node)
+            if agent is None or node in self._down or node in self._silent_since:
+                return 0
+        freed: int = self._call(node, agent.empty_logs.remote(list(job_ids), note))
+        return freed
 
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
         with self._lock:

@@ -70,3 +70,42 @@ class LogCap:
     def forget(self, run_dir: str) -> None:
         self._checked.pop(run_dir, None)
         self._logs.pop(run_dir, None)
+
+
+# Each user's logs together are kept under ``--max-user-logs`` by the head (controller/user_logs.py),
+# which asks each node for the size of every job's logs and has it empty the oldest finished ones'.
+
+
+def job_log_sizes(data_dir: Path) -> dict[int, int]:
+    """The bytes of every job's logs under ``data_dir`` (its workers' together)."""
+    sizes: dict[int, int] = {}
+    with contextlib.suppress(FileNotFoundError), os.scandir(data_dir / "logs") as jobs:
+        for job in jobs:
+            if not job.name.startswith("job-") or not job.name[4:].isdigit():
+                continue
+            total = 0
+            with contextlib.suppress(OSError), os.scandir(job.path) as logs:
+                for log in logs:
+                    with contextlib.suppress(OSError):
+                        total += log.stat(follow_symlinks=False).st_size
+            sizes[int(job.name[4:])] = total
+    return sizes
+
+
+def empty_job_logs(data_dir: Path, job_id: int, note: str) -> int:
+    """Replace each of the job's logs by ``note`` (one line: what ``gpupool logs`` shows after);
+    the bytes freed."""
+    freed = 0
+    line = note.rstrip("\n").encode() + b"\n"
+    with contextlib.suppress(FileNotFoundError), os.scandir(data_dir / "logs" / f"job-{job_id}") as logs:
+        for log in logs:
+            if not log.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError), open(log.path, "r+b") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size <= len(line):
+                    continue
+                f.truncate(0)
+                f.write(line)
+                freed += size - len(line)
+    return freed

@@ -280,6 +280,14 @@ class NodeRuntime:
         """Delete the run directories and logs of jobs the head pruned; how many had any here."""
         return sum(rundir.remove_job(self.data_dir, job_id) for job_id in job_ids)
 
+    def log_sizes(self) -> dict[int, int]:
+        """The bytes of every job's logs on this node (``--max-user-logs``)."""
+        return log_cap.job_log_sizes(self.data_dir)
+
+    def empty_logs(self, job_ids: Sequence[int], note: str) -> int:
+        """Replace the logs of finished jobs by ``note``; the bytes freed."""
+        return sum(log_cap.empty_job_logs(self.data_dir, job_id, note) for job_id in job_ids)
+
     def read_log(self, job_id: int, worker: int, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return rundir.read_log(self.log_path(job_id, worker), offset, limit)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpupool.domain.arrays import ArraySpec
-from gpupool.domain.errors import InvalidInput, Stale
+from gpupool.domain.errors import Conflict, InvalidInput, Stale
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.users import check_user_name
@@ -26,6 +26,14 @@ def submit(
 
     def make(s: Tx, now: datetime) -> tuple[ArraySummary, int]:
         require_submit(s, who, spec.project)
+        _, in_flight = array_repo.array_ids(s, include_finished=False, owner=who.user, limit=1)
+        if in_flight >= ctx.max_user_arrays:
+            raise Conflict(
+                f"{who.user} has {in_flight} arrays with unfinished tasks, the most this head allows"
+                f" (gpupool up --max-user-arrays {ctx.max_user_arrays}): wait for one to finish, or cancel one"
+                " (gpupool jobs lists them; gpupool cancel ID)",
+                code="too_many_arrays",
+            )
         check_satisfiable(spec, node_repo.load_nodes(s))
         run_as = ctx.accounts.run_as(who.user, who.unix_user)
         tasks = bulk.insert_array(s, spec, array, who.user, now, run_as)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gpupool.clock import Clock
+from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.scheduler.config import SchedulerConfig
@@ -64,3 +65,4 @@ class HeadContext:
     # The gateway's identity, minted at this head's start and kept only in memory and a 0600 file
     # the gateway reads: no token route can revoke or narrow it. None: no gateway identity.
     gateway_secret: str | None = None
+    max_user_arrays: int = DEFAULT_MAX_USER_ARRAYS  # arrays with an unfinished task, per user

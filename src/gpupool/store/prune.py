@@ -48,3 +48,17 @@ def prune_finished(session: Session, before: datetime, now: datetime) -> dict[st
         message=f"{len(ids)} job(s) finished before {before:%Y-%m-%d %H:%M} UTC deleted",
     )
     return by_node
+
+
+def log_owners(session: Session, job_ids: list[int]) -> dict[int, tuple[str, datetime | None]]:
+    """Each known job's owner, and when it finished (None while it has not): ``--max-user-logs``."""
+    found: dict[int, tuple[str, datetime | None]] = {}
+    terminal = {s.value for s in TERMINAL_STATES}
+    for start in range(0, len(job_ids), BATCH):
+        chunk = job_ids[start : start + BATCH]
+        rows = session.execute(
+            select(JobRow.id, JobRow.owner, JobRow.state, JobRow.finished_at).where(JobRow.id.in_(chunk))
+        )
+        for job_id, owner, state, finished_at in rows:
+            found[job_id] = (owner, finished_at if state in terminal else None)
+    return found
