@@ -2,28 +2,34 @@
 ``/metrics`` and the report; per-job energy against the GPU's own counter; a fractional job over
 its share stopped ``gpu_oom`` while its neighbour runs on; the MPS pinned limit; the device wall
 (a ``--gpus 0`` job opens no GPU, even setting ``CUDA_VISIBLE_DEVICES`` itself); a private /tmp and
-/dev/shm that CUDA jobs work in and that are gone at their end; the DDP example on nccl.
+/dev/shm that CUDA jobs work in and that are gone at their end; the DDP example on nccl; a job's
+published port refused to another job (issue 30's port wall on pure cgroup v2).
 
 Every figure a check rests on is printed (``scripts/test-gpu`` runs pytest with ``-s``) so a
 run's output is its record (README, "The GPU suite")."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.e2e.dial import dialed
+from tests.e2e.headproc import HeadProcess, free_port, wait_for, wait_state
 from tests.gpu.conftest import GPUS
 from tests.unix_accounts import TestAccounts
 
 PY = sys.executable
+DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 GIB = 2**30
 
 
@@ -95,6 +101,7 @@ def test_the_node_and_its_gpus_come_from_nvml_and_its_walls_hold(gpu_head: HeadP
     assert not walls["devices"].startswith("none"), walls  # pure cgroup v2: the device program
     assert walls["tmp"].startswith("private") and walls["proc"].startswith("hidepid"), walls
     assert all(not walls[w].startswith("none") for w in ("memory", "cpus", "kill")), walls
+    assert walls["network"].startswith("cgroup connect program"), walls  # issue 30: served ports walled
 
 
 def test_telemetry_under_a_cuda_load_and_the_jobs_energy_against_the_gpus_counter(gpu_head: HeadProcess) -> None:
@@ -249,6 +256,32 @@ def test_cuda_jobs_get_a_private_tmp_and_shm_gone_at_their_end(gpu_head: HeadPro
     assert said(gpu_head, job_id, "CUDA") == str(2**20)
     assert "/dev/shm tmpfs" in said(gpu_head, job_id, "MOUNTS") and "/tmp tmpfs" in said(gpu_head, job_id, "MOUNTS")
     assert not os.path.exists("/dev/shm/gpupool-gpu-suite") and not os.path.exists("/tmp/gpupool-gpu-suite")
+
+
+def test_a_jobs_published_port_refuses_another_jobs_connect(gpu_head: HeadProcess) -> None:
+    """Issue 30 on pure cgroup v2: a port a job publishes (--expose) is walled from every other
+    job by the node's connect programs (EPERM), while the head's side (this test) still connects."""
+    port = free_port()
+    server = submit(gpu_head, "--gpus", "1", "--expose", str(port), "--", PY, "-m", "http.server", str(port))
+    wait_for(lambda: reachable(port), 60, 0.2, "the job's server to listen")
+    (node,) = json.loads(gpu_head.cli("nodes", "-o", "json").stdout)
+    targets = sorted({f"127.0.0.1:{port}", f"{node['address']}:{port}"})  # loopback and the node's address
+    dialer = submit(gpu_head, "--gpus", "0", "--", PY, DIAL, *targets)
+    assert ended(gpu_head, dialer)["state"] == "succeeded", log(gpu_head, dialer)
+    seen = dialed(log(gpu_head, dialer))
+    print(f"another job's connects to job {server}'s published port {port}: {seen}; from outside: {reachable(port)}")
+    assert seen == dict.fromkeys(targets, errno.EPERM), seen
+    assert reachable(port)
+    gpu_head.cli("cancel", str(server))
+    ended(gpu_head, server)
+
+
+def reachable(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 def test_the_ddp_example_trains_on_nccl(gpu_head: HeadProcess) -> None:

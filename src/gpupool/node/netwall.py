@@ -41,7 +41,8 @@ _USER_IP4, _USER_PORT = 4, 24
 
 
 class NetWall:
-    """The programs and maps of one node's group; ``usable`` tells first whether the kernel lets it."""
+    """The programs and maps of one node's group; OSError where the kernel does not let it (not
+    root, no cgroup v2, no BPF): the node then says so in its isolation."""
 
     def __init__(self, node_group: str) -> None:
         self.group = node_group
@@ -158,12 +159,7 @@ class NetWall:
         )
 
 
-def usable(node_group: str) -> str | None:
-    """None where connect programs can be attached to ``node_group``; else why not."""
-    try:
-        NetWall(node_group).close()
-        for attach_type in (_INET4_CONNECT, _INET6_CONNECT):
-            bpf.detach_all(node_group, attach_type)
-        return None
-    except OSError as exc:
-        return str(exc)
+def detach(node_group: str) -> None:
+    """Take the connect programs off ``node_group`` (a node whose workers no longer need them)."""
+    for attach_type in (_INET4_CONNECT, _INET6_CONNECT):
+        bpf.detach_all(node_group, attach_type)
