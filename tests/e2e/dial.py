@@ -13,7 +13,7 @@ if __name__ == "__main__":
             socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
             print("DIALED", target, 0, flush=True)
         except OSError as e:
-            print("DIALED", target, e.errno, flush=True)
+            print("DIALED", target, -1 if e.errno is None else e.errno, flush=True)  # -1: timed out
 
 
 def dialed(log: str) -> dict[str, int]:

@@ -150,6 +150,10 @@ def test_ports_served_on_other_nodes_are_refused_once_the_head_hands_them_over(r
     rt.protect([(far, 9999, 78)])
     assert rt.netwall is not None
     assert rt.netwall.served.get((int.from_bytes(socket.inet_aton(far), "little"), socket.htons(9999))) == (78,)
+    # Refused at connect, before a packet leaves, however the address is written (unwalled, a
+    # connect to TEST-NET-1 would fail otherwise: unreachable, or a timeout).
+    far_targets = [f"{far}:9999", f"[::ffff:{far}]:9999"]
+    assert tried(rt, 11, launch(rt, 11, far_targets)) == dict.fromkeys(far_targets, errno.EPERM)
     remote = listener("127.0.0.3")  # another node's replica, as far as this node can tell
     target = f"127.0.0.3:{remote.getsockname()[1]}"
     assert tried(rt, 8, launch(rt, 8, [target]))[target] == 0  # not known yet

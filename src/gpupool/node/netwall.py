@@ -15,8 +15,9 @@ passes through, TCP and connected UDP alike. Two maps drive them:
 
 A connect to a served port is allowed only from the job that serves it (its own workers); from any
 other worker it fails with EPERM. The gateway, the head's health checks and anything else outside
-the workers' groups are not affected. Over IPv6 only this node's ports are checked (by port), as
-gpupool's nodes serve on IPv4 addresses. What it does not cover: processes on a node that are not
+the workers' groups are not affected. Over IPv6, this node's ports are checked by port, and an IPv4
+address written as IPv6 (``::ffff:10.0.0.2``) as that IPv4 address; gpupool's nodes serve on IPv4
+addresses, so other nodes' IPv6 addresses are not walled. What it does not cover: processes on a node that are not
 gpupool's jobs (a person's shell there), unconnected UDP (``sendto``), and machines outside the
 cluster: those need the site's firewall.
 """
@@ -36,8 +37,9 @@ _SOCK_ADDR = 18  # BPF_PROG_TYPE_CGROUP_SOCK_ADDR
 _INET4_CONNECT, _INET6_CONNECT = 10, 11
 _GET_CURRENT_CGROUP_ID, _MAP_LOOKUP = 80, 1
 _ENTRIES = 16384  # served ports and workers of a node, and the cluster's other served ports
-# bpf_sock_addr: user_ip4 at 4, user_port at 24 (network order, in the low 16 bits)
-_USER_IP4, _USER_PORT = 4, 24
+# bpf_sock_addr: user_ip4 at 4, user_ip6[4] at 8, user_port at 24 (network order, in the low 16 bits)
+_USER_IP4, _USER_IP6, _USER_PORT = 4, 8, 24
+_V4_MAPPED = -0x10000  # ::ffff:0:0/96's third word as loaded (bytes 00 00 ff ff, little-endian 0xffff0000)
 
 
 class NetWall:
@@ -130,12 +132,28 @@ class NetWall:
             insn(0x79, 7, 0, 0),
             Jump(0x05, "whose"),
         ]
+        # An IPv4 address written as IPv6 (::ffff:10.0.0.2, through an AF_INET6 socket): the same key.
+        mapped: list[bytes | Jump | Label] = [
+            insn(0x61, 2, 6, _USER_IP6),
+            Jump(0x55, "by_port", dst=2),  # user_ip6[0] != 0
+            insn(0x61, 2, 6, _USER_IP6 + 4),
+            Jump(0x55, "by_port", dst=2),
+            insn(0x61, 2, 6, _USER_IP6 + 8),
+            insn(0xB4, 3, imm=_V4_MAPPED),  # w3 = 0xffff0000 (mov32: the upper half zero)
+            Jump(0x5D, "by_port", dst=2, src=3),
+            insn(0x61, 2, 6, _USER_IP6 + 12),
+            insn(0x63, 10, 2, -8),  # key.ip = the IPv4 address inside
+            *lookup(served, -8),
+            Jump(0x15, "by_port", dst=0),
+            insn(0x79, 7, 0, 0),
+            Jump(0x05, "whose"),
+        ]
         return asm(
             [
                 insn(0xBF, 6, 1),  # r6 = ctx
                 insn(0x61, 3, 6, _USER_PORT),
                 insn(0x63, 10, 3, -4),  # key.port
-                *(exact if ipv4 else []),
+                *(exact if ipv4 else mapped),
                 Label("by_port"),
                 insn(0x62, 10, 0, -8, 0),  # key.ip = 0: this node's own ports
                 *lookup(served, -8),
