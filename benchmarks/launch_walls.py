@@ -20,9 +20,7 @@ import time
 from pathlib import Path
 
 from _head import machine, machine_line
-
-from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime
+from _node import bench_runtime, root_job
 
 VARIANTS = (("cgroup only", False, False), ("+ device program", False, True), ("+ namespace", True, False))
 ALL = ("all walls", True, True)
@@ -36,17 +34,7 @@ def stand_ins(dev: Path) -> None:
 
 def measure(root: Path, tag: str, namespace: bool, program: bool, launches: int, round_: int) -> list[float]:
     data = root / f"{tag.replace(' ', '-').strip('+-')}-{round_}"  # fresh run dirs: old exits would answer
-    rt = NodeRuntime(
-        name="bench",
-        address="127.0.0.1",
-        probe=FakeProbe("bench", 8),
-        data_dir=data,
-        base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=sorted(os.sched_getaffinity(0)),
-        device_dir=root / "dev",
-    )
+    rt = bench_runtime(data, 8, device_dir=root / "dev")
     if not namespace:
         rt.walls.scratch_why = "off for this measurement"
     if not program and rt.layout is not None:
@@ -56,22 +44,8 @@ def measure(root: Path, tag: str, namespace: bool, program: bool, launches: int,
     try:
         for i in range(launches):
             started = time.time()
-            handle = rt.launch(
-                LaunchRequest(
-                    job_id=i + 1,
-                    attempt=1,
-                    worker=0,
-                    argv=("/bin/sh", "-c", f"date +%s.%N > {stamp}"),
-                    env={"CUDA_VISIBLE_DEVICES": "0"},
-                    workdir=None,
-                    cpus=(),
-                    memory_mib=256,
-                    grace_s=1.0,
-                    header="-",
-                    run_as="root",
-                    allow_system_account=True,
-                )
-            )
+            argv = ("/bin/sh", "-c", f"date +%s.%N > {stamp}")
+            handle = rt.launch(root_job(i + 1, argv, {"CUDA_VISIBLE_DEVICES": "0"}, memory_mib=256))
             while (ended := rt.poll(handle)) is None:
                 time.sleep(0.001)
             if ended.exit_code != 0:

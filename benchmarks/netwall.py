@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 
 from _head import machine, machine_line
+from _node import bench_runtime, root_job
 
 from gpupool.node import netwall
-from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime
 
 TIMED = (
     "import socket, sys, time\n"
@@ -48,38 +47,14 @@ def accept_all(server: socket.socket) -> None:
 
 
 def measure(root: Path, walled: bool, connects: int, round_: int, port: int) -> tuple[float, float]:
-    rt = NodeRuntime(
-        name="bench",
-        address="127.0.0.1",
-        probe=FakeProbe("bench", 1),
-        data_dir=root / f"{'on' if walled else 'off'}-{round_}",
-        base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=sorted(os.sched_getaffinity(0)),
-    )
+    rt = bench_runtime(root / f"{'on' if walled else 'off'}-{round_}", 1)
     wall = rt.walls.netwall
     if wall is None:
         raise SystemExit(f"netwall: no connect programs here: {rt.walls.network_why}")
     if not walled:
         netwall.detach(wall.group)
     try:
-        handle = rt.launch(
-            LaunchRequest(
-                job_id=1,
-                attempt=1,
-                worker=0,
-                argv=(sys.executable, "-c", TIMED, str(port), str(connects)),
-                env={},
-                workdir=None,
-                cpus=(),
-                memory_mib=0,
-                grace_s=1.0,
-                header="-",
-                run_as="root",
-                allow_system_account=True,
-            )
-        )
+        handle = rt.launch(root_job(1, (sys.executable, "-c", TIMED, str(port), str(connects))))
         while (ended := rt.poll(handle)) is None:
             time.sleep(0.01)
         said = rt.read_log(1, 0).decode()

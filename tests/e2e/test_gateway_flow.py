@@ -70,6 +70,16 @@ def serve(head: HeadProcess, name: str, *args: str) -> dict[str, Any]:
     return dict(json.loads(out.stdout))
 
 
+def publish(head: HeadProcess, port: int, token: str) -> int:
+    """A job of project lab serving on ``port`` and publishing it (``--expose``): its id."""
+    out = head.cli(
+        "submit", "--project", "lab", "--gpus", "0", "--expose", str(port), "--env", f"PORT={port}",
+        "--workdir", "/tmp", "--", SYSTEM_PYTHON, SERVER, token=token,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
 def routed(head: HeadProcess, name: str, admin: str) -> None:
     """Wait until the gateway answers for ``name`` through a ready replica."""
     wait_for(lambda: call(head, f"/{name}/pid", admin).status_code == 200, WAIT, 0.2, f"the gateway to route {name}")
@@ -256,12 +266,7 @@ def test_a_jobs_exposed_port_is_published_to_its_owner_only(
     head: HeadProcess, client: GpupoolClient, tokens: dict[str, str]
 ) -> None:
     port = free_port()
-    out = head.cli(
-        "submit", "--project", "lab", "--gpus", "0", "--expose", str(port), "--env", f"PORT={port}",
-        "--workdir", "/tmp", "--", SYSTEM_PYTHON, SERVER, token=tokens["max"],
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    job_id = int(out.stdout.split()[-1])
+    job_id = publish(head, port, tokens["max"])
     wait_state(client, job_id, ("running",), WAIT)
     shown = head.cli("show", str(job_id))
     assert f"{head.gateway_url}/jobs/{job_id}/" in shown.stdout, shown.stdout
@@ -294,12 +299,7 @@ def test_replicas_and_published_ports_answer_the_gateway_only(
         hidden = stranger.service("walled")
         assert hidden["endpoints"] == [] and [(r["host"], r["port"]) for r in hidden["replica_list"]] == [(None, None)]
     port = free_port()
-    out = head.cli(
-        "submit", "--project", "lab", "--gpus", "0", "--expose", str(port), "--env", f"PORT={port}",
-        "--workdir", "/tmp", "--", SYSTEM_PYTHON, SERVER, token=tokens["max"],
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    notebook = int(out.stdout.split()[-1])
+    notebook = publish(head, port, tokens["max"])
     path = f"/jobs/{notebook}/echo"
     wait_for(lambda: call(head, path, tokens["max"]).status_code == 200, WAIT, 0.2, "the job's port to be published")
     targets = [f"{replica['host']}:{replica['port']}", f"127.0.0.1:{port}"]

@@ -63,7 +63,8 @@ STDLIB_ONLY = {
     "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns"}),
     "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles"}),
     "node/cgfiles.py": frozenset(),
-    "node/devices.py": frozenset(),
+    "node/devices.py": frozenset({"gpupool.node.bpf"}),
+    "node/bpf.py": frozenset(),
     "node/jobns.py": frozenset(),
     "node/accounts.py": frozenset(),
     # forks supervisors: what it imports, every supervisor has

@@ -11,7 +11,7 @@ GPU device files and the driver's control files allowed, every other minor of th
 denied. It says nothing about the other devices, so what the parent group allows stays as it is.
 The kernel checks device numbers, not paths: a node the job makes with ``mknod`` is refused too.
 
-Standard library only (``ctypes`` for ``bpf(2)``): the supervisor builds and attaches the program
+Standard library only (``ctypes`` for ``bpf(2)``, in ``node/bpf.py``): the supervisor builds and attaches the program
 before its worker enters the group. The attached program lives as long as the group; nothing
 needs to detach it.
 """
@@ -19,27 +19,18 @@ needs to detach it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import stat
-import struct
 from collections.abc import Iterable, Sequence
-from functools import cache
 from typing import NamedTuple
 
-# bpf(2) commands, program and attach types, from <linux/bpf.h>
-_BPF_PROG_LOAD = 5
-_BPF_PROG_ATTACH = 8
+from gpupool.node import bpf
+from gpupool.node.bpf import insn
+
+# the program and attach types, from <linux/bpf.h>
 _PROG_TYPE_CGROUP_DEVICE = 15
 _CGROUP_DEVICE = 6
-_F_ALLOW_MULTI = 2  # the parent's programs run too: a job gets at most what its parent allows
-_SYSCALL = {"x86_64": 321, "aarch64": 280, "arm64": 280, "ppc64le": 361, "s390x": 351}
 _DEV_BLOCK, _DEV_CHAR = 1, 2  # bpf_cgroup_dev_ctx.access_type & 0xffff
-_LOG_SIZE = 1 << 16
-
-
-class DeviceProgramError(OSError):
-    """The kernel refused to load or attach a device program."""
 
 
 class Rule(NamedTuple):
@@ -87,32 +78,28 @@ def program(rules: Iterable[Rule]) -> bytes:
     """The eBPF instructions of a device program that applies ``rules`` in order, first match
     wins, and allows what none matches."""
     code = [
-        _insn(0x61, 2, 1, 0, 0),  # r2 = ctx->access_type (u32)
-        _insn(0x54, 2, 0, 0, 0xFFFF),  # w2 &= 0xffff: the device type
-        _insn(0x61, 3, 1, 4, 0),  # r3 = ctx->major
-        _insn(0x61, 4, 1, 8, 0),  # r4 = ctx->minor
+        insn(0x61, 2, 1, 0, 0),  # r2 = ctx->access_type (u32)
+        insn(0x54, 2, 0, 0, 0xFFFF),  # w2 &= 0xffff: the device type
+        insn(0x61, 3, 1, 4, 0),  # r3 = ctx->major
+        insn(0x61, 4, 1, 8, 0),  # r4 = ctx->minor
     ]
     for rule in rules:
         tests = [(2, _DEV_CHAR if rule.kind == "c" else _DEV_BLOCK), (3, rule.major)]
         if rule.minor is not None:
             tests.append((4, rule.minor))
         for i, (reg, value) in enumerate(tests):
-            code.append(_insn(0x55, reg, 0, len(tests) - i + 1, value))  # if rN != value: next rule
-        code += [_insn(0xB7, 0, 0, 0, int(rule.allow)), _insn(0x95, 0, 0, 0, 0)]  # return allow
-    code += [_insn(0xB7, 0, 0, 0, 1), _insn(0x95, 0, 0, 0, 0)]  # no rule matched: allow
+            code.append(insn(0x55, reg, 0, len(tests) - i + 1, value))  # if rN != value: next rule
+        code += [insn(0xB7, 0, 0, 0, int(rule.allow)), insn(0x95, 0, 0, 0, 0)]  # return allow
+    code += [insn(0xB7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)]  # no rule matched: allow
     return b"".join(code)
 
 
 def attach(group_dir: str, rules: Sequence[Rule]) -> None:
-    """Load a program applying ``rules`` and attach it to the cgroup v2 group ``group_dir``."""
-    prog = _load(program(rules))
+    """Load a program applying ``rules`` and attach it to the cgroup v2 group ``group_dir``; the
+    parent's programs run too (``BPF_F_ALLOW_MULTI``): a job gets at most what its parent allows."""
+    prog = bpf.load(_PROG_TYPE_CGROUP_DEVICE, program(rules), _CGROUP_DEVICE, b"gpupool_devices")
     try:
-        fd = os.open(group_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            attr = struct.pack("<5I", fd, prog, _CGROUP_DEVICE, _F_ALLOW_MULTI, 0)
-            _bpf(_BPF_PROG_ATTACH, attr, f"attaching a device program to {group_dir}")
-        finally:
-            os.close(fd)
+        bpf.attach(group_dir, prog, _CGROUP_DEVICE)
     finally:
         os.close(prog)
 
@@ -137,10 +124,6 @@ def usable(parent_dir: str) -> str | None:
             os.rmdir(probe)
 
 
-def _insn(code: int, dst: int, src: int, off: int, imm: int) -> bytes:
-    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
-
-
 def _unique(rules: list[Rule]) -> list[Rule]:
     seen: set[tuple[str, int, int | None]] = set()
     out = []
@@ -149,46 +132,3 @@ def _unique(rules: list[Rule]) -> list[Rule]:
             seen.add((rule.kind, rule.major, rule.minor))
             out.append(rule)
     return out
-
-
-def _load(insns: bytes) -> int:
-    code = ctypes.create_string_buffer(insns, len(insns))
-    license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(_LOG_SIZE)
-    attr = struct.pack(
-        "<IIQQIIQII16sII",
-        _PROG_TYPE_CGROUP_DEVICE,
-        len(insns) // 8,
-        ctypes.addressof(code),
-        ctypes.addressof(license_),
-        1,  # log_level: the verifier says why it refuses
-        _LOG_SIZE,
-        ctypes.addressof(log),
-        0,
-        0,
-        b"gpupool_devices",
-        0,
-        _CGROUP_DEVICE,
-    )
-    try:
-        return _bpf(_BPF_PROG_LOAD, attr, "loading a device program")
-    except DeviceProgramError as exc:
-        said = log.value.decode(errors="replace").strip().splitlines()
-        raise DeviceProgramError(exc.errno, f"{exc.strerror}{': ' + said[-1] if said else ''}") from None
-
-
-@cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _bpf(cmd: int, attr: bytes, doing: str) -> int:
-    number_ = _SYSCALL.get(os.uname().machine)
-    if number_ is None:
-        raise DeviceProgramError(0, f"{doing}: bpf() is not known on {os.uname().machine}")
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    result = int(_libc().syscall(number_, cmd, buf, len(attr)))
-    if result < 0:
-        err = ctypes.get_errno()
-        raise DeviceProgramError(err, f"{doing}: {os.strerror(err)}")
-    return result
