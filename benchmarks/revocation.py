@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     figures: dict[str, list[float]] = {}
-    with running_head(nodes=1, gpus=1, extra_args=["--gateway-port", "0"]) as head:
+    # Every refused poll is a failed sign-in from this address: no limit, or 429 would hide the figure.
+    with running_head(nodes=1, gpus=1, extra_args=["--gateway-port", "0", "--sign-in-limit", "0"]) as head:
         gateway = gateway_url(head.stdout_lines)
         admin = httpx.Client(base_url=head.url, headers={"Authorization": f"Bearer {head.token}"}, timeout=30)
         admin.put("/api/v1/projects/lab", json={"quota": 0}).raise_for_status()

@@ -36,6 +36,9 @@ class _PrincipalCache:
             return None
         return entry[1]
 
+    def clear(self) -> None:
+        self._entries.clear()
+
     def put(self, token: str, who: Principal) -> None:
         if len(self._entries) >= self._size:
             self._entries.clear()
@@ -57,6 +60,12 @@ INVALID_TOKEN = (
 def cached(token: str) -> Principal | None:
     """Whom a token speaks for if it was checked within the last second; None if not (or unknown)."""
     return _cache.get(token)
+
+
+def forget_principals() -> None:
+    """A token was revoked, or a user disabled, deleted or changed: this head answers from the
+    store again at once (the gateway keeps its own half second)."""
+    _cache.clear()
 
 
 def authenticate(ctx: HeadContext, token: str) -> Principal | None:

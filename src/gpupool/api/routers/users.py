@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from gpupool.api.deps import Caller, Ctx
+from gpupool.api.deps import Caller, Ctx, forget_principals
 from gpupool.api.params import TokenId
 from gpupool.api.schemas.users import (
     RoleSet,
@@ -37,7 +37,9 @@ def add_user(body: UserAdd, ctx: Ctx, who: Caller, response: Response) -> UserCr
 
 @router.post("/users/{name}/disable", response_model=UserOut)
 def disable(name: str, ctx: Ctx, who: Caller) -> UserOut:
-    return UserOut.of(user_service.set_disabled(ctx, who, name, True))
+    user = user_service.set_disabled(ctx, who, name, True)
+    forget_principals()
+    return UserOut.of(user)
 
 
 @router.post("/users/{name}/enable", response_model=UserOut)
@@ -47,17 +49,22 @@ def enable(name: str, ctx: Ctx, who: Caller) -> UserOut:
 
 @router.put("/users/{name}/role", response_model=UserOut)
 def set_role(name: str, body: RoleSet, ctx: Ctx, who: Caller) -> UserOut:
-    return UserOut.of(user_service.set_role(ctx, who, name, body.role))
+    user = user_service.set_role(ctx, who, name, body.role)
+    forget_principals()
+    return UserOut.of(user)
 
 
 @router.put("/users/{name}/unix-user", response_model=UserOut)
 def set_unix_user(name: str, body: UnixUserSet, ctx: Ctx, who: Caller) -> UserOut:
-    return UserOut.of(user_service.set_unix_user(ctx, who, name, body.unix_user, shared_account=body.shared_account))
+    user = user_service.set_unix_user(ctx, who, name, body.unix_user, shared_account=body.shared_account)
+    forget_principals()
+    return UserOut.of(user)
 
 
 @router.delete("/users/{name}", status_code=204, response_class=Response)
 def delete_user(name: str, ctx: Ctx, who: Caller) -> Response:
     user_service.delete_user(ctx, who, name)
+    forget_principals()
     return Response(status_code=204)
 
 
@@ -77,4 +84,6 @@ def create_token(body: TokenCreate, ctx: Ctx, who: Caller, response: Response) -
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
 def revoke_token(token_id: TokenId, ctx: Ctx, who: Caller) -> TokenOut:
-    return TokenOut.of(user_service.revoke_token(ctx, who, token_id))
+    revoked = user_service.revoke_token(ctx, who, token_id)
+    forget_principals()
+    return TokenOut.of(revoked)
