@@ -131,6 +131,7 @@ def test_dashboard_shows_cluster_queue_and_live_job_log(head: HeadProcess, brows
         # Each node says which walls it enforces around a job (issue 14), as `gpupool nodes` does.
         expect(page.get_by_test_id("node-walls")).to_have_count(2)
         expect(page.get_by_test_id("node-walls").first).to_contain_text("memory ")
+        expect(page.get_by_test_id("node-walls").first).to_contain_text("network ")
         tile = page.locator(
             f'[data-testid="gpu-tile"][data-node="{placement["node"]}"][data-gpu="{placement["gpus"][0]}"]'
         )

@@ -298,6 +298,6 @@ def test_nodes_say_which_walls_they_enforce(head: HeadProcess) -> None:
     else:
         assert expected["tmp"].startswith("none (shared /tmp and /dev/shm: not root"), expected
     table = head.cli("nodes").stdout
-    assert f"walls on node-1, node-2: users {expected['users']}; memory {expected['memory']}" in table.replace(
-        "\n", " "
-    )
+    flat = table.replace("\n", " ")
+    assert f"walls on node-1, node-2: users {expected['users']}; memory {expected['memory']}" in flat
+    assert f"; network {expected['network']}" in " ".join(flat.split())  # every wall is said, the last too

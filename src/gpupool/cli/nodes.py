@@ -34,7 +34,7 @@ def walls(listing: list[dict[str, Any]]) -> list[str]:
     for n in listing:
         if n.get("isolation"):
             by_walls.setdefault(tuple(sorted(n["isolation"].items())), []).append(n["name"])
-    order = ("users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc")
+    order = ("users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc", "network")
     return [
         f"walls on {', '.join(names)}: "
         + "; ".join(f"{k} {dict(w)[k]}" if k in dict(w) else f"{k} none (not reported by this node)" for k in order)
