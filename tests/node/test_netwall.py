@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpupool.node import rundir
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
 from tests.e2e.dial import dialed
@@ -113,6 +114,10 @@ def test_a_served_port_refuses_other_jobs_whatever_address_and_lets_its_own_job_
     )
     assert server["port"] == port  # walled at launch, and kept for a restarted head
     wait_for(lambda: b"LISTENING" in rt.read_log(1, 0), 30, 0.05, "the server to listen")
+    assert rt.netwall is not None and rt.layout is not None and rt.layout.unified is not None
+    group = Path(rt.layout.unified, rt.layout.parent, str(rundir.read_spec(Path(server["run_dir"])).cgroup))
+    group_id = group.stat().st_ino
+    assert rt.netwall.workers.get((group_id,)) == (1,)  # its group is known as job 1's
     targets = [f"127.0.0.1:{port}", f"127.0.0.2:{port}", f"[::1]:{port}"]
     other = tried(rt, 2, launch(rt, 2, targets))
     assert other[f"127.0.0.1:{port}"] == errno.EPERM
@@ -127,6 +132,7 @@ def test_a_served_port_refuses_other_jobs_whatever_address_and_lets_its_own_job_
     rt.kill(server)
     wait_for(lambda: rt.poll(server), 30, 0.05, "the server's exit")
     assert tried(rt, 4, launch(rt, 4, targets[:1]))[targets[0]] == errno.ECONNREFUSED  # no longer walled
+    assert not group.exists() and rt.netwall.workers.get((group_id,)) is None  # forgotten with its group gone
     free.close()
 
 

@@ -63,13 +63,15 @@ class NetWall:
             self.close()
             raise
 
-    def worker(self, group_dir: str, job_id: int) -> None:
-        """A worker of ``job_id`` will run in ``group_dir`` (which must exist now)."""
-        self.workers.put((os.stat(group_dir).st_ino,), (job_id,))
+    def worker(self, group_dir: str, job_id: int) -> int:
+        """A worker of ``job_id`` will run in ``group_dir`` (which must exist now): its group's id,
+        to forget it by once the group is gone."""
+        group_id = os.stat(group_dir).st_ino  # a cgroup2 directory's inode is its id
+        self.workers.put((group_id,), (job_id,))
+        return group_id
 
-    def forget_worker(self, group_dir: str) -> None:
-        with contextlib.suppress(OSError):
-            self.workers.drop((os.stat(group_dir).st_ino,))
+    def forget_worker(self, group_id: int) -> None:
+        self.workers.drop((group_id,))
 
     def serve(self, port: int, job_id: int) -> None:
         """``job_id`` serves ``port`` on this node: only its own workers may connect to it."""

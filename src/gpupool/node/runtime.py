@@ -253,6 +253,7 @@ class NodeRuntime:
             self._gpu_watch.check(handle)
             self._log_cap.check(handle)
             return None
+        self.walls.release(run_dir, handle)  # it ended either way: its port and group are no longer its
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
             return recorded

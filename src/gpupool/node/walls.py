@@ -7,6 +7,7 @@ worker's spec; the supervisor puts them up."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
@@ -16,6 +17,8 @@ from typing import Any
 
 from gpupool.node import accounts, cgroups, gpu_share, jobns, rundir
 from gpupool.node.netwall import NetWall
+
+log = logging.getLogger("gpupool.node")
 
 PIDS_MAX = 4096  # processes and threads per worker: room for data loaders, not for a fork bomb
 _GPU_DEV = re.compile(r"nvidia(\d+)")
@@ -32,7 +35,7 @@ class NodeWalls:
         self.device_dir = device_dir  # where the GPUs' device files are (tests make stand-ins elsewhere)
         # A job's served port answers only its own job and what is outside the workers (the gateway).
         self.netwall: NetWall | None = None
-        self._walled: set[str] = set()  # run dirs of the workers the netwall knows
+        self._walled: dict[str, int | None] = {}  # run dir -> its group's id, of the workers the netwall knows
         self.network_why: str | None = "not root, or no cgroup v2 here: jobs may call each other's ports"
         node_group = None
         if layout is not None and layout.unified is not None:
@@ -57,10 +60,13 @@ class NodeWalls:
         the port it will serve, if any, its job's alone; that port, or None where none is walled."""
         if self.netwall is None or cgroup_rel is None or self.layout is None or self.layout.unified is None:
             return None
-        self._walled.add(str(run_dir))
+        self._walled[str(run_dir)] = None
         group = cgroups.ensure_group(self.layout.unified, f"{self.layout.parent}/{cgroup_rel}")
-        if group is not None:
-            self.netwall.worker(group, job_id)
+        try:
+            if group is not None:
+                self._walled[str(run_dir)] = self.netwall.worker(group, job_id)
+        except OSError as exc:  # its own served port will refuse it too; nobody else's changes
+            log.warning("the port wall does not know worker %s of job %s: %s", run_dir.name, job_id, exc)
         if not port or not _free(port):
             return None  # a port something else listens on already (the head's API?) is not the job's
         self.netwall.serve(port, job_id)
@@ -73,21 +79,20 @@ class NodeWalls:
         with contextlib.suppress(OSError, ValueError, KeyError):
             spec = rundir.read_spec(run_dir)
             job = int(run_dir.parents[1].name.removeprefix("job-"))  # .../runs/job-J/attempt-A/worker-W
-            self._walled.add(str(run_dir))
+            self._walled[str(run_dir)] = None
             if spec.cgroup:
-                self.netwall.worker(os.path.join(self.layout.unified, self.layout.parent, spec.cgroup), job)
+                group = os.path.join(self.layout.unified, self.layout.parent, spec.cgroup)
+                self._walled[str(run_dir)] = self.netwall.worker(group, job)
             if handle.get("port"):  # walled at its launch: its server may be listening on it now
                 self.netwall.serve(int(handle["port"]), job)
 
     def release(self, run_dir: Path, handle: Mapping[str, Any]) -> None:
         """The worker ended: its group and its port are no longer its job's."""
-        if self.netwall is None or self.layout is None or self.layout.unified is None:
+        if self.netwall is None:
             return
-        self._walled.discard(str(run_dir))
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            cgroup_rel = rundir.read_spec(run_dir).cgroup
-            if cgroup_rel is not None:
-                self.netwall.forget_worker(os.path.join(self.layout.unified, self.layout.parent, cgroup_rel))
+        group_id = self._walled.pop(str(run_dir), None)  # its group may be gone already: by the id kept
+        if group_id is not None:
+            self.netwall.forget_worker(group_id)
         if handle.get("port"):
             self.netwall.stop_serving(int(handle["port"]))
 
