@@ -216,8 +216,9 @@ class FakeExecutor:
         self.emptied.append((node, tuple(job_ids), note))
         return freed
 
-    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
         self.protected[node] = tuple(endpoints)
+        return True
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         self.forgotten.append((node, tuple(job_ids)))

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpupool.domain.user_logs import LEAST_BYTES, JobLogs, size_text, to_empty
+from gpupool.domain.resources import format_bytes
+from gpupool.domain.user_logs import LEAST_BYTES, JobLogs, to_empty
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 MB = 2**20
@@ -61,4 +62,4 @@ def test_after_emptying_every_owner_fits_or_has_nothing_left_to_empty(
 
 
 def test_sizes_are_said_shortly() -> None:
-    assert [size_text(n) for n in (900, 12 * 1024, 200 * MB, 3 * 2**30 // 2)] == ["900B", "12K", "200M", "1.5G"]
+    assert [format_bytes(n) for n in (900, 12 * 1024, 200 * MB, 3 * 2**30 // 2)] == ["900B", "12K", "200M", "1.5G"]

@@ -11,9 +11,11 @@ from typing import Annotated
 import typer
 
 from gpupool.cli.render import bounded_duration
+from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.resources import parse_bytes
+from gpupool.domain.resources import format_bytes, parse_bytes
+from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
 from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
 from gpupool.scheduler.policies import POLICIES, SIM_ONLY, for_head
 from gpupool.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORT, Settings
@@ -128,14 +130,14 @@ def up(
             min=1,
             max=100_000,
         ),
-    ] = 20,
+    ] = DEFAULT_MAX_USER_ARRAYS,
     max_user_logs: Annotated[
         str,
         typer.Option(
             help="each user's logs together, on every node; past it the logs of their oldest finished jobs are"
             " emptied first, said in those jobs' events (1M to 1T)"
         ),
-    ] = "10G",
+    ] = format_bytes(DEFAULT_MAX_USER_LOG_BYTES),
     max_body: Annotated[str, typer.Option(help="the largest request body the API reads (1K to 64M)")] = "1M",
     client_timeout: Annotated[
         str, typer.Option(help="how long a client may take to send a request's headers, and then its body (1s to 5m)")

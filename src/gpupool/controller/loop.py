@@ -93,7 +93,7 @@ class ControllerSettings:
     allow_system_accounts: bool = False
     # Each user's jobs' logs together, on every node, are kept under this (--max-user-logs; 0: no cap).
     max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES
-    user_logs_every_s: float = 60.0  # and soon after exits (at most every 5 s)
+    user_logs_every_s: float = 60.0  # and soon after exits (at most every 15 s)
 
 
 def _on_hold_reason(until: datetime) -> Reason:
@@ -165,7 +165,7 @@ class Controller:
             clock,
             settings.max_user_log_bytes,
             settings.user_logs_every_s,
-            min(5.0, settings.user_logs_every_s),
+            min(15.0, settings.user_logs_every_s),
         )
         self._thread: threading.Thread | None = None
         self._on_cycle = on_cycle
@@ -214,19 +214,21 @@ class Controller:
         started = time.perf_counter()
         if self._sync_nodes():
             self._dirty = True
+            self._ports.changed()  # a node came or went: it is given the others' ports
             self._watch(self._alerts.nodes)
         touched = self._reap()
         self._moved = bool(touched)  # exits were reaped: this cycle moved work along
         if touched:
             self._ports.changed()
             self._user_logs.changed()
-        self._watch(lambda: self._ports.push(self._nodes_seen))
-        self._watch(lambda: self._user_logs.check(self._nodes_seen))
         with self._db.tx() as s:
             job_repo.stop_overdue(s, self._clock.now())
             drain_repo.settle_drains(s, self._clock.now())
             touched |= job_repo.stopping(s)
         self._monitor.settle(touched)
+        # After settling: the jobs that just ended read finished, so their logs may be emptied now.
+        self._watch(lambda: self._ports.push(self._nodes_seen))
+        self._watch(lambda: self._user_logs.check(self._nodes_seen))
         self._accrue_usage()
         self._prune_audit()
         self._prune_finished()

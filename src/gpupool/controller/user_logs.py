@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from gpupool.clock import Clock
 from gpupool.domain.nodes import Node, NodeState
-from gpupool.domain.user_logs import JobLogs, size_text, to_empty
+from gpupool.domain.resources import format_bytes
+from gpupool.domain.user_logs import JobLogs, to_empty
 from gpupool.executors.base import Executor
 from gpupool.store import prune
 from gpupool.store.db import Database
@@ -25,7 +26,7 @@ log = logging.getLogger("gpupool.controller")
 
 class UserLogs:
     def __init__(
-        self, db: Database, executor: Executor, clock: Clock, cap: int, every_s: float = 60.0, soon_s: float = 5.0
+        self, db: Database, executor: Executor, clock: Clock, cap: int, every_s: float = 60.0, soon_s: float = 15.0
     ) -> None:
         self._db, self._executor, self._clock = db, executor, clock
         self.cap = cap  # bytes; 0: no cap
@@ -60,29 +61,31 @@ class UserLogs:
             owners = prune.log_owners(s, sorted(sizes))
         jobs = [JobLogs(j, owner, sizes[j], finished) for j, (owner, finished) in owners.items()]
         chosen = to_empty(jobs, self.cap)
-        emptied: list[tuple[JobLogs, int]] = []
+        by_node: dict[tuple[str, str], list[int]] = {}  # (node, owner) -> jobs: one call, one note each
         for job in chosen:
+            for name in where[job.job_id]:
+                by_node.setdefault((name, job.owner), []).append(job.job_id)
+        emptied: set[int] = set()
+        for (name, owner), job_ids in by_node.items():
             note = (
-                f"gpupool: this log was emptied: {job.owner}'s logs passed --max-user-logs ({size_text(self.cap)}),"
+                f"gpupool: this log was emptied: {owner}'s logs passed --max-user-logs ({format_bytes(self.cap)}),"
                 " and the oldest finished jobs' logs go first"
             )
-            freed = 0
-            for name in where[job.job_id]:
-                try:
-                    freed += self._executor.empty_logs(name, [job.job_id], note)
-                except Exception as exc:
-                    log.warning("node %s could not empty the logs of job %s: %s", name, job.job_id, exc)
-            if freed:
-                emptied.append((job, freed))
-        if emptied:
+            try:
+                self._executor.empty_logs(name, job_ids, note)
+                emptied.update(job_ids)
+            except Exception as exc:
+                log.warning("node %s could not empty the logs of jobs %s: %s", name, job_ids, exc)
+        said = [job for job in chosen if job.job_id in emptied]
+        if said:
             with self._db.tx() as s:
-                for job, freed in emptied:
+                for job in said:
                     add_event(
                         s,
                         self._clock.now(),
                         kind="logs_emptied",
                         job_id=job.job_id,
-                        message=f"its logs ({size_text(freed)}) were emptied: {job.owner}'s logs passed "
-                        f"--max-user-logs ({size_text(self.cap)}); the oldest finished jobs' logs go first",
+                        message=f"its logs ({format_bytes(job.size)}) were emptied: {job.owner}'s logs passed "
+                        f"--max-user-logs ({format_bytes(self.cap)}); the oldest finished jobs' logs go first",
                     )
-        return len(emptied)
+        return len(said)

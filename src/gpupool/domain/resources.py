@@ -111,5 +111,13 @@ def format_memory(mib: int) -> str:
     return f"{mib}M"
 
 
+def format_bytes(size: int) -> str:
+    """1.5G, 200M, 12K, 900B: a size in bytes as notes and events say it (``parse_bytes`` reads it back)."""
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g}{unit}"
+    return f"{size}B"
+
+
 def format_gpus(gpus: float) -> str:
     return f"{gpus:g}"

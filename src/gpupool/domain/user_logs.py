@@ -44,11 +44,3 @@ def to_empty(jobs: Iterable[JobLogs], cap: int) -> list[JobLogs]:
             chosen.append(job)
             total -= job.size
     return chosen
-
-
-def size_text(size: int) -> str:
-    """1.5G, 200M, 12K, 900B: how a size is said in notes and events."""
-    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.3g}{unit}"
-    return f"{size}B"

@@ -40,7 +40,8 @@ class Executor(Protocol):
     def kill(self, node: str, handle: Mapping[str, Any]) -> None: ...
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
-        """Up to 1 MiB of a worker's log from ``offset``; the log lives on the worker's node."""
+        """Up to 1 MiB of a worker's log from ``offset`` (negative: from its end); the log lives on
+        the worker's node."""
         ...
 
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
@@ -64,9 +65,10 @@ class Executor(Protocol):
         """Replace the logs of these finished jobs on ``node`` by ``note``; the bytes freed."""
         ...
 
-    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
         """The ports jobs on other nodes serve, as (address, port, job id), walled from ``node``'s
-        other jobs (``node/netwall.py``); the set replaces the last one given."""
+        other jobs (``node/netwall.py``); the set replaces the last one given. False where the
+        node could not be told now (silent): the caller tries again."""
         ...
 
     def close(self) -> None: ...

@@ -68,8 +68,9 @@ class LocalExecutor:
     def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
         return self._runtime(node).empty_logs(job_ids, note)
 
-    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
         self._runtime(node).protect(endpoints)
+        return True
 
     def close(self) -> None:
         for watch in self._watches:

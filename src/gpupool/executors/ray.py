@@ -261,55 +261,56 @@ class RayExecutor:
 
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
         """A down node has nothing to read and a silent one would only cost a timeout."""
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return []
+        agent = self._answering(node)
+        if agent is None:
+            return []
         samples: list[GpuSample] = self._call(node, agent.sample.remote(sorted(busy)))
         return samples
 
     def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return [None] * len(handles)
+        agent = self._answering(node)
+        if agent is None:
+            return [None] * len(handles)
         stats: list[Stats | None] = self._call(node, agent.usage.remote([dict(h) for h in handles]))
         return stats
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return 0  # a node that comes back cleans nothing up: its data dir keeps the files
+        agent = self._answering(node)
+        if agent is None:
+            return 0  # a node that comes back cleans nothing up: its data dir keeps the files
         removed: int = self._call(node, agent.forget.remote(list(job_ids)))
         return removed
 
     def log_sizes(self, node: str) -> dict[int, int]:
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return {}  # counted again once it answers
+        agent = self._answering(node)
+        if agent is None:
+            return {}  # counted again once it answers
         sizes: dict[int, int] = self._call(node, agent.log_sizes.remote())
         return sizes
 
     def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return 0
+        agent = self._answering(node)
+        if agent is None:
+            return 0
         freed: int = self._call(node, agent.empty_logs.remote(list(job_ids), note))
         return freed
 
-    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> None:
-        with self._lock:
-            agent = self._agents.get(node)
-            if agent is None or node in self._down or node in self._silent_since:
-                return  # told again once it answers: the controller pushes to every node that is up
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
+        agent = self._answering(node)
+        if agent is None:
+            return False  # told once it answers: the controller tries again
         self._call(node, agent.protect.remote(list(endpoints)))
+        return True
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""
         ray.shutdown()
+
+    def _answering(self, node: str) -> Any:
+        """The node's agent, or None for a node that is down or silent: a call would only cost a timeout."""
+        with self._lock:
+            agent = self._agents.get(node)
+            return None if agent is None or node in self._down or node in self._silent_since else agent
 
     def _ensure_agent(self, name: str, ray_node_id: str) -> Any:
         """The node's actor: re-attached by name after a head restart, else created on it. A node

@@ -298,10 +298,12 @@ def _replace(path: Path, text: str) -> None:
 
 
 def read_log(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
-    """Up to ``limit`` bytes of a worker's log from ``offset``; nothing past its end."""
+    """Up to ``limit`` bytes of a worker's log from ``offset``; nothing past its end. A negative
+    ``offset`` counts from the end (the head's own use: a crash-looping replica's last lines; the
+    API refuses one)."""
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
+            f.seek(offset if offset >= 0 else max(0, os.fstat(f.fileno()).st_size + offset))
             return f.read(limit)
     except (FileNotFoundError, OverflowError):
         return b""

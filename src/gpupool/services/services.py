@@ -141,19 +141,13 @@ def show(ctx: HeadContext, name: str, who: Principal) -> ServiceView:
 
 
 LOG_TAIL_LINES = 10
-_LOG_CHUNK = 1 << 20
-_LOG_CHUNKS = 8  # a crash-looping replica's log is short; past 8 MiB, gpupool logs has the rest
+_LOG_TAIL_BYTES = 1 << 16  # ten lines of a log, however long the log (its attempts append to it)
 
 
 def _log_tail(ctx: HeadContext, node: str, job_id: int) -> tuple[str, ...]:
     """The last lines of worker 0's log, where its last attempt ran; none if the node is gone."""
-    data, offset = b"", 0
     try:
-        for _ in range(_LOG_CHUNKS):
-            chunk = ctx.executor.read_log(node, job_id, 0, offset)
-            data, offset = (data + chunk)[-_LOG_CHUNK:], offset + len(chunk)
-            if len(chunk) < _LOG_CHUNK:
-                break
+        data = ctx.executor.read_log(node, job_id, 0, -_LOG_TAIL_BYTES)  # from the end
     except Exception:  # a node that does not answer: the state still says crash_loop
         return ()
     lines = data.decode(errors="replace").splitlines()

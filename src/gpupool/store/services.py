@@ -97,11 +97,15 @@ def replicas(session: Session, templates: Mapping[str, JobSpec]) -> dict[str, li
     )
     workers: dict[int, WorkerRow] = {}
     if rows:
-        wanted = {r.id: r.starts for r in rows}
-        query = select(WorkerRow).where(WorkerRow.job_id.in_(list(wanted)), WorkerRow.worker == 0)
+        # The current attempt's worker 0 only: a replica restarted in place keeps every attempt's row.
+        query = (
+            select(WorkerRow)
+            .join(JobRow, JobRow.id == WorkerRow.job_id)
+            .where(WorkerRow.job_id.in_([r.id for r in rows]), WorkerRow.worker == 0)
+            .where(WorkerRow.attempt == JobRow.starts)
+        )
         for found in session.scalars(query):
-            if found.attempt == wanted[found.job_id]:
-                workers[found.job_id] = found
+            workers[found.job_id] = found
     addresses = {name: address for name, address in session.execute(select(NodeRow.name, NodeRow.address))}
     out: dict[str, list[Replica]] = {name: [] for name in templates}
     for row in rows:
