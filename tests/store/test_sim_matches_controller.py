@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from gpupool.clock import Clock, FakeClock
-from gpupool.controller import loop
 from gpupool.controller.loop import Controller, ControllerSettings
+from gpupool.controller.steps import cycle as live_cycle
 from gpupool.domain.decisions import CycleResult
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
@@ -257,7 +257,7 @@ def simulate_recording(monkeypatch: pytest.MonkeyPatch, scenario: Scenario) -> l
 def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario: Scenario) -> list[Call]:
     """Live through the simulator's history with a real controller over ``db``; check every cycle."""
     sim_calls = simulate_recording(monkeypatch, scenario)
-    live_calls = spy_on_schedule(monkeypatch, loop)
+    live_calls = spy_on_schedule(monkeypatch, live_cycle)
     trace = scenario.trace
 
     clock = FakeClock(engine.EPOCH)

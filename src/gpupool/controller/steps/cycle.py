@@ -1,0 +1,83 @@
+"""The scheduling cycle: load a snapshot, ``schedule()`` it, start and stop what it decided, and
+write why each waiting job waits. It runs only when something changed (a submit, a cancel, an exit,
+a start), a full cycle is due, or the time when a held-back job may start has come."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from gpupool.controller.steps.parts import Parts
+from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.scheduler import CycleMemory, schedule
+from gpupool.store import arrays as array_repo
+from gpupool.store import jobs as job_repo
+from gpupool.store.snapshot import SpecCache, load_snapshot
+
+
+def _on_hold_reason(until: datetime) -> Reason:
+    return Reason(
+        ReasonCode.IDLE_HOLD,
+        "preempted for sitting idle; the jobs that waited go first, and it is scheduled again from "
+        f"{until:%H:%M:%S} UTC",
+    )
+
+
+class ScheduleCycle:
+    name = "schedule"
+    every_s = 0.0  # whether a cycle is due is decided in run(): dirty, touched, full cycle or a wake time
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+        self._specs = SpecCache()
+        self._memory = CycleMemory()  # the scheduler's index, carried from cycle to cycle
+        self._written: dict[int, Reason] = {}
+        self._last_full = 0.0
+        # When the first job held back (a restart's back-off, an idle job's hold) may start again,
+        # or the scheduler's decisions change by time alone (``CycleResult.wake_at``): a cycle runs
+        # then, not at the next full cycle up to full_cycle_s later.
+        self._wake_at: datetime | None = None
+
+    def run(self, now: float) -> bool:
+        p, shared = self._parts, self._parts.shared
+        due = time.monotonic() - self._last_full >= p.settings.full_cycle_s
+        woken = self._wake_at is not None and p.clock.now() >= self._wake_at
+        if not (shared.dirty or shared.touched or due or woken):
+            return False
+        shared.dirty = False
+        self._last_full = time.monotonic()
+        with p.db.read() as s:  # no writer waits while the snapshot is read
+            on_hold = job_repo.on_hold(s, p.clock.now())
+            hold_ends = min((until for until, _ in on_hold.values()), default=None)
+            capped = array_repo.capped(s)
+            snapshot = load_snapshot(s, p.clock.now(), self._specs, held=capped)
+        if on_hold:
+            # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
+            idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
+            with p.db.tx() as s:
+                job_repo.set_reasons(s, idle)
+        result = schedule(snapshot, p.config, memory=self._memory)
+        self._wake_at = min((t for t in (hold_ends, result.wake_at) if t is not None), default=None)
+        specs = {job.id: job.spec for job in snapshot.pending}
+        submitted = {job.id: job.submitted_at for job in snapshot.pending}
+        for job_id, attempt in p.applier.start_all(result.starts, specs).items():
+            if attempt == 1:
+                p.on_first_start((p.clock.now() - submitted[job_id]).total_seconds())
+        p.applier.preempt_all(result.preemptions)
+        if result.starts:
+            p.ports.changed()  # pushed by the next step, in this tick
+        moved = bool(result.starts or result.preemptions)
+        if moved:
+            shared.dirty = True  # the next cycle sees the new placements and the stopping jobs
+        self._write_reasons({**result.pending, **capped})
+        shared.waiting = bool(result.pending)
+        shared.result = result
+        return moved
+
+    def _write_reasons(self, reasons: dict[int, Reason]) -> None:
+        """Write only reasons that differ from what this controller last wrote."""
+        changed = {i: r for i, r in reasons.items() if self._written.get(i) != r}
+        if changed:
+            with self._parts.db.tx() as s:
+                job_repo.set_reasons(s, changed)
+        self._written = dict(reasons)
