@@ -1,6 +1,6 @@
 """How soon a token stops working once it is revoked, its user disabled, or its user removed from a
-service's project: through the API and through the gateway (issue 30, part 4; the README promises
-under a second). Each case is tried ``--rounds`` times; the figure is from the answer to the revoke
+service's project: through the API and through the gateway (issue 30, part 4; docs/guide/users-and-tokens.md
+promises under a second). Each case is tried ``--rounds`` times; the figure is from the answer to the revoke
 (disable, removal) until the first refused request, polled every 10 ms.
 
     .venv/bin/python benchmarks/revocation.py [--rounds 10]

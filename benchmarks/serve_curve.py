@@ -194,7 +194,7 @@ def parse_ab(text: str) -> dict[str, float]:
 
 
 def table(points: list[Point]) -> str:
-    """A Markdown table, one row per point (what the README shows)."""
+    """A Markdown table, one row per point (what docs/guide/services.md shows)."""
     lines = [
         "| cpus/replica | replicas | max-concurrency | clients | req/s | p50 ms | p99 ms | failed |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -1,4 +1,4 @@
-"""Simulator speed and the Philly figures for the README: replay the whole Philly job table
+"""Simulator speed and the Philly figures for docs/performance/log.md: replay the whole Philly job table
 (82k jobs, or a window of it) on 352 nodes x 8 GPUs under each policy and print the summary
 figures with the wall time of each replay.
 

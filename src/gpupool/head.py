@@ -65,7 +65,7 @@ PRIVATE_FILES = (
 class Head:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        # 0700, its secrets 0600: nothing a job (or another user) can read (README "What a job sees").
+        # 0700, its secrets 0600: nothing a job (or another user) can read (docs/guide/what-a-job-sees.md).
         secure_data_dir(settings.data_dir, PRIVATE_FILES)
         self._lock = _lock_data_dir(settings)
         self.db = Database(settings.database_url)

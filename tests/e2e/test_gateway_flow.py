@@ -117,7 +117,7 @@ def test_a_non_member_gets_403_no_token_401_and_public_needs_none(
     serve(head, "api", "--replicas", "1", "--public")  # only the gateway's settings change: no roll
     wait_for(lambda: call(head, "/api/pid").status_code == 200, WAIT, 0.2, "api to be public")
     assert call(head, "/api/pid", tokens["kim"]).status_code == 200
-    # The README's own example calls a public service with the admin token: it must not reach it.
+    # The services guide's own example (docs/guide/services.md) calls a public service with the admin token: it must not reach it.
     seen = httpx.get(
         f"{head.gateway_url}/api/echo/x",
         headers={"Authorization": f"Bearer {tokens['admin']}", "X-Gpupool-User": "admin"},

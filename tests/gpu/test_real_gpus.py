@@ -6,7 +6,7 @@ its share stopped ``gpu_oom`` while its neighbour runs on; the MPS pinned limit;
 published port refused to another job (issue 30's port wall on pure cgroup v2).
 
 Every figure a check rests on is printed (``scripts/test-gpu`` runs pytest with ``-s``) so a
-run's output is its record (README, "The GPU suite")."""
+run's output is its record (README "On a real GPU"; docs/development.md "The GPU suite")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The layers and the direction of imports (README "Architecture", DESIGN §2), read from the source.
+"""The layers and the direction of imports (docs/architecture.md, DESIGN §2), read from the source.
 
 Every import in a module counts, inside a function or under ``if TYPE_CHECKING`` too: an upward
 import or a circle cannot hide in a function body. The rules are tables; ``violations`` applies

@@ -87,7 +87,7 @@ class ArrayTask:
 
     def env(self) -> dict[str, str]:
         """What the task's workers are told. Slurm's own names (``SLURM_ARRAY_TASK_ID``...) are
-        Slurm's to set; README "Job arrays" maps them to these."""
+        Slurm's to set; docs/guide/arrays.md maps them to these."""
         return {
             "GPUPOOL_ARRAY_ID": str(self.array_id),
             "GPUPOOL_ARRAY_INDEX": str(self.index),

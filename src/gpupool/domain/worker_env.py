@@ -17,7 +17,7 @@ from gpupool.domain.jobs import JobSpec, Placement
 NODE_ADDRESS_ENV = "GPUPOOL_NODE_ADDRESS"
 
 # What a job gets of the environment of the process that starts it (the head, or a Ray node's
-# raylet) -- README "What a job sees". Nothing else passes: not GPUPOOL_TOKEN or GPUPOOL_DATA_DIR,
+# raylet) -- docs/guide/what-a-job-sees.md. Nothing else passes: not GPUPOOL_TOKEN or GPUPOOL_DATA_DIR,
 # not RAY_* (the cluster's auth token), not a cloud key the head's user happened to export. A job
 # adds what it needs with --env; gpupool's own variables (below) go on top of both.
 #

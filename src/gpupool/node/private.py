@@ -1,5 +1,5 @@
 """Files only their owner may read: the head's data dir and secrets, each worker's run directory
-and log (README "What a job sees").
+and log (docs/guide/what-a-job-sees.md).
 
 Everything here belongs to the head's (the node runtime's) user, even when jobs run as their
 owners: a job's run directory holds what its supervisor trusts (its process group, its exit), and

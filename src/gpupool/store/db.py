@@ -78,7 +78,7 @@ def _private_sqlite_file(path: Path) -> None:
 def _sqlite_pragmas(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
     # WAL lets the API read while the controller writes; busy_timeout waits instead of failing.
     # synchronous=FULL: a commit is on disk before the head answers, so an acknowledged submission
-    # survives a power cut, not only a crash of the head (README "Durability" has the cost).
+    # survives a power cut, not only a crash of the head (docs/reference/errors.md, "Durability", has the cost).
     # isolation_level=None: pysqlite starts no transaction of its own; ``_sqlite_begin`` does.
     dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
