@@ -30,9 +30,7 @@ from gpupool.client.http import is_loopback
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.controller.services import ReconcilerSettings, ServiceReconciler
-from gpupool.domain.alerts import AlertRules
 from gpupool.domain.errors import Unavailable
-from gpupool.domain.idle import IdleSettings
 from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
@@ -85,24 +83,12 @@ class Head:
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
-        idle = IdleSettings(settings.idle_threshold_pct, settings.idle_after_s)
         self.controller = Controller(
             self.db,
             self.executor,
             clock,
             settings.scheduler_config,
-            ControllerSettings(
-                settings.interval_s,
-                settings.kill_grace_s,
-                fair_share_half_life_s=settings.fair_share_half_life_s,
-                telemetry_every_s=settings.telemetry_every_s,
-                idle=idle,
-                alerts=AlertRules(temperature_c=settings.alert_temperature_c),
-                restart_backoff_s=settings.restart_backoff_s,
-                keep_finished_s=settings.keep_finished_s,
-                max_user_log_bytes=settings.max_user_log_bytes,
-                allow_system_accounts=settings.allow_system_accounts,
-            ),
+            controller_settings(settings),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
         )
@@ -124,7 +110,7 @@ class Head:
             self.executor,
             self.controller.wake,
             self.ray,
-            idle,
+            settings.idle,
             job_accounts(self.executor, settings.allow_system_accounts),
             wake_services=self._wake,
             load=load,
@@ -138,7 +124,7 @@ class Head:
                 " (run gpupool as root for jobs to run as their owners' Unix accounts)"
             )
         self.app = create_app(
-            self.ctx, self.metrics, settings.max_body_bytes, settings.body_timeout_s, settings.sign_in_limit
+            self.ctx, self.metrics, settings.max_body_bytes, settings.client_timeout_s, settings.sign_in_limit
         )
 
     def _wake(self) -> None:
@@ -222,7 +208,7 @@ class Head:
         sock = _bind(self.settings.host, self.settings.port)
         if self.settings.port == 0:
             self.settings = _with_port(self.settings, sock.getsockname()[1])
-        if self.settings.gateway_port is not None:
+        if self.settings.gateway:
             self._start_gateway()
         self.controller.start()
         self.services.start()
@@ -231,7 +217,7 @@ class Head:
             log_level="warning",
             lifespan="off",
             access_log=False,
-            http=guard.header_timeout(self.settings.header_timeout_s),
+            http=guard.header_timeout(self.settings.client_timeout_s),
             limit_concurrency=self.settings.max_connections,
             # The client's address is the socket's unless a proxy the head was told of forwarded the
             # request (uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a job could forge it).
@@ -264,7 +250,6 @@ class Head:
         route table from this head with the admin token, by file (0600) as the CLI does. It must
         be up before the head says it is ready, and a port it cannot take stops the head now."""
         settings = self.settings
-        assert settings.gateway_port is not None
         if settings.gateway_port:  # a port taken is said in one line here, not by the gateway's own error
             try:
                 _bind(settings.host, settings.gateway_port).close()
@@ -279,8 +264,8 @@ class Head:
         # The gateway's door is the API's: the same client timeouts and connection cap, and HTTPS
         # where the head serves it (the head's own certificate, which the gateway also trusts).
         extra = [
-            f"--header-timeout={settings.header_timeout_s}s",
-            f"--body-timeout={settings.body_timeout_s}s",
+            f"--header-timeout={settings.client_timeout_s}s",
+            f"--body-timeout={settings.client_timeout_s}s",
             f"--max-connections={settings.max_connections}",
         ]
         if settings.tls_cert and settings.tls_key:
@@ -353,6 +338,22 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def controller_settings(settings: Settings) -> ControllerSettings:
+    """The controller's part of the settings (its other fields keep the controller's defaults)."""
+    return ControllerSettings(
+        settings.interval_s,
+        settings.kill_grace_s,
+        fair_share_half_life_s=settings.fair_share_half_life_s,
+        telemetry_every_s=settings.telemetry_every_s,
+        idle=settings.idle,
+        alerts=settings.alerts,
+        restart_backoff_s=settings.restart_backoff_s,
+        keep_finished_s=settings.keep_finished_s,
+        max_user_log_bytes=settings.max_user_log_bytes,
+        allow_system_accounts=settings.allow_system_accounts,
+    )
 
 
 def _with_port(settings: Settings, port: int) -> Settings:

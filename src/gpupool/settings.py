@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
-from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
+from gpupool import knobs
+from gpupool.domain.errors import InvalidInput
 from gpupool.domain.worker_env import inherited_env
+from gpupool.knobs import DEFAULT_PORT as DEFAULT_PORT
 
 if TYPE_CHECKING:
+    from gpupool.domain.alerts import AlertRules
+    from gpupool.domain.idle import IdleSettings
     from gpupool.scheduler.config import SchedulerConfig
 
-DEFAULT_PORT = 7070
-DEFAULT_GATEWAY_PORT = 7071
 TOKEN_FILE = "admin-token"
 JOIN_TOKEN_FILE = "join-token"
 
@@ -46,53 +47,50 @@ def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """What the head runs with. Each field but ``base_env`` is a knob of ``gpupool.knobs`` (its flag,
+    bounds and help are there) and takes its default from it; tests/unit/test_knobs.py checks that
+    the two agree. ``data_dir`` has no default: the environment's is chosen where it is read."""
+
     data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    db_url: str | None = None
-    fake_nodes: int | None = None
-    fake_gpus: int | None = None
-    fake_gpu_model: str | None = None
-    fake_hardware: Path | None = None
-    kill_grace_s: float = 10.0
-    interval_s: float = 0.5
-    fair_share_half_life_s: float = 86400.0
-    placement: str = "frag"
-    policy: str = "default"  # a name in scheduler.policies.POLICIES
-    partition: str | None = None  # an isolating policy's partition (nodes or gpus); None: the policy's own
-    reclaim_min_run_s: float = 0.0  # a borrower's job runs this long before reclaim may stop it
-    # "local": virtual nodes on this machine; "ray": every node of a Ray cluster (issue 5).
-    backend: str = "local"
-    ray_address: str | None = None
-    node_name: str | None = None
-    # A node silent this long is declared down; its workers fence themselves after half of it.
-    node_timeout_s: float = 10.0
-    # GPU readings every this long; an allocated GPU below idle_threshold_pct for idle_after_s is idle.
-    telemetry_every_s: float = 5.0
-    idle_threshold_pct: float = 5.0
-    idle_after_s: float = 600.0
-    alert_temperature_c: float = 85.0
-    cgroups: bool = True  # workers in cgroups where the node can make them (local backend)
-    allow_system_accounts: bool = False  # jobs may run as root or accounts below UID_MIN (DisableRootJobs=NO)
-    keep_finished_s: float = 30 * 86400.0  # finished jobs, their events, run dirs and logs are kept so long
-    max_log_bytes: int = 100 * 2**20  # each worker's log is cut to its newest half past this
-    max_user_arrays: int = DEFAULT_MAX_USER_ARRAYS  # arrays with an unfinished task, per user (each up to 10,000 tasks)
-    max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES  # each user's logs; the oldest finished jobs' emptied first
-    restart_backoff_s: float = 10.0  # a failed job's first wait before its next attempt, doubling per failure
-    # The API's door (api/guard.py): the largest request body, how long a client may take to send
-    # its headers, then its body, and how many connections are served at once (then 503).
-    max_body_bytes: int = 1 << 20
-    tls_cert: Path | None = None  # with tls_key: the API is served over HTTPS
-    tls_key: Path | None = None
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 10.0
-    max_connections: int = 1000
-    sign_in_limit: int = 20  # failed sign-ins from one address in a burst before it gets 429 (0: no limit)
-    trusted_proxies: tuple[str, ...] = ()  # whose X-Forwarded-For the API believes (audit log); none: the socket's
-    # The gateway to services and jobs' published ports, a process the head starts (0: any free
-    # port; None: none), and the span of its load reports the autoscaler averages over.
-    gateway_port: int | None = DEFAULT_GATEWAY_PORT
-    autoscale_window_s: float = 30.0
+    host: str = knobs.HOST.default
+    port: int = knobs.PORT.default
+    db_url: str | None = knobs.DB.default
+    fake_nodes: int | None = knobs.FAKE_NODES.default
+    fake_gpus: int | None = knobs.FAKE_GPUS.default
+    fake_gpu_model: str | None = knobs.FAKE_GPU_MODEL.default
+    fake_hardware: Path | None = knobs.FAKE_HARDWARE.default
+    kill_grace_s: float = knobs.KILL_GRACE.default
+    interval_s: float = knobs.INTERVAL.default
+    fair_share_half_life_s: float = knobs.FAIR_SHARE_HALF_LIFE.default
+    placement: str = knobs.PLACEMENT.default
+    policy: str = knobs.POLICY.default  # a name in scheduler.policies.POLICIES
+    partition: str | None = knobs.PARTITION.default  # an isolating policy's partition; None: the policy's own
+    reclaim_min_run_s: float = knobs.RECLAIM_MIN_RUN.default
+    backend: str = knobs.BACKEND.default  # a row of backends.py's table
+    ray_address: str | None = knobs.RAY_ADDRESS.default
+    node_name: str | None = knobs.NODE_NAME.default
+    node_timeout_s: float = knobs.NODE_TIMEOUT.default  # its workers fence themselves after half of it
+    telemetry_every_s: float = knobs.TELEMETRY_EVERY.default
+    idle_threshold_pct: float = knobs.IDLE_THRESHOLD.default
+    idle_after_s: float = knobs.IDLE_AFTER.default
+    alert_temperature_c: float = knobs.ALERT_TEMPERATURE.default
+    cgroups: bool = knobs.CGROUPS.default
+    allow_system_accounts: bool = knobs.ALLOW_SYSTEM_ACCOUNTS.default
+    restart_backoff_s: float = knobs.RESTART_BACKOFF.default
+    keep_finished_s: float = knobs.KEEP_FINISHED.default
+    max_log_bytes: int = knobs.MAX_LOG_SIZE.default
+    max_user_arrays: int = knobs.MAX_USER_ARRAYS.default
+    max_user_log_bytes: int = knobs.MAX_USER_LOGS.default
+    max_body_bytes: int = knobs.MAX_BODY.default
+    client_timeout_s: float = knobs.CLIENT_TIMEOUT.default  # for a request's headers, and then its body
+    tls_cert: Path | None = knobs.TLS_CERT.default
+    tls_key: Path | None = knobs.TLS_KEY.default
+    max_connections: int = knobs.MAX_CONNECTIONS.default
+    sign_in_limit: int = knobs.SIGN_IN_LIMIT.default
+    trusted_proxies: tuple[str, ...] = knobs.TRUSTED_PROXY.default
+    gateway_port: int = knobs.GATEWAY_PORT.default  # 0: any free port
+    gateway: bool = knobs.GATEWAY.default
+    autoscale_window_s: float = knobs.AUTOSCALE_WINDOW.default
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -115,9 +113,38 @@ class Settings:
         config = policies.for_head(self.policy, placement=self.placement, partition=self.partition)
         return replace(config, reclaim_min_run_s=self.reclaim_min_run_s)
 
+    @property
+    def idle(self) -> IdleSettings:
+        """What makes an allocated GPU idle (the controller's idle check, the API's job views).
+        The domain types are imported here: every CLI command reads this module, only the head these."""
+        from gpupool.domain.idle import IdleSettings
+
+        return IdleSettings(self.idle_threshold_pct, self.idle_after_s)
+
+    @property
+    def alerts(self) -> AlertRules:
+        from gpupool.domain.alerts import AlertRules
+
+        return AlertRules(temperature_c=self.alert_temperature_c)
+
     @classmethod
-    def from_environ(cls, data_dir: Path | None = None, **overrides: Any) -> Settings:
-        environ = dict(os.environ)
-        return cls(
-            data_dir=(data_dir or default_data_dir(environ)).resolve(), base_env=worker_base_env(environ), **overrides
-        )
+    def from_options(cls, given: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``gpupool up``'s options (by knob name), each read and checked by its
+        knob; the data dir, when none was given, is the environment's (``default_data_dir``)."""
+        environ = dict(os.environ) if environ is None else environ
+        _check_together(given)
+        values = {knob.setting: knob.read(knob, given[knob.name]) for knob in knobs.KNOBS}
+        data_dir = values.pop("data_dir") or default_data_dir(environ)
+        return cls(data_dir=data_dir.resolve(), base_env=worker_base_env(environ), **values)
+
+
+def _check_together(given: Mapping[str, Any]) -> None:
+    """The checks that read more than one option, before any is read: a policy and its partition,
+    the gateway's port against the API's, the TLS certificate with its key."""
+    from gpupool.scheduler.policies import for_head
+
+    for_head(given["policy"], partition=given["partition"])  # unknown or simulator-only: refused before anything
+    if given["gateway"] and given["gateway_port"] and given["gateway_port"] == given["port"]:
+        raise InvalidInput(f"--gateway-port {given['gateway_port']} is the API's --port: give the gateway another one")
+    if (given["tls_cert"] is None) != (given["tls_key"] is None):
+        raise InvalidInput("--tls-cert and --tls-key go together: give both to serve HTTPS")

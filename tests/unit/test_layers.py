@@ -33,7 +33,11 @@ LAYERS = (
     Layer("faces", frozenset({"api", "client", "sim", "gateway", "dashboard"}), "parse, render, call services"),
     Layer("shell", frozenset({"controller", "services"}), "load -> decide -> apply"),
     # clock.py reads the time and settings.py the environment: side effects, injected from above.
-    Layer("side effects", frozenset({"store", "executors", "node", "clock", "settings"}), "database, processes, NVML"),
+    Layer(
+        "side effects",
+        frozenset({"store", "executors", "node", "clock", "settings", "knobs"}),
+        "database, processes, NVML",
+    ),
     Layer("core", frozenset({"scheduler"}), "schedule(snapshot, config): pure, no I/O, no clock"),
     # __init__ is gpupool/__init__.py: the version, nothing else.
     Layer("types", frozenset({"domain", "__init__"}), "frozen types, transition tables, the error tree"),

@@ -10,10 +10,10 @@ from rich.text import Text
 
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain import exit_reasons
-from gpupool.domain.durations import parse_duration
-from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import NodeState
+from gpupool.domain.option_text import bounded_duration as bounded_duration  # for the commands
+from gpupool.domain.option_text import span as span
 
 J, N = JobState, NodeState
 # Keyed by the enums, looked up by the API's strings: a StrEnum member hashes as its value.
@@ -46,24 +46,6 @@ def until(iso: str, now: datetime | None = None) -> str:
 
 def parse_time(iso: str) -> datetime:
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
-
-
-def bounded_duration(flag: str, text: str, low: float, high: float) -> float:
-    """A duration option's value in seconds, refused (one line, exit 2) outside ``[low, high]``."""
-    seconds = parse_duration(text)
-    if not low <= seconds <= high:
-        raise InvalidInput(f"{flag} must be between {span(int(low))} and {span(int(high))}, got {text}")
-    return seconds
-
-
-def span(seconds: int) -> str:
-    if seconds < 60:
-        return f"{max(seconds, 0)}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d"
 
 
 def gpus_text(job: dict[str, Any]) -> str:
