@@ -246,7 +246,7 @@ RESTART_BACKOFF = duration(
     "restart_backoff",
     "10s",
     "a job that failed waits this long before its next attempt, doubling with each failure up to"
-    " 10m (0 to 10m; 0: at once)",
+    " 5m (0 to 10m; 0: at once)",
     0,
     600,
 )
