@@ -15,24 +15,24 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
+from gpupool.store.attained import NONE, Attained, earlier_attained
 from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
-from gpupool.store.service import NONE, Service, earlier_service
 from gpupool.store.user_usage import recent as recent_user_usage
 
 
 class SpecCache:
     def __init__(self) -> None:
         self._specs: dict[int, JobSpec] = {}
-        # A pending job's submit time, restarts, owner and earlier attempts' service, by its id and
+        # A pending job's submit time, restarts, owner and earlier attempts' GPU time, by its id and
         # how often it started: none of them changes until it starts again.
-        self._waiting: dict[int, tuple[int, datetime, int, str, Service]] = {}
-        self._running: dict[tuple[int, int], Service] = {}  # a running job's earlier attempts', by (id, starts)
+        self._waiting: dict[int, tuple[int, datetime, int, str, Attained]] = {}
+        self._running: dict[tuple[int, int], Attained] = {}  # a running job's earlier attempts', by (id, starts)
 
-    def waiting(self, session: Session, found: list[tuple[int, int]]) -> list[tuple[int, datetime, int, str, Service]]:
-        """(id, submitted_at, restarts, owner, service) of the pending jobs ``found`` as (id, starts):
+    def waiting(self, session: Session, found: list[tuple[int, int]]) -> list[tuple[int, datetime, int, str, Attained]]:
+        """(id, submitted_at, restarts, owner, attained) of the pending jobs ``found`` as (id, starts):
         a queue of 10,000 costs 10,000 pairs of integers a cycle, not 10,000 rows with times."""
         stale = [job_id for job_id, starts in found if self._waiting.get(job_id, (-1,))[0] != starts]
         for start in range(0, len(stale), 500):
@@ -42,9 +42,9 @@ class SpecCache:
                 )
             )
             read = list(rows)
-            service = earlier_service(session, {job_id: starts + 1 for job_id, starts, *_ in read if starts})
+            attained = earlier_attained(session, {job_id: starts + 1 for job_id, starts, *_ in read if starts})
             for job_id, starts, submitted, restarts, owner in read:
-                self._waiting[job_id] = (starts, submitted, restarts, owner, service.get(job_id, NONE))
+                self._waiting[job_id] = (starts, submitted, restarts, owner, attained.get(job_id, NONE))
         out = []
         for job_id, _ in found:
             _, submitted, restarts, owner, served = self._waiting[job_id]
@@ -62,10 +62,10 @@ class SpecCache:
                 self._specs[row.id] = spec_of(row)
         return {i: self._specs[i] for i in wanted}
 
-    def running(self, session: Session, starts: dict[int, int]) -> dict[int, Service]:
-        """The service of the earlier attempts of running jobs (``starts``: id -> attempts)."""
+    def running(self, session: Session, starts: dict[int, int]) -> dict[int, Attained]:
+        """The GPU time of the earlier attempts of running jobs (``starts``: id -> attempts)."""
         wanted = {job_id: n for job_id, n in starts.items() if n > 1 and (job_id, n) not in self._running}
-        for job_id, served in earlier_service(session, wanted).items():
+        for job_id, served in earlier_attained(session, wanted).items():
             self._running[(job_id, wanted[job_id])] = served
         if len(self._running) > 2 * len(starts) + 1000:
             self._running = {k: v for k, v in self._running.items() if starts.get(k[0]) == k[1]}

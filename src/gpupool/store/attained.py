@@ -1,6 +1,7 @@
-"""Attained service: the GPU-seconds a job's earlier attempts received, read from their worker
-rows (a job requeued after a preemption keeps its earlier attempts' rows, as history). The
-attained-service order (``scheduler.plugins.las``) reads it from the snapshot."""
+"""Attained GPU time (what the scheduling literature calls "attained service"; here "service" means
+an inference service only): the GPU-seconds a job's earlier attempts received, read from their
+worker rows (a job requeued after a preemption keeps its earlier attempts' rows, as history). The
+least-attained order (``scheduler.plugins.las``) reads it from the snapshot."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from sqlalchemy.orm import Session
 
 from gpupool.store.orm import WorkerRow
 
-Service = tuple[float, datetime | None]  # GPU-seconds, and when the last of those attempts ended
-NONE: Service = (0.0, None)
+Attained = tuple[float, datetime | None]  # GPU-seconds, and when the last of those attempts ended
+NONE: Attained = (0.0, None)
 
 
-def earlier_service(session: Session, before: Mapping[int, int]) -> dict[int, Service]:
-    """Per job id, the service of its attempts numbered below ``before[id]``: every attempt of a
+def earlier_attained(session: Session, before: Mapping[int, int]) -> dict[int, Attained]:
+    """Per job id, the GPU time of its attempts numbered below ``before[id]``: every attempt of a
     waiting job (``starts + 1``), the finished ones of a running job (``starts``)."""
-    out: dict[int, Service] = {job_id: NONE for job_id in before}
+    out: dict[int, Attained] = {job_id: NONE for job_id in before}
     ids = list(before)
     for start in range(0, len(ids), 500):
         query = select(
