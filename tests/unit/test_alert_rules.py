@@ -10,7 +10,7 @@ from gpupool.domain.idle import IdleSpell, job_idle_since, update_spells
 from gpupool.domain.telemetry import GpuSample
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-RULES = AlertRules(temperature_c=85.0, temperature_clear_margin_c=5.0, xid_hold_s=3600.0)
+RULES = AlertRules(temperature_c=85.0, temperature_clear_margin_c=5.0, xid_active_s=3600.0)
 
 
 def reading(

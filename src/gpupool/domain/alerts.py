@@ -32,7 +32,7 @@ class AlertKind(enum.StrEnum):
 class AlertRules:
     temperature_c: float = 85.0
     temperature_clear_margin_c: float = 5.0
-    xid_hold_s: float = 3600.0  # an XID alert stays active this long after the latest XID
+    xid_active_s: float = 3600.0  # an XID alert stays active this long after the latest XID
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +129,8 @@ def evaluate_gpus(
             if count < seen:
                 # The probe restarted and counts from zero: later errors are compared with that.
                 refreshed.append(_with(xid, value=float(count), updated_at=last))
-            if (now - last).total_seconds() >= rules.xid_hold_s:
-                cleared.append(Clear(xid, f"{where}: no new XID error for {rules.xid_hold_s / 60:.0f} minutes"))
+            if (now - last).total_seconds() >= rules.xid_active_s:
+                cleared.append(Clear(xid, f"{where}: no new XID error for {rules.xid_active_s / 60:.0f} minutes"))
     return Verdicts(raised, cleared, refreshed)
 
 

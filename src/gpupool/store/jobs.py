@@ -213,9 +213,10 @@ def backoff_reason(until: datetime, delay: float, restarts: int) -> tuple[str, s
     )
 
 
-def on_hold(session: Session, now: datetime) -> dict[int, tuple[datetime, bool]]:
-    """Pending jobs not to be scheduled yet (left out of the snapshot), with until when and whether
-    they back off after a failure (else they were preempted for sitting idle)."""
+def deferred(session: Session, now: datetime) -> dict[int, tuple[datetime, bool]]:
+    """Deferred jobs: pending ones not to be scheduled yet (``not_before`` is later; left out of
+    the snapshot), with until when and whether they back off after a failure (else they were
+    preempted for sitting idle)."""
     rows = session.execute(
         select(JobRow.id, JobRow.not_before, JobRow.stop_reason).where(
             JobRow.state == JobState.PENDING.value, JobRow.not_before > now

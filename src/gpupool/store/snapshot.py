@@ -77,11 +77,11 @@ class SpecCache:
 
 
 def load_snapshot(
-    session: Session, now: datetime, cache: SpecCache | None = None, held: Collection[int] = ()
+    session: Session, now: datetime, cache: SpecCache | None = None, capped: Collection[int] = ()
 ) -> Snapshot:
     """Resources are held by live worker rows, not by job states: a cancelled job whose process
     has not died yet still holds its GPUs, so nothing is handed out twice. Pending jobs in
-    ``held`` (array tasks over their ``%N``) are left out."""
+    ``capped`` (array tasks over their ``%N``) are left out."""
     cache = cache or SpecCache()
     nodes = tuple(load_nodes(session))
     by_job: dict[int, list[WorkerRow]] = {}
@@ -116,8 +116,8 @@ def load_snapshot(
             .order_by(JobRow.id)
         )
     ]
-    if held:
-        found = [(job_id, starts) for job_id, starts in found if job_id not in held]
+    if capped:
+        found = [(job_id, starts) for job_id, starts in found if job_id not in capped]
     waiting = cache.waiting(session, found)
     specs = cache.get(session, [*by_job, *(job_id for job_id, *_ in waiting)])
     cache.keep_only(set(specs))

@@ -15,7 +15,7 @@ from gpupool.store import jobs as job_repo
 from gpupool.store.snapshot import SpecCache, load_snapshot
 
 
-def _on_hold_reason(until: datetime) -> Reason:
+def _idle_deferred_reason(until: datetime) -> Reason:
     return Reason(
         ReasonCode.IDLE_HOLD,
         "preempted for sitting idle; the jobs that waited go first, and it is scheduled again from "
@@ -33,7 +33,7 @@ class ScheduleCycle:
         self._memory = CycleMemory()  # the scheduler's index, carried from cycle to cycle
         self._written: dict[int, Reason] = {}
         self._last_full = 0.0
-        # When the first job held back (a restart's back-off, an idle job's hold) may start again,
+        # When the first deferred job (a restart's back-off, an idle job preempted) may start again,
         # or the scheduler's decisions change by time alone (``CycleResult.wake_at``): a cycle runs
         # then, not at the next full cycle up to full_cycle_s later.
         self._wake_at: datetime | None = None
@@ -47,17 +47,17 @@ class ScheduleCycle:
         shared.dirty = False
         self._last_full = time.monotonic()
         with p.db.read() as s:  # no writer waits while the snapshot is read
-            on_hold = job_repo.on_hold(s, p.clock.now())
-            hold_ends = min((until for until, _ in on_hold.values()), default=None)
+            deferred = job_repo.deferred(s, p.clock.now())
+            deferred_until = min((until for until, _ in deferred.values()), default=None)
             capped = array_repo.capped(s)
-            snapshot = load_snapshot(s, p.clock.now(), self._specs, held=capped)
-        if on_hold:
+            snapshot = load_snapshot(s, p.clock.now(), self._specs, capped=capped)
+        if deferred:
             # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
-            idle = {i: _on_hold_reason(until) for i, (until, backoff) in on_hold.items() if not backoff}
+            idle = {i: _idle_deferred_reason(until) for i, (until, backoff) in deferred.items() if not backoff}
             with p.db.tx() as s:
                 job_repo.set_reasons(s, idle)
         result = schedule(snapshot, p.config, memory=self._memory)
-        self._wake_at = min((t for t in (hold_ends, result.wake_at) if t is not None), default=None)
+        self._wake_at = min((t for t in (deferred_until, result.wake_at) if t is not None), default=None)
         specs = {job.id: job.spec for job in snapshot.pending}
         submitted = {job.id: job.submitted_at for job in snapshot.pending}
         for job_id, attempt in p.applier.start_all(result.starts, specs).items():
