@@ -314,3 +314,24 @@ def test_a_flood_of_bad_tokens_is_slowed_and_written_once_with_its_count(api: Ap
     failed = [e for e in api.audit() if e["action"] == "auth.failed"]
     assert len(failed) == 3, failed
     assert f"{LIMIT + 30} more failed sign-in(s) from this address" in failed[1]["target"]
+
+
+def test_bad_tokens_the_gateway_asks_about_do_not_lock_out_its_address(api: Api) -> None:
+    """The gateway asks about its callers' tokens from its own (loopback) address, and throttles
+    those callers itself: their failures are counted apart, so a flood of bad tokens sent to
+    services does not get the head's local users 429. They are still written once per burst."""
+    from gpupool.domain.signins import LIMIT, WINDOW_S
+
+    fresh = api.add_user("local")  # a token that has not worked yet: nothing excuses it from a refusal
+    asked = [
+        api.client.get("/api/v1/gateway/authorize", headers=_bearer(f"gp_guess{i}")).status_code
+        for i in range(LIMIT + 5)
+    ]
+    assert set(asked) == {401}
+    assert api.client.get("/api/v1/jobs", headers=fresh).status_code == 200
+    api.clock.advance(WINDOW_S + 1)
+    assert api.client.get("/api/v1/jobs", headers=api.admin).status_code == 200  # the burst is written
+    failed = [e for e in api.audit() if e["action"] == "auth.failed"]
+    assert len(failed) == 2, failed
+    assert failed[0]["client"] == "testclient (gateway)"
+    assert f"{LIMIT + 4} more failed sign-in(s)" in failed[0]["target"]
