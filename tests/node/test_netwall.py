@@ -170,3 +170,30 @@ def test_ports_served_on_other_nodes_are_refused_once_the_head_hands_them_over(r
     rt.protect([])  # the replica is gone: the port is anyone's again
     assert tried(rt, 10, launch(rt, 10, [target]))[target] == 0
     remote.close()
+
+
+def test_a_port_served_here_is_not_taken_over_or_dropped_by_the_other_nodes_list(rt: NodeRuntime) -> None:
+    """Several virtual nodes on one machine key each other's ports by port alone, as their own:
+    the list the head hands over never overwrites nor drops a port this node serves, and a port
+    this node stops serving falls back to the other node's entry it had shadowed."""
+    wall = rt.netwall
+    assert wall is not None
+    ours, theirs = free_port(), free_port()
+
+    def owner(port: int) -> tuple[int, ...] | None:
+        return wall.served.get((0, socket.htons(port)))
+
+    wall.serve(ours, 5)
+    rt.protect([("127.0.0.1", ours, 9)])  # a stale entry from the head: the port was another node's
+    assert owner(ours) == (5,)
+    rt.protect([])
+    assert owner(ours) == (5,)
+    rt.protect([("127.0.0.1", theirs, 9)])
+    wall.serve(theirs, 6)
+    assert owner(theirs) == (6,)
+    wall.stop_serving(theirs)
+    assert owner(theirs) == (9,)  # the other node's again
+    wall.stop_serving(ours)
+    assert owner(ours) is None
+    rt.protect([])
+    assert owner(theirs) is None
