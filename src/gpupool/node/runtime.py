@@ -202,17 +202,21 @@ class NodeRuntime:
         if not self._detach and (pid := self._zygote.spawn(spec_path)):
             return {"pid": pid, "run_dir": str(run_dir), **watched}
         detach = ["--detach"] if self._detach else []
-        err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(err_fd, "wb") as err:
-            child = subprocess.Popen(
-                [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-                env=self._supervisor_env(),
-            )
+        try:
+            err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(err_fd, "wb") as err:
+                child = subprocess.Popen(
+                    [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=self._supervisor_env(),
+                )
+        except BaseException:
+            self.walls.release(run_dir, {"port": port})  # no worker will run: its port and group are not its job's
+            raise
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
             # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".
