@@ -182,13 +182,20 @@ def call_out(cmd: int, attr: bytes, doing: str) -> tuple[int, bytes]:
     if number is None:
         raise BpfError(0, f"{doing}: bpf() is not known on {os.uname().machine}")
     buf = ctypes.create_string_buffer(attr, len(attr))
-    result = int(_libc().syscall(number, cmd, buf, len(attr)))
+    result = int(libc().syscall(number, cmd, buf, len(attr)))
     if result < 0:
-        err = ctypes.get_errno()
-        raise BpfError(err, f"{doing}: {os.strerror(err)}")
+        raise libc_error(doing, BpfError)
     return result, buf.raw
 
 
 @cache
-def _libc() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
+    """The C library with its errno kept for ``libc_error``: ``bpf(2)`` here, ``unshare``,
+    ``setns`` and ``mount`` in ``node/jobns.py``."""
     return ctypes.CDLL(None, use_errno=True)
+
+
+def libc_error(doing: str, kind: type[OSError] = OSError) -> OSError:
+    """The error of the C library call that just failed, saying what was being done."""
+    err = ctypes.get_errno()
+    return kind(err, f"{doing}: {os.strerror(err)}")

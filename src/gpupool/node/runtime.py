@@ -110,6 +110,7 @@ class NodeRuntime:
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
         self.scratch_why = self.walls.scratch_why  # None: each job gets a private /tmp, /dev/shm, /proc
         self.netwall = self.walls.netwall  # None: jobs may connect to each other's ports
+        self._uid_min = accounts.uid_min()  # the machine's UID_MIN, read once, not on every launch
 
     def describe(self) -> Node:
         return Node(
@@ -162,7 +163,7 @@ class NodeRuntime:
             if account is None:
                 why = f"no Unix account {req.run_as!r} on node {self.name}: an admin creates it, or maps the user"
                 return rundir.refuse(run_dir, log, req.header, why, NO_ACCOUNT)
-            if not req.allow_system_account and (system := accounts.system_account(account)):
+            if not req.allow_system_account and (system := accounts.system_account(account, self._uid_min)):
                 why = f"{system} on node {self.name}; {accounts.SYSTEM_HINT}"
                 return rundir.refuse(run_dir, log, req.header, why, SYSTEM_ACCOUNT)
             env.update(account.env())
