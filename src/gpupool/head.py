@@ -267,6 +267,7 @@ class Head:
             f"--header-timeout={settings.client_timeout_s}s",
             f"--body-timeout={settings.client_timeout_s}s",
             f"--max-connections={settings.max_connections}",
+            f"--sign-in-limit={settings.sign_in_limit}",  # 0 (no limit) too
         ]
         if settings.tls_cert and settings.tls_key:
             extra += ["--head-ca", str(settings.tls_cert), "--tls-cert", str(settings.tls_cert)]

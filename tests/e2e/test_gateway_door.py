@@ -96,3 +96,17 @@ def test_where_the_head_serves_https_so_does_the_gateway(head_factory: type[Head
     assert httpx.get(f"{head.gateway_url}/-/healthz", verify=trusted, timeout=5).status_code == 200
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{head.gateway_url.replace('https', 'http', 1)}/-/healthz", timeout=5)  # no plain HTTP
+
+
+def test_the_heads_sign_in_limit_is_the_gateways(head_factory: type[HeadProcess]) -> None:
+    """``gpupool up --sign-in-limit 0`` (no limit) holds at the gateway too: guesses through it are
+    401s, never 429 (the gateway's own default limit used to answer them)."""
+    from gpupool.domain.signins import LIMIT
+
+    head = head_factory(gateway=True, extra=["--sign-in-limit", "0"]).start()
+    with httpx.Client(base_url=head.gateway_url, timeout=10) as gateway:
+        answers = {
+            gateway.get("/metrics", headers={"Authorization": f"Bearer gp_guess{i}"}).status_code
+            for i in range(LIMIT + 5)
+        }
+    assert answers == {401}

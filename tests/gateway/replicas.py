@@ -14,6 +14,7 @@ from typing import Any
 import httptools
 import httpx
 
+from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
 from gpupool.gateway.access import Access
 from gpupool.gateway.connection import ClientConnection
 from gpupool.gateway.door import Door
@@ -181,12 +182,21 @@ async def gateway(
     max_body: int = 1 << 20,
     first: bool = False,
     door: Door | None = None,
+    sign_in_limit: int = SIGN_IN_LIMIT,
 ) -> Running:
     """A gateway on an ephemeral port serving ``routes``; ``first``: two random choices always
     draw the first replica listed first (so a test knows where a request goes)."""
     table = Table(draw=(lambda n: 0) if first else None)
     table.apply(parse_table({"routes": list(routes)}))
-    gw = Gateway(table, access, lambda: b"", limits=Limits(eject_s=30.0), max_body=max_body, door=door)
+    gw = Gateway(
+        table,
+        access,
+        lambda: b"",
+        limits=Limits(eject_s=30.0),
+        max_body=max_body,
+        door=door,
+        sign_in_limit=sign_in_limit,
+    )
     server = await asyncio.get_running_loop().create_server(lambda: ClientConnection(gw), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     running = Running(gw, table, server, url, httpx.AsyncClient(base_url=url, timeout=20.0))

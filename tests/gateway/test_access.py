@@ -118,3 +118,54 @@ def test_an_address_guessing_tokens_is_slowed_at_the_gateway_too() -> None:
         await client.aclose()
 
     run(scenario)
+
+
+def test_guessing_tokens_at_the_metrics_page_is_slowed_too() -> None:
+    """``/metrics`` asks the head about a token as a route does: the same limit holds there."""
+    from gpupool.domain.signins import LIMIT
+
+    async def scenario() -> None:
+        head, asked = _fake_head()
+        await head.start()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{head.port}")
+        gw = await gateway(access=Access(client))
+        answers = [
+            (await gw.http.get("/metrics", headers={"Authorization": f"Bearer guess-{i}"})).status_code
+            for i in range(LIMIT + 5)
+        ]
+        assert answers[:LIMIT] == [401] * LIMIT and set(answers[LIMIT:]) == {429}
+        assert len(asked) == LIMIT
+        await client.aclose()
+
+    run(scenario)
+
+
+def test_a_sign_in_limit_of_0_is_no_limit_and_ended_bursts_are_let_go() -> None:
+    """``--sign-in-limit 0`` (the head's, passed on) never answers 429; with a limit, a burst that
+    is over is let go at the next check instead of being kept for ever."""
+    from datetime import UTC, datetime
+
+    from gpupool.domain.signins import LIMIT
+
+    async def scenario() -> None:
+        head, asked = _fake_head()
+        await head.start()
+        a = await Replica("a").start()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{head.port}")
+        unlimited = await gateway(route("svc", [a], public=False), access=Access(client, ttl_s=0), sign_in_limit=0)
+        answers = [
+            (await unlimited.http.get("/svc/", headers={"Authorization": f"Bearer guess-{i}"})).status_code
+            for i in range(LIMIT + 5)
+        ]
+        assert set(answers) == {401} and len(asked) == LIMIT + 5
+
+        gw = await gateway(route("svc", [a], public=False), access=Access(client, ttl_s=0))
+        gw.gateway.signins.window_s = 0.2
+        for i in range(3):
+            assert (await gw.http.get("/svc/", headers={"Authorization": f"Bearer more-{i}"})).status_code == 401
+        await asyncio.sleep(0.3)  # the burst is over
+        assert (await gw.http.get("/svc/", headers={"Authorization": "Bearer later"})).status_code == 401
+        assert gw.gateway.signins.ended(datetime.now(UTC)) == []  # its summary was let go at that check
+        await client.aclose()
+
+    run(scenario)

@@ -117,3 +117,82 @@ def test_a_body_that_stops_coming_is_cut_off_with_408_and_its_slot_let_go() -> N
         await gw.close()
 
     run(scenario)
+
+
+def test_a_long_upload_that_keeps_coming_is_not_cut_off() -> None:
+    """The body clock bounds a silence, not the whole upload: a body sent in pieces, each well
+    within the timeout, takes several times the timeout in all and still gets through."""
+
+    async def scenario() -> None:
+        async def reads_all(call: Call) -> None:
+            call.respond(200, call.seen.body)
+
+        a = await Replica("a", reads_all).start()
+        gw = await gateway(route("svc", [a]), door=Door(body_s=1.0))
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        writer.write(b"POST /svc/x HTTP/1.1\r\nHost: g\r\nContent-Length: 12\r\n\r\n")
+        for piece in (b"ab", b"cd", b"ef", b"gh", b"ij", b"kl"):  # 3 s in all
+            await asyncio.sleep(0.5)
+            writer.write(piece)
+        said = await reader.read(4096)
+        assert said.startswith(b"HTTP/1.1 200") and said.endswith(b"abcdefghijkl"), said
+        writer.close()
+        await gw.close()
+
+    run(scenario)
+
+
+def test_a_body_held_while_its_request_waits_in_the_queue_is_not_the_clients_delay() -> None:
+    """A request queued behind a busy replica holds its body and stops reading the client past
+    HOLD_BYTES: the body clock stops with it, so the client is not cut off for the gateway's wait."""
+    from gpupool.gateway.request import HOLD_BYTES
+
+    async def scenario() -> None:
+        busy = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold_first(call: Call) -> None:
+            if call.seen.target == "/first":
+                busy.set()
+                await release.wait()
+            call.respond(200, str(len(call.seen.body)).encode())
+
+        a = await Replica("a", hold_first).start()
+        gw = await gateway(route("svc", [a], max_concurrency=1, queue_limit=4), door=Door(body_s=0.3))
+        first = asyncio.create_task(gw.http.get("/svc/first"))
+        await busy.wait()
+        size = 4 * HOLD_BYTES
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        writer.write(b"POST /svc/second HTTP/1.1\r\nHost: g\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
+        await asyncio.sleep(1.0)  # over three body timeouts in the queue
+        release.set()
+        said = await reader.read(4096)
+        assert said.startswith(b"HTTP/1.1 200") and said.endswith(str(size).encode()), said
+        assert (await first).status_code == 200
+        writer.close()
+        await gw.close()
+
+    run(scenario)
+
+
+def test_a_pipelined_request_gets_the_rest_of_its_body_once_its_turn_comes() -> None:
+    """Reading stops while a pipelined request waits its turn; when its turn comes reading
+    resumes, so the rest of its body arrives (it used to stay unread until the body timeout)."""
+
+    async def scenario() -> None:
+        a = await Replica("a").start()
+        gw = await gateway(route("svc", [a]), door=Door(body_s=5.0))
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        writer.write(
+            b"GET /svc/one HTTP/1.1\r\nHost: g\r\n\r\n"
+            b"POST /svc/two HTTP/1.1\r\nHost: g\r\nContent-Length: 6\r\nConnection: close\r\n\r\nabc"
+        )
+        await until(lambda: len(a.seen) == 1)
+        await asyncio.sleep(0.2)  # the first is answered: the second is started, its body short
+        writer.write(b"def")
+        said = await asyncio.wait_for(reader.read(), timeout=3.0)
+        assert said.count(b"HTTP/1.1 200") == 2 and b'"body": "abcdef"' in said, said
+        writer.close()
+        await gw.close()
+
+    run(scenario)

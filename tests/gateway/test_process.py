@@ -55,6 +55,7 @@ def test_bad_options_get_one_line_and_exit_2(tmp_path: Path) -> None:
         (("--head", "http://127.0.0.1:1"), "--token-file FILE"),
         (("--head", "http://127.0.0.1:1", "--token-file", str(token)), "chmod 600"),
         (("--routes", str(routes), "--max-body", "lots"), "malformed size"),
+        (("--routes", str(routes), "--sign-in-limit", "-1"), "--sign-in-limit -1: must be 0..100000"),
     ]
     for args, says in cases:
         proc = _gateway(*args, "--port", "0", env=env)

@@ -295,7 +295,9 @@ def test_device_rules_deny_the_gpus_major_except_the_jobs_own_and_the_driver(tmp
     if os.geteuid() != 0:
         pytest.skip("mknod needs root")
     zero, one, two, ctl = stand_ins(tmp_path)
-    rules = gpu_rules([one], [zero, two], [ctl, str(tmp_path / "gone")])  # a file that vanished is skipped
+    uvm = tmp_path / "nvidia-uvm"  # a driver file of a major no rule denies: nothing to allow it for
+    os.mknod(uvm, 0o666 | stat.S_IFCHR, os.makedev(234, 0))
+    rules = gpu_rules([one], [zero, two], [ctl, str(uvm), str(tmp_path / "gone")])  # a file that vanished: skipped
     assert rules == [
         Rule(True, "c", 195, 1),
         Rule(True, "c", 195, 255),

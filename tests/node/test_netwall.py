@@ -28,18 +28,23 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="connect programs on c
 DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 
 
-@pytest.fixture
-def rt(tmp_path: Path) -> Iterator[NodeRuntime]:
-    runtime = NodeRuntime(
+def runtime_at(where: Path, python: str = sys.executable) -> NodeRuntime:
+    return NodeRuntime(
         name="nw1",
         address="127.0.0.1",
         probe=FakeProbe("nw1", 2),
-        data_dir=tmp_path / "node",
+        data_dir=where,
         base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         cpus=1,
         memory_mib=0,
         host_cpus=sorted(os.sched_getaffinity(0)),
+        python=python,
     )
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[NodeRuntime]:
+    runtime = runtime_at(tmp_path / "node")
     if runtime.netwall is None:
         pytest.skip(f"no connect programs here: {runtime.walls.network_why}")
     yield runtime
@@ -170,3 +175,45 @@ def test_ports_served_on_other_nodes_are_refused_once_the_head_hands_them_over(r
     rt.protect([])  # the replica is gone: the port is anyone's again
     assert tried(rt, 10, launch(rt, 10, [target]))[target] == 0
     remote.close()
+
+
+def test_a_port_served_here_is_not_taken_over_or_dropped_by_the_other_nodes_list(rt: NodeRuntime) -> None:
+    """Several virtual nodes on one machine key each other's ports by port alone, as their own:
+    the list the head hands over never overwrites nor drops a port this node serves, and a port
+    this node stops serving falls back to the other node's entry it had shadowed."""
+    wall = rt.netwall
+    assert wall is not None
+    ours, theirs = free_port(), free_port()
+
+    def owner(port: int) -> tuple[int, ...] | None:
+        return wall.served.get((0, socket.htons(port)))
+
+    wall.serve(ours, 5)
+    rt.protect([("127.0.0.1", ours, 9)])  # a stale entry from the head: the port was another node's
+    assert owner(ours) == (5,)
+    rt.protect([])
+    assert owner(ours) == (5,)
+    rt.protect([("127.0.0.1", theirs, 9)])
+    wall.serve(theirs, 6)
+    assert owner(theirs) == (6,)
+    wall.stop_serving(theirs)
+    assert owner(theirs) == (9,)  # the other node's again
+    wall.stop_serving(ours)
+    assert owner(ours) is None
+    rt.protect([])
+    assert owner(theirs) is None
+
+
+def test_a_launch_whose_supervisor_cannot_start_leaves_its_port_unwalled(tmp_path: Path) -> None:
+    """The port is walled before the supervisor starts; a start that fails (here: no such Python)
+    lets it go again, else the port would stay walled as a job's that never ran."""
+    broken = runtime_at(tmp_path / "node", python=str(tmp_path / "no-python"))
+    try:
+        if broken.netwall is None:
+            pytest.skip(f"no connect programs here: {broken.walls.network_why}")
+        port = free_port()
+        with pytest.raises(OSError):
+            launch(broken, 3, [], port=port)
+        assert broken.netwall.served.get((0, socket.htons(port))) is None
+    finally:
+        broken.close()

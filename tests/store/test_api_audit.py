@@ -8,17 +8,20 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session
 
 from gpupool.api import auditing
 from gpupool.api.app import create_app
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.audit import AuditEntry, AuditResult
+from gpupool.domain.errors import Unavailable
 from gpupool.domain.users import Role
 from gpupool.scheduler import SchedulerConfig
 from gpupool.services import audit as audit_service
@@ -263,6 +266,32 @@ def test_a_batch_that_cannot_be_written_is_kept_and_written_later(db: Database, 
         assert [e.target for e in audit_repo.listing(s)] == ["job 2", "job 1"]
 
 
+def test_a_database_that_is_down_is_tried_once_per_batch_not_once_per_entry(now: datetime) -> None:
+    """The database being unavailable says nothing of the entries: the batch is kept whole (in
+    order) and the write is not tried again entry by entry, which would cost one more failed
+    connection per entry pending (up to 100,000) on every flush while it is down."""
+
+    class Counted(Database):
+        tries = 0
+
+        @contextmanager
+        def tx(self) -> Iterator[Session]:
+            self.tries += 1
+            with super().tx() as s:
+                yield s
+
+    down = Counted("sqlite:////nonexistent/dir/db.sqlite")
+    log = AuditLog(down, every_s=3600)  # only explicit flushes
+    for i in range(5):
+        log.record(AuditEntry(now, "admin", 1, "jobs.submit", f"job {i}", AuditResult.OK, 201, None))
+    with pytest.raises(Unavailable):
+        log.flush()
+    assert down.tries == 1 and log.pending == 5 and log.lost == 0
+    with pytest.raises(Unavailable):
+        log.flush()
+    assert down.tries == 2 and log.pending == 5
+
+
 def test_an_anonymous_nul_or_escape_in_a_path_neither_blinds_nor_forges_the_log(api: Api) -> None:
     """``POST /api/v1/%00`` used to put a NUL in an entry: PostgreSQL refused the batch, which was
     tried again forever, and every later entry was lost. Escape sequences in a path printed a
@@ -314,3 +343,24 @@ def test_a_flood_of_bad_tokens_is_slowed_and_written_once_with_its_count(api: Ap
     failed = [e for e in api.audit() if e["action"] == "auth.failed"]
     assert len(failed) == 3, failed
     assert f"{LIMIT + 30} more failed sign-in(s) from this address" in failed[1]["target"]
+
+
+def test_bad_tokens_the_gateway_asks_about_do_not_lock_out_its_address(api: Api) -> None:
+    """The gateway asks about its callers' tokens from its own (loopback) address, and throttles
+    those callers itself: their failures are counted apart, so a flood of bad tokens sent to
+    services does not get the head's local users 429. They are still written once per burst."""
+    from gpupool.domain.signins import LIMIT, WINDOW_S
+
+    fresh = api.add_user("local")  # a token that has not worked yet: nothing excuses it from a refusal
+    asked = [
+        api.client.get("/api/v1/gateway/authorize", headers=_bearer(f"gp_guess{i}")).status_code
+        for i in range(LIMIT + 5)
+    ]
+    assert set(asked) == {401}
+    assert api.client.get("/api/v1/jobs", headers=fresh).status_code == 200
+    api.clock.advance(WINDOW_S + 1)
+    assert api.client.get("/api/v1/jobs", headers=api.admin).status_code == 200  # the burst is written
+    failed = [e for e in api.audit() if e["action"] == "auth.failed"]
+    assert len(failed) == 2, failed
+    assert failed[0]["client"] == "testclient (gateway)"
+    assert f"{LIMIT + 4} more failed sign-in(s)" in failed[0]["target"]

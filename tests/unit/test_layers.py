@@ -69,7 +69,7 @@ STDLIB_ONLY = {
     "node/cgfiles.py": frozenset(),
     "node/devices.py": frozenset({"gpupool.node.bpf"}),
     "node/bpf.py": frozenset(),
-    "node/jobns.py": frozenset(),
+    "node/jobns.py": frozenset({"gpupool.node.bpf"}),  # its C library calls go through bpf.libc
     "node/accounts.py": frozenset(),
     # forks supervisors: what it imports, every supervisor has
     "node/zygote.py": frozenset({"gpupool.node.rundir", "gpupool.node.supervisor"}),

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.clock import Clock
-from gpupool.domain.signins import SignInBursts
+from gpupool.domain.signins import REFUSED, SignInBursts, refusal
 
 GOOD_FOR_S = 600.0
 GOOD_KEPT = 10_000
@@ -34,15 +33,15 @@ class SignInThrottle:
             return
         client = scope.get("client")
         address = str(client[0]) if client else "-"
-        now = self.clock.now()
         token = _token(scope)
         # Only a token costs a look-up: a request without one (a public page, or a plain 401) passes.
-        wait = self.bursts.wait_s(address, now) if token is not None else None
-        if wait is not None and not self._worked(token):
-            self.bursts.failed(address, now, f"{scope['method']} {scope['path']}")
-            seconds = max(1, math.ceil(wait))
-            message = f"too many failed sign-ins from this address; try again in {seconds}s with a valid token"
-            body = json.dumps({"code": "too_many_failed_sign_ins", "message": message}).encode()
+        seconds = (
+            self.bursts.refuse(address, self.clock.now(), f"{scope['method']} {scope['path']}")
+            if token is not None and not self._worked(token)
+            else None
+        )
+        if seconds is not None:
+            body = json.dumps({"code": REFUSED, "message": refusal(seconds)}).encode()
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

@@ -10,6 +10,7 @@ fail2ban or Slurm's ``MaxAuthFailures``-style limits do. Pure: the time is passe
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,12 @@ from datetime import datetime
 WINDOW_S = 10.0
 LIMIT = 20  # failures in a burst before the address is refused
 CLIENTS_KEPT = 10_000
+REFUSED = "too_many_failed_sign_ins"  # the 429's code, at the head's door and the gateway's
+
+
+def refusal(seconds: int) -> str:
+    """The 429's message."""
+    return f"too many failed sign-ins from this address; try again in {seconds}s with a valid token"
 
 
 @dataclass
@@ -51,11 +58,23 @@ class SignInBursts:
         self._ended: list[BurstSummary] = []
 
     def wait_s(self, client: str, now: datetime) -> float | None:
-        """How long ``client`` must wait before another try, when its burst is past the limit."""
+        """How long ``client`` must wait before another try, when its burst is past the limit
+        (never with a limit of 0: no limit)."""
+        if self.limit <= 0:
+            return None
         burst = self._live(client, now)
         if burst is None or burst.failures < self.limit:
             return None
         return max(0.0, self.window_s - (now - burst.last).total_seconds())
+
+    def refuse(self, client: str, now: datetime, target: str) -> int | None:
+        """The whole seconds (at least 1) to tell ``client`` to wait when it is past the limit: its
+        try is refused and counted as a failure too, so hammering keeps it refused. None: go on."""
+        wait = self.wait_s(client, now)
+        if wait is None:
+            return None
+        self.failed(client, now, target)
+        return max(1, math.ceil(wait))
 
     def failed(self, client: str, now: datetime, target: str) -> bool:
         """Note a failed (or refused) sign-in; True when it is the first of a burst: record it."""
@@ -73,11 +92,15 @@ class SignInBursts:
         return False
 
     def ended(self, now: datetime, everything: bool = False) -> list[BurstSummary]:
-        """Summaries of the bursts that are over (all of them with ``everything``: at shutdown)."""
-        for client, burst in list(self._bursts.items()):
-            if everything or (now - burst.last).total_seconds() >= self.window_s:
-                del self._bursts[client]
-                self._close(client, burst)
+        """Summaries of the bursts that are over (all of them with ``everything``: at shutdown).
+        Bursts are kept in the order of their last failure, so the walk stops at the first one
+        still going: a call per request costs the bursts that ended, not all of them."""
+        while self._bursts:
+            client, burst = next(iter(self._bursts.items()))
+            if not everything and (now - burst.last).total_seconds() < self.window_s:
+                break
+            del self._bursts[client]
+            self._close(client, burst)
         out, self._ended = self._ended, []
         return out
 

@@ -57,6 +57,8 @@ class ClientConnection(asyncio.Protocol):
         self._upgrading: Request | None = None
         self._tunnel: UpstreamConnection | None = None
         self._timer: asyncio.TimerHandle | None = None  # the door's: a head or a body that is late
+        self._timing: str | None = None  # what the timer waits for: "head" or "body"
+        self._body_held = False  # the body's clock, stopped while reading is paused
         self._admitted = False
 
     # the trip's side (exchange.Downstream)
@@ -67,14 +69,23 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def pause_reading(self) -> None:
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
+        """Stop reading (a body held or a replica slow to take it): the body's clock stops too,
+        since the wait is the gateway's, not the client's."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self._paused:
             self._paused = True
             self.transport.pause_reading()
+        if self._timing == "body":
+            self._wait_for(None)
+            self._body_held = True
 
     def resume_reading(self) -> None:
         if self._paused and self.transport is not None and not self.transport.is_closing():
             self._paused = False
             self.transport.resume_reading()
+            if self._body_held:
+                self._wait_for("body")
 
     def bind(self, conn: UpstreamConnection | None) -> None:
         self._upstream = conn
@@ -97,6 +108,8 @@ class ClientConnection(asyncio.Protocol):
         if self._waiting:  # a pipelined request: started from the loop, not from inside a callback
             self._active = self._waiting.popleft()
             asyncio.get_running_loop().call_soon(self._start, self._active)
+            if not self._waiting:  # reading was paused behind it: the rest of its body may still come
+                self.resume_reading()
         else:
             self._wait_for("head")  # the next request's head, as on a new connection
             self.resume_reading()
@@ -211,10 +224,12 @@ class ClientConnection(asyncio.Protocol):
             return
         if req.size + len(body) > self.gateway.max_body:
             return self._too_large()
+        if self._timing == "body":  # an idle timeout: a long upload that keeps coming is not cut
+            self._wait_for("body")
         req.feed(body)
 
     def on_message_complete(self) -> None:
-        if self._timer is not None and self._head_bytes < 0:  # the body's clock, not a next head's
+        if self._timing == "body" or self._body_held:  # the body's clock, not a next head's
             self._wait_for(None)
         if self._building is not None:
             self._building.finish()
@@ -262,25 +277,31 @@ class ClientConnection(asyncio.Protocol):
             self.trip = None
 
     def _wait_for(self, what: str | None) -> None:
-        """Start the door's clock for a request's ``head`` or ``body``; None stops it."""
+        """Start the door's clock for a request's ``head`` or ``body`` (again: the body's restarts
+        with each piece of it, so it bounds a silence, not the whole upload); None stops it."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._timing, self._body_held = None, False
         if what is not None and self.transport is not None:
+            self._timing = what
             door = self.gateway.door
             self._timer = door.arm(door.header_s if what == "head" else door.body_s, lambda: self._late(what))
 
     def _late(self, what: str) -> None:
         """A head or body did not come in time: an idle connection is closed, a request cut off."""
-        self._timer = None
+        self._timer, self._timing = None, None
         if self.transport is None:
             return
         self.gateway.door.timed_out += 1
         if what == "head" and self._active is None and (self._building is None or self._head_bytes <= 0):
             self.transport.close()  # idle between requests: nothing to answer
             return
-        late = self.gateway.door.header_s if what == "head" else self.gateway.door.body_s
-        self._refuse(408, f"{what}_timeout", f"the request's {what} did not arrive within {late:g}s")
+        if what == "head":
+            said = f"the request's head did not arrive within {self.gateway.door.header_s:g}s"
+        else:
+            said = f"the request's body stopped coming for {self.gateway.door.body_s:g}s"
+        self._refuse(408, f"{what}_timeout", said)
 
     def _too_large(self) -> None:
         self._refuse(413, "body_too_large", f"a request body is at most {self.gateway.max_body} bytes")

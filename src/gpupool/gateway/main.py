@@ -24,6 +24,7 @@ import httpx
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
+from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
 from gpupool.gateway import observe
 from gpupool.gateway.access import Access
 from gpupool.gateway.connection import ClientConnection
@@ -59,6 +60,7 @@ class Options:
     head_ca: Path | None = None
     door: Door = field(default_factory=Door)
     tls: tuple[Path, Path] | None = None  # certificate and key: served over HTTPS
+    sign_in_limit: int = SIGN_IN_LIMIT
 
 
 def parse(argv: list[str], env: dict[str, str]) -> Options:
@@ -82,6 +84,12 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
     p.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate (PEM), as the head does")
     p.add_argument("--tls-key", type=Path, help="the certificate's key (PEM)")
     p.add_argument("--max-body", default="64M", help="the largest request body passed on")
+    p.add_argument(
+        "--sign-in-limit",
+        type=int,
+        default=SIGN_IN_LIMIT,
+        help="failed sign-ins from one address in a burst before it gets 429, as the head's (0: no limit)",
+    )
     p.add_argument("--eject", default="1s", help="how long a replica that refused a connection is left out (doubling)")
     p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     p.add_argument("--parent", type=int, help="stop when this process (the head that started it) is gone")
@@ -101,6 +109,8 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         raise UsageError("--poll 0.05s..60s, --report-every 0.1s..10m, --auth-ttl 0..5m, --eject 0.01s..5m")
     if not (0.1 <= header <= 300 and 0.1 <= body <= 300 and 16 <= a.max_connections <= 100_000):
         raise UsageError("--header-timeout and --body-timeout 0.1s..5m, --max-connections 16..100000")
+    if not 0 <= a.sign_in_limit <= 100_000:
+        raise UsageError(f"--sign-in-limit {a.sign_in_limit}: must be 0..100000")
     if (a.tls_cert is None) != (a.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
     token = _token(a.token_file, env) if a.head else None
@@ -120,6 +130,7 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         head_ca=a.head_ca,
         door=Door(header_s=header, body_s=body, max_connections=a.max_connections),
         tls=(a.tls_cert, a.tls_key) if a.tls_cert is not None else None,
+        sign_in_limit=a.sign_in_limit,
     )
 
 
@@ -172,6 +183,7 @@ async def serve(options: Options) -> None:
         limits=options.limits,
         max_body=options.max_body,
         door=options.door,
+        sign_in_limit=options.sign_in_limit,
     )
     metrics = observe.registry(table, gateway)
     loop = asyncio.get_running_loop()

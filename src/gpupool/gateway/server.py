@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gpupool.domain.signins import SignInBursts
+from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
+from gpupool.domain.signins import REFUSED, SignInBursts, refusal
 from gpupool.gateway import headers as h
 from gpupool.gateway.access import Access
 from gpupool.gateway.door import Door
@@ -51,10 +51,13 @@ class Gateway:
         limits: Limits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         door: Door | None = None,
+        sign_in_limit: int = SIGN_IN_LIMIT,
     ) -> None:
         self.table, self.access, self.limits, self.max_body = table, access, limits or Limits(), max_body
         self.door = door or Door()
-        self.signins = SignInBursts()  # failed sign-ins per client address, as the head's own door counts them
+        # Failed sign-ins per client address, as the head's own door counts them (0: no limit, the head's
+        # --sign-in-limit): the head sees only the gateway's address, so the gateway limits its callers.
+        self.signins = SignInBursts(limit=sign_in_limit)
         self._metrics = metrics
         self.unrouted = 0  # requests that named no route
         self.sweeper = Sweeper()
@@ -71,6 +74,7 @@ class Gateway:
             if path == b"/metrics":
                 if self.access is None:
                     return self._metrics_page(req, client)
+                self._throttle(req, path)  # a token oracle too: the head counts the gateway's asking apart
                 client.run(self._checked(None, req, client, b"", b""))
                 return None
             state = self.table.routes.get(route_name(path.decode("latin-1")))
@@ -84,7 +88,7 @@ class Gateway:
                     raise Refused(403, "not_public", f"{route.name} is not public and this gateway has no head")
                 user = self.access.approved(h.bearer(req.headers), route)
                 if user is None:
-                    self._throttle(req)
+                    self._throttle(req, path)
                     client.run(self._checked(state, req, client, path, query))
                     return None
                 caller = h.identity(user, route.project)
@@ -104,7 +108,7 @@ class Gateway:
         try:
             user = await self.access.check(h.bearer(req.headers), state.route if state is not None else None)
         except Refused as e:
-            if e.status == 401:
+            if e.status == 401 and self.signins.limit > 0:
                 self.signins.failed(req.client, datetime.now(UTC), f"{req.method.decode()} {path.decode('latin-1')}")
             if state is not None:
                 state.own.answered(e.status)
@@ -122,15 +126,17 @@ class Gateway:
         client.trip = trip
         trip.start()
 
-    def _throttle(self, req: Request) -> None:
-        """An address past the limit of failed sign-ins waits (429) before its token is checked."""
+    def _throttle(self, req: Request, path: bytes) -> None:
+        """An address past the limit of failed sign-ins waits (429) before its token is checked.
+        The bursts that are over are let go here (the head writes them to its audit log; the
+        gateway has none), else they would be kept for ever, a summary per address."""
+        if self.signins.limit <= 0:
+            return
         now = datetime.now(UTC)
-        wait = self.signins.wait_s(req.client, now)
-        if wait is not None:
-            self.signins.failed(req.client, now, req.method.decode())
-            seconds = max(1, math.ceil(wait))
-            message = f"too many failed sign-ins from this address; try again in {seconds}s with a valid token"
-            raise Refused(429, "too_many_failed_sign_ins", message, retry_after=seconds)
+        self.signins.ended(now)
+        seconds = self.signins.refuse(req.client, now, f"{req.method.decode()} {path.decode('latin-1')}")
+        if seconds is not None:
+            raise Refused(429, REFUSED, refusal(seconds), retry_after=seconds)
 
     def _metrics_page(self, req: Request, client: ClientConnection) -> bool:
         keep = req.keep_alive and req.complete

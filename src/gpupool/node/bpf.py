@@ -72,30 +72,41 @@ def asm(items: Sequence[bytes | Jump | Label]) -> bytes:
 
 
 def load(prog_type: int, insns: bytes, attach_type: int, name: bytes) -> int:
-    """A loaded program's file descriptor; ``BpfError`` with the verifier's last word if refused."""
+    """A loaded program's file descriptor; ``BpfError`` with the verifier's last word if refused.
+    Loaded without the verifier's log first (asking for it costs a 64 KiB buffer and the verifier's
+    writing on every launch); only a refused program is loaded again with it, to say why."""
+    try:
+        return _load(prog_type, insns, attach_type, name, None)
+    except BpfError:
+        pass
+    log = ctypes.create_string_buffer(_LOG_SIZE)
+    try:
+        return _load(prog_type, insns, attach_type, name, log)
+    except BpfError as exc:
+        lines = log.value.decode(errors="replace").strip().splitlines()
+        said = [line for line in lines if not line.startswith("processed ")]  # not the closing statistics
+        raise BpfError(exc.errno, f"{exc.strerror}{': ' + said[-1] if said else ''}") from None
+
+
+def _load(prog_type: int, insns: bytes, attach_type: int, name: bytes, log: ctypes.Array[ctypes.c_char] | None) -> int:
     code = ctypes.create_string_buffer(insns, len(insns))
     license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(_LOG_SIZE)
     attr = struct.pack(
         "<IIQQIIQII16sII",
         prog_type,
         len(insns) // 8,
         ctypes.addressof(code),
         ctypes.addressof(license_),
-        1,  # log_level: the verifier says why it refuses
-        _LOG_SIZE,
-        ctypes.addressof(log),
+        0 if log is None else 1,  # log_level: 1, the verifier says why it refuses
+        0 if log is None else _LOG_SIZE,
+        0 if log is None else ctypes.addressof(log),
         0,
         0,
         name[:15],
         0,
         attach_type,
     )
-    try:
-        return call(PROG_LOAD, attr, "loading a program")
-    except BpfError as exc:
-        said = log.value.decode(errors="replace").strip().splitlines()
-        raise BpfError(exc.errno, f"{exc.strerror}{': ' + said[-1] if said else ''}") from None
+    return call(PROG_LOAD, attr, "loading a program")
 
 
 def attach(group_dir: str, prog: int, attach_type: int) -> None:
@@ -171,13 +182,20 @@ def call_out(cmd: int, attr: bytes, doing: str) -> tuple[int, bytes]:
     if number is None:
         raise BpfError(0, f"{doing}: bpf() is not known on {os.uname().machine}")
     buf = ctypes.create_string_buffer(attr, len(attr))
-    result = int(_libc().syscall(number, cmd, buf, len(attr)))
+    result = int(libc().syscall(number, cmd, buf, len(attr)))
     if result < 0:
-        err = ctypes.get_errno()
-        raise BpfError(err, f"{doing}: {os.strerror(err)}")
+        raise libc_error(doing, BpfError)
     return result, buf.raw
 
 
 @cache
-def _libc() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
+    """The C library with its errno kept for ``libc_error``: ``bpf(2)`` here, ``unshare``,
+    ``setns`` and ``mount`` in ``node/jobns.py``."""
     return ctypes.CDLL(None, use_errno=True)
+
+
+def libc_error(doing: str, kind: type[OSError] = OSError) -> OSError:
+    """The error of the C library call that just failed, saying what was being done."""
+    err = ctypes.get_errno()
+    return kind(err, f"{doing}: {os.strerror(err)}")

@@ -59,19 +59,23 @@ def gpu_rules(own: Sequence[str], others: Sequence[str], keep: Sequence[str]) ->
     """The rules for a worker: its own GPU device files (``own``) and what every CUDA process
     needs (``keep``: ``nvidiactl``, ``nvidia-uvm``...) allowed; the node's other GPUs (``others``)
     denied, and with them every other minor of the GPUs' major, so a GPU whose file is missing
-    from ``/dev`` is still out of reach. Files that vanished meanwhile are skipped."""
-    allowed: list[Rule] = []
-    denied: list[Rule] = []
-    majors: set[tuple[str, int]] = set()
-    for paths, allow in ((own, True), (keep, True), (others, False)):
+    from ``/dev`` is still out of reach. A ``keep`` file gets a rule only where its major is the
+    GPUs' (``nvidiactl``): no rule denies the others (``nvidia-uvm``), so one allowing them would only
+    lengthen the program. Files that vanished meanwhile are skipped."""
+    found: dict[bool, list[Rule]] = {True: [], False: []}
+    for paths, allow in ((own, True), (others, False)):
         for path in paths:
             with contextlib.suppress(OSError):
-                kind, major, minor = number(path)
-                (allowed if allow else denied).append(Rule(allow, kind, major, minor))
-                if paths is not keep:
-                    majors.add((kind, major))
-    wildcard = [Rule(False, kind, major, None) for kind, major in sorted(majors)]
-    return _unique([*allowed, *denied, *wildcard])
+                found[allow].append(Rule(allow, *number(path)))
+    majors = sorted({(rule.kind, rule.major) for rule in (*found[True], *found[False])})
+    kept = []
+    for path in keep:
+        with contextlib.suppress(OSError):
+            kind, major, minor = number(path)
+            if (kind, major) in majors:
+                kept.append(Rule(True, kind, major, minor))
+    wildcard = [Rule(False, kind, major, None) for kind, major in majors]
+    return _unique([*found[True], *kept, *found[False], *wildcard])
 
 
 def program(rules: Iterable[Rule]) -> bytes:

@@ -21,8 +21,8 @@ Workers of one gang on one node share one namespace (NCCL and torch exchange dat
 ``/dev/shm`` between local ranks): the first makes it and records it, the next ones join it with
 ``setns``, under a lock in the job's run directory on the node, which only the node's user reads.
 
-Standard library only (``ctypes`` for ``unshare``, ``setns`` and ``mount``): it runs in the forked
-child of the supervisor.
+Standard library only (``ctypes`` for ``unshare``, ``setns`` and ``mount``, through the C library
+handle ``node/bpf.py`` keeps): it runs in the forked child of the supervisor.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import sys
 from collections.abc import Sequence
 from functools import cache
 from typing import Any, NamedTuple
+
+from gpupool.node.bpf import libc, libc_error
 
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
@@ -177,29 +179,24 @@ def _make(scratch: Scratch) -> None:
 
 def _unshare() -> None:
     """A mount namespace of our own whose mounts never propagate back to the host's."""
-    if _libc().unshare(CLONE_NEWNS) != 0:
-        _fail("unshare(CLONE_NEWNS)")
+    if libc().unshare(CLONE_NEWNS) != 0:
+        raise libc_error("unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_SLAVE, None)
 
 
 def _join(pid: int) -> None:
     fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if _libc().setns(fd, CLONE_NEWNS) != 0:
-            _fail(f"setns into the job's namespace (process {pid})")
+        if libc().setns(fd, CLONE_NEWNS) != 0:
+            raise libc_error(f"setns into the job's namespace (process {pid})")
     finally:
         os.close(fd)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
     enc = [None if v is None else v.encode() for v in (source, target, fstype, data)]
-    if _libc().mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
-        _fail(f"mount {fstype or source or 'propagation'} on {target}")
-
-
-def _fail(what: str) -> None:
-    err = ctypes.get_errno()
-    raise OSError(err, f"{what}: {os.strerror(err)}")
+    if libc().mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
+        raise libc_error(f"mount {fstype or source or 'propagation'} on {target}")
 
 
 def _ns_of(pid: int) -> int | None:
@@ -225,8 +222,3 @@ def _write(job_dir: int, record: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(record, f)
     os.replace(tmp, RECORD, src_dir_fd=job_dir, dst_dir_fd=job_dir)
-
-
-@cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)

@@ -50,7 +50,8 @@ class NetWall:
         self.group = node_group
         self.served = bpf.HashMap("<II", "<Q", _ENTRIES)  # (ip, port) in network order -> job id
         self.workers = bpf.HashMap("<Q", "<Q", _ENTRIES)  # cgroup id -> job id
-        self._remote: set[tuple[int, int]] = set()
+        self._remote: dict[tuple[int, int], int] = {}  # the other nodes' ports (protect): key -> job id
+        self._here_served: dict[tuple[int, int], int] = {}  # this node's (serve): key -> job id
         self._local: dict[str, bool] = {}  # address -> whether it is this machine's
         self._progs: list[int] = []
         try:
@@ -74,11 +75,21 @@ class NetWall:
         self.workers.drop((group_id,))
 
     def serve(self, port: int, job_id: int) -> None:
-        """``job_id`` serves ``port`` on this node: only its own workers may connect to it."""
-        self.served.put((0, socket.htons(port)), (job_id,))
+        """``job_id`` serves ``port`` on this node: only its own workers may connect to it. It
+        shadows another node's entry for the port (a virtual node on this machine, keyed alike):
+        the head's list may lag, but a port served here is this node's job's."""
+        key = (0, socket.htons(port))
+        self._here_served[key] = job_id
+        self.served.put(key, (job_id,))
 
     def stop_serving(self, port: int) -> None:
-        self.served.drop((0, socket.htons(port)))
+        """``port`` is no longer served here: the entry it shadowed, if any, is back."""
+        key = (0, socket.htons(port))
+        self._here_served.pop(key, None)
+        if key in self._remote:
+            self.served.put(key, (self._remote[key],))
+        else:
+            self.served.drop(key)
 
     def protect(self, endpoints: Iterable[tuple[str, int, int]]) -> None:
         """The ports other nodes' jobs serve, as (address, port, job id): the set replaces the last.
@@ -91,11 +102,12 @@ class NetWall:
                 if ip.version == 4:
                     where = 0 if self._here(address) else int.from_bytes(ip.packed, "little")
                     wanted[(where, socket.htons(port))] = job_id
-        for key in self._remote - set(wanted):
+        for key in self._remote.keys() - wanted.keys() - self._here_served.keys():
             self.served.drop(key)
         for key, job_id in wanted.items():
-            self.served.put(key, (job_id,))
-        self._remote = set(wanted)
+            if key not in self._here_served and self._remote.get(key) != job_id:
+                self.served.put(key, (job_id,))
+        self._remote = wanted
 
     def _here(self, address: str) -> bool:
         """Whether ``address`` is one of this machine's (it can be bound here)."""

@@ -110,6 +110,7 @@ class NodeRuntime:
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
         self.scratch_why = self.walls.scratch_why  # None: each job gets a private /tmp, /dev/shm, /proc
         self.netwall = self.walls.netwall  # None: jobs may connect to each other's ports
+        self._uid_min = accounts.uid_min()  # the machine's UID_MIN, read once, not on every launch
 
     def describe(self) -> Node:
         return Node(
@@ -162,7 +163,7 @@ class NodeRuntime:
             if account is None:
                 why = f"no Unix account {req.run_as!r} on node {self.name}: an admin creates it, or maps the user"
                 return rundir.refuse(run_dir, log, req.header, why, NO_ACCOUNT)
-            if not req.allow_system_account and (system := accounts.system_account(account)):
+            if not req.allow_system_account and (system := accounts.system_account(account, self._uid_min)):
                 why = f"{system} on node {self.name}; {accounts.SYSTEM_HINT}"
                 return rundir.refuse(run_dir, log, req.header, why, SYSTEM_ACCOUNT)
             env.update(account.env())
@@ -202,17 +203,21 @@ class NodeRuntime:
         if not self._detach and (pid := self._zygote.spawn(spec_path)):
             return {"pid": pid, "run_dir": str(run_dir), **watched}
         detach = ["--detach"] if self._detach else []
-        err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(err_fd, "wb") as err:
-            child = subprocess.Popen(
-                [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-                env=self._supervisor_env(),
-            )
+        try:
+            err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(err_fd, "wb") as err:
+                child = subprocess.Popen(
+                    [self._python, "-m", "gpupool.node.supervisor", str(spec_path), *detach],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=self._supervisor_env(),
+                )
+        except BaseException:
+            self.walls.release(run_dir, {"port": port})  # no worker will run: its port and group are not its job's
+            raise
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
             # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".

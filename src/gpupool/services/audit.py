@@ -6,8 +6,10 @@ leaves (``durable``): the request waits for the next batch, which the writer sta
 head killed the moment after it answered still has the entry, while requests arriving together
 share one transaction. Other entries (failed sign-ins) wait at most ``FLUSH_EVERY_S``.
 
-A batch the database refuses is not tried again as it is: if every entry refuses alone too, the
-database is down, and the batch is kept and tried again later; else each entry that refuses alone
+A batch refused because the database is unavailable (``Unavailable``: down, busy, its disk
+full) is kept whole and tried again later. A batch the database refuses otherwise is not tried
+again as it is: if every entry refuses alone too, the database is down after all, and the batch is
+kept and tried again later; else each entry that refuses alone
 is counted as lost (``lost``) and logged, and the rest are written. One bad entry never blinds the
 log. ``flush`` writes what is pending now (a reader calls it first, so it sees every request
 answered before it); ``close`` stops the thread and flushes, so a clean shutdown loses nothing.
@@ -23,7 +25,7 @@ from collections import deque
 from typing import NamedTuple
 
 from gpupool.domain.audit import AuditEntry
-from gpupool.domain.errors import Forbidden
+from gpupool.domain.errors import Forbidden, Unavailable
 from gpupool.services.context import HeadContext
 from gpupool.services.telemetry import parse_when
 from gpupool.store import audit as audit_repo
@@ -92,6 +94,10 @@ class AuditLog:
             try:
                 self._write([p.entry for p in batch])
                 written = batch
+            except Unavailable:  # the database is down, not an entry bad: all kept, tried again later
+                self._pending.extendleft(reversed(batch))
+                self._drop_excess()
+                raise
             except Exception as refused:
                 written = self._write_apart(batch, refused)
             for p in written:
