@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import Parts, PartsStep
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.scheduler import CycleMemory, schedule
 from gpupool.store import arrays as array_repo
@@ -23,12 +23,11 @@ def _idle_deferred_reason(until: datetime) -> Reason:
     )
 
 
-class ScheduleCycle:
-    name = "schedule"
-    every_s = 0.0  # whether a cycle is due is decided in run(): dirty, touched, full cycle or a wake time
+class ScheduleCycle(PartsStep):
+    name = "schedule"  # every tick; run() says whether a cycle is due: dirty, touched, a full cycle or a wake time
 
     def __init__(self, parts: Parts) -> None:
-        self._parts = parts
+        super().__init__(parts)
         self._specs = SpecCache()
         self._memory = CycleMemory()  # the scheduler's index, carried from cycle to cycle
         self._written: dict[int, Reason] = {}

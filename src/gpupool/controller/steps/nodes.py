@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import PartsStep
 from gpupool.store import nodes as node_repo
 
 log = logging.getLogger("gpupool.controller")
 
 
-class SyncNodes:
+class SyncNodes(PartsStep):
     name = "nodes"
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     @property
     def every_s(self) -> float:
@@ -46,14 +43,10 @@ class SyncNodes:
         return True
 
 
-class WatchNodeAlerts:
+class WatchNodeAlerts(PartsStep):
     """After a node sync that changed something: node-down alerts raised or cleared."""
 
     name = "node-alerts"
-    every_s = 0.0
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     def run(self, now: float) -> bool:
         if self._parts.shared.nodes_changed:

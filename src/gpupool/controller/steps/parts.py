@@ -99,3 +99,17 @@ class Parts:
             on_cycle,
             on_first_start,
         )
+
+
+class PartsStep:
+    """The base of the table's steps: each holds the controller's parts, and most run at every
+    tick (their own checks, or their component's, say when there is anything to do)."""
+
+    name = ""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    @property
+    def every_s(self) -> float:
+        return 0.0

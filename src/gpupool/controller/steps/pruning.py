@@ -7,18 +7,15 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import Parts, PartsStep
 from gpupool.store import audit as audit_repo
 from gpupool.store import prune
 
 log = logging.getLogger("gpupool.controller")
 
 
-class PruneAudit:
+class PruneAudit(PartsStep):
     name = "prune-audit"
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     @property
     def every_s(self) -> float:
@@ -31,11 +28,11 @@ class PruneAudit:
         return False
 
 
-class PruneFinished:
+class PruneFinished(PartsStep):
     name = "prune-finished"
 
     def __init__(self, parts: Parts) -> None:
-        self._parts = parts
+        super().__init__(parts)
         self._more = False  # the last batch was full: the next round runs at once
 
     @property

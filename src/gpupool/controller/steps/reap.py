@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import time
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import Parts, PartsStep
 from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
 
 POLL_S = 1.0  # once the backend rings at exits, workers are still polled this often (a killed supervisor cannot ring)
 
 
-class ReapAndSettle:
+class ReapAndSettle(PartsStep):
     name = "reap"
-    every_s = 0.0
 
     def __init__(self, parts: Parts) -> None:
-        self._parts = parts
+        super().__init__(parts)
         self.heard_exits = False  # whether the backend rings at exits (Controller.rings_at_exits)
         self.rang = False  # an exit rang since the last poll
         self._last_poll = 0.0

@@ -4,27 +4,21 @@ idle tracking, nor either of them the next round of readings."""
 
 from __future__ import annotations
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import PartsStep
 
 
-class SampleTelemetry:
+class SampleTelemetry(PartsStep):
+    """Every tick; the sampler keeps its own (clock) interval: --telemetry-every."""
+
     name = "telemetry"
-    every_s = 0.0  # the sampler keeps its own (clock) interval: --telemetry-every
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     def run(self, now: float) -> bool:
         self._parts.shared.readings = self._parts.telemetry.maybe_sample()
         return False
 
 
-class WatchAlerts:
+class WatchAlerts(PartsStep):
     name = "alerts"
-    every_s = 0.0
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     def run(self, now: float) -> bool:
         if self._parts.shared.readings is not None:
@@ -32,12 +26,8 @@ class WatchAlerts:
         return False
 
 
-class WatchIdle:
+class WatchIdle(PartsStep):
     name = "idle"
-    every_s = 0.0
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     def run(self, now: float) -> bool:
         readings = self._parts.shared.readings

@@ -3,16 +3,13 @@ fair share between projects, and the order of users' jobs within one, read it.""
 
 from __future__ import annotations
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import PartsStep
 from gpupool.store import projects as project_repo
 from gpupool.store import user_usage as user_usage_repo
 
 
-class AccrueUsage:
+class AccrueUsage(PartsStep):
     name = "usage"
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     @property
     def every_s(self) -> float:

@@ -4,17 +4,15 @@ ports the others serve, ``controller/ports.py``) and the cap on each user's logs
 
 from __future__ import annotations
 
-from gpupool.controller.steps.parts import Parts
+from gpupool.controller.steps.parts import Parts, PartsStep
 
 
-class PushPorts:
+class PushPorts(PartsStep):
     """Runs after settling and again after the scheduling cycle: a replica that just started is
     walled from the other nodes' jobs in the tick that started it."""
 
-    every_s = 0.0
-
     def __init__(self, parts: Parts, name: str = "ports") -> None:
-        self._parts = parts
+        super().__init__(parts)
         self.name = name
 
     def run(self, now: float) -> bool:
@@ -22,14 +20,10 @@ class PushPorts:
         return False
 
 
-class CapUserLogs:
+class CapUserLogs(PartsStep):
     """After settling: the jobs that just ended read finished, so their logs may be emptied now."""
 
     name = "user-logs"
-    every_s = 0.0
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
 
     def run(self, now: float) -> bool:
         self._parts.user_logs.check(self._parts.shared.nodes)
