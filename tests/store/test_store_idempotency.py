@@ -13,6 +13,7 @@ from gpupool.domain.errors import Conflict
 from gpupool.domain.jobs import JobSpec
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.store import idempotency
 from gpupool.store import jobs as job_repo
 from gpupool.store.tokens import Principal
@@ -32,15 +33,15 @@ def _jobs(ctx: HeadContext) -> int:
 
 
 def test_one_job_per_key_then_a_new_one_after_a_day(ctx: HeadContext) -> None:
-    first, replayed = job_service.submit_once(ctx, SPEC, ADMIN, "k")
-    again, replayed_again = job_service.submit_once(ctx, SPEC, ADMIN, "k")
+    first, replayed = GroupCommit(ctx).submit(SPEC, ADMIN, "k")
+    again, replayed_again = GroupCommit(ctx).submit(SPEC, ADMIN, "k")
     assert (replayed, replayed_again) == (False, True) and again.id == first.id and _jobs(ctx) == 1
     with pytest.raises(Conflict) as reused:
-        job_service.submit_once(ctx, JobSpec.create(command=["eval"], gpus=0), ADMIN, "k")
+        GroupCommit(ctx).submit(JobSpec.create(command=["eval"], gpus=0), ADMIN, "k")
     assert reused.value.code == "idempotency_key_reused" and _jobs(ctx) == 1
     assert isinstance(ctx.clock, FakeClock)
     ctx.clock.advance(24 * 3600 + 1)
-    later, replayed_later = job_service.submit_once(ctx, SPEC, ADMIN, "k")
+    later, replayed_later = GroupCommit(ctx).submit(SPEC, ADMIN, "k")
     assert not replayed_later and later.id != first.id and _jobs(ctx) == 2
 
 
