@@ -241,12 +241,7 @@ def _settle(waiting: list[_Submission]) -> None:
 
 def _insert(s: Tx, new: list[_Submission], now: datetime) -> None:
     """The jobs of every job and batch in a few multi-row statements, then each array's tasks."""
-    rows = [
-        (spec, one.who.user, one.run_as)
-        for one in new
-        for spec in (one.what.specs if isinstance(one.what, Batch) else (one.what.spec,))
-        if not isinstance(one.what, Array)
-    ]
+    rows = [(spec, one.who.user, one.run_as) for one in new for spec in _plain_jobs(one.what)]
     jobs = iter(bulk.insert_jobs(s, rows, now))
     for one in new:
         if isinstance(one.what, Job):
@@ -260,6 +255,13 @@ def _insert(s: Tx, new: list[_Submission], now: datetime) -> None:
             cap = one.what.array.max_running
             one.made = ArraySummary(first=tasks[0], tasks=len(tasks), by_state={"pending": len(tasks)}, max_running=cap)
             one.made_id = tasks[0].id
+
+
+def _plain_jobs(what: Request) -> tuple[JobSpec, ...]:
+    """The jobs a request makes that are not an array's tasks (those are written apart)."""
+    if isinstance(what, Batch):
+        return what.specs
+    return (what.spec,) if isinstance(what, Job) else ()
 
 
 def _keyed(new: list[_Submission]) -> list[tuple[str, str, str, int]]:
