@@ -10,13 +10,15 @@ from dataclasses import replace
 
 import pytest
 
+from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.errors import Conflict, NotFound, Unsatisfiable
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
+from gpupool.domain.records import ArraySummary
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
 from gpupool.services.group_commit import GroupCommit, _Submission
-from gpupool.store.idempotency import fingerprint
+from gpupool.services.submission import Array, Batch, Job
 from gpupool.store.tokens import Principal
 
 ADMIN = Principal("admin", "admin")
@@ -58,14 +60,12 @@ def test_in_one_group_a_refused_submission_is_answered_alone_and_a_repeated_key_
     group = GroupCommit(services)
     stranger = Principal("eve", "member")
     batch = [
-        _Submission(ONE, ADMIN, "k"),
-        _Submission(JobSpec.create(command=["x"], gpus=8), ADMIN, None),  # the node has 2 GPUs
-        _Submission(JobSpec.create(command=["x"], gpus=1, project="nope"), stranger, None),  # no such project
-        _Submission(ONE, ADMIN, "k"),  # the same request again: the first one's job
-        _Submission(JobSpec.create(command=["y"], gpus=1), ADMIN, "k"),  # the key, another request: 409
+        _Submission(Job(ONE), ADMIN, "k"),
+        _Submission(Job(JobSpec.create(command=["x"], gpus=8)), ADMIN, None),  # the node has 2 GPUs
+        _Submission(Job(JobSpec.create(command=["x"], gpus=1, project="nope")), stranger, None),  # no such project
+        _Submission(Job(ONE), ADMIN, "k"),  # the same request again: the first one's job
+        _Submission(Job(JobSpec.create(command=["y"], gpus=1)), ADMIN, "k"),  # the key, another request: 409
     ]
-    for one in batch:
-        one.fingerprint = fingerprint(one.spec.to_dict())
     group._commit(batch)
     job, replayed = batch[0].outcome()
     assert not replayed
@@ -79,6 +79,40 @@ def test_in_one_group_a_refused_submission_is_answered_alone_and_a_repeated_key_
     assert [j.id for j, _ in job_service.listing(services, ADMIN, include_finished=True)[0]] == [job.id]
     again = GroupCommit(services).submit(ONE, ADMIN, "k")  # a later group finds the key in the store
     assert again[0].id == job.id and again[1]
+
+
+def test_jobs_batches_and_arrays_arriving_together_share_a_group_and_its_checks(services: HeadContext) -> None:
+    """Every way in meets the same checks in one transaction: a batch is one submission, all or
+    none; an array counts against --max-user-arrays with the arrays before it in its group; an
+    array's key is replayed from the group as a job's is."""
+    ctx = replace(services, max_user_arrays=1)
+    group = GroupCommit(ctx)
+    two = ArraySpec.parse("0-1")
+    batch = [
+        _Submission(Array(ONE, two), ADMIN, "a"),
+        _Submission(Batch((ONE, ONE)), ADMIN, None),
+        _Submission(Batch((ONE, JobSpec.create(command=["x"], gpus=3))), ADMIN, None),  # the node has 2 GPUs
+        _Submission(Job(ONE), ADMIN, None),
+        _Submission(Array(ONE, two), ADMIN, "a"),  # the same request again: the first one's array
+        _Submission(Array(ONE, ArraySpec.parse("0-2")), ADMIN, None),  # a second array in flight: 409
+    ]
+    group._commit(batch)
+    array, replayed = batch[0].outcome()
+    assert isinstance(array, ArraySummary) and array.tasks == 2 and not replayed
+    jobs, _ = batch[1].outcome()
+    assert isinstance(jobs, list) and [j.spec for j in jobs] == [ONE, ONE]
+    with pytest.raises(Unsatisfiable, match=r"^jobs\[1\]: 3 GPUs per worker"):
+        batch[2].outcome()
+    job, _ = batch[3].outcome()
+    assert batch[4].outcome() == (array, True)
+    with pytest.raises(Conflict) as refused:
+        batch[5].outcome()
+    assert refused.value.code == "too_many_arrays"
+    listed = {j.id for j, _ in job_service.listing(services, ADMIN, include_finished=True)[0]}
+    assert listed == {array.first.id, array.first.id + 1} | {j.id for j in jobs} | {job.id}
+    assert group.groups == 1
+    again, replayed = GroupCommit(ctx).submit_array(ONE, two, ADMIN, "a")  # a later group finds the key
+    assert again.first.id == array.first.id and replayed
 
 
 def test_a_node_that_joins_is_seen_by_the_next_submission(services: HeadContext) -> None:

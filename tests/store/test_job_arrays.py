@@ -18,6 +18,7 @@ from gpupool.scheduler import SchedulerConfig
 from gpupool.services import arrays as array_service
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
@@ -45,7 +46,7 @@ def states(ctx: HeadContext, array_id: int) -> dict[str, int]:
 def test_an_array_is_its_tasks_each_told_its_index_and_capped_by_its_max_running(db: Database) -> None:
     ctx, controller, executor, clock = make(db, gpus=4)
     spec = JobSpec.create(command=["train"], gpus=1)
-    made, replayed = array_service.submit(ctx, spec, ArraySpec.parse("0-8:2%2"), ALICE)
+    made, replayed = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-8:2%2"), ALICE)
     assert not replayed and made.tasks == 5 and made.max_running == 2
     array_id = made.first.id
     _, tasks, sees = array_service.show(ctx, array_id, ALICE)
@@ -85,7 +86,7 @@ def test_a_task_of_a_plain_job_submit_and_a_plain_job_are_told_apart(db: Databas
         array_service.show(ctx, plain.id, ALICE)
     arrays, total = array_service.listing(ctx, BOB, include_finished=False)
     assert (arrays, total) == ([], 0)
-    made, _ = array_service.submit(ctx, JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("3"), ALICE)
+    made, _ = GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("3"), ALICE)
     arrays, total = array_service.listing(ctx, BOB, include_finished=False)
     assert total == 1 and arrays[0][0].first.id == made.first.id and not arrays[0][1]  # Bob sees not inside
 
@@ -93,8 +94,8 @@ def test_a_task_of_a_plain_job_submit_and_a_plain_job_are_told_apart(db: Databas
 def test_an_array_with_a_key_is_made_once(db: Database) -> None:
     ctx, *_ = make(db, gpus=2)
     spec = JobSpec.create(command=["x"], gpus=1)
-    first, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-9"), ALICE, key="k1")
-    again, replayed = array_service.submit(ctx, spec, ArraySpec.parse("0-9"), ALICE, key="k1")
+    first, _ = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-9"), ALICE, key="k1")
+    again, replayed = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-9"), ALICE, key="k1")
     assert replayed and again.first.id == first.first.id and again.tasks == 10
     assert len(job_service.listing(ctx, ALICE, include_finished=True)[0]) == 10
 
@@ -102,13 +103,13 @@ def test_an_array_with_a_key_is_made_once(db: Database) -> None:
 def test_a_batch_is_all_or_none(db: Database) -> None:
     ctx, *_ = make(db, gpus=2)
     good = JobSpec.create(command=["a"], gpus=1)
-    made = job_service.submit_batch(ctx, [good, JobSpec.create(command=["b"], gpus=2)], ALICE)
+    made = GroupCommit(ctx).submit_batch([good, JobSpec.create(command=["b"], gpus=2)], ALICE)
     assert [j.spec.command for j in made] == [("a",), ("b",)]
     assert [job_service.get(ctx, j.id).state for j in made] == [JobState.PENDING] * 2
     with pytest.raises(Unsatisfiable, match=r"^jobs\[1\]: 3 GPUs per worker"):
-        job_service.submit_batch(ctx, [good, JobSpec.create(command=["c"], gpus=3)], ALICE)
+        GroupCommit(ctx).submit_batch([good, JobSpec.create(command=["c"], gpus=3)], ALICE)
     with pytest.raises(InvalidInput, match="1 to 1000 jobs"):
-        job_service.submit_batch(ctx, [], ALICE)
+        GroupCommit(ctx).submit_batch([], ALICE)
     assert len(job_service.listing(ctx, ALICE, include_finished=True)[0]) == 2  # nothing of the refused one
 
 
@@ -140,15 +141,15 @@ def test_a_user_has_at_most_max_user_arrays_in_flight(db: Database) -> None:
     ctx, controller, _, _ = make(db, gpus=1)
     ctx = dataclasses.replace(ctx, max_user_arrays=2)
     spec = JobSpec.create(command=["train"], gpus=1)
-    first, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
-    array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
+    first, _ = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+    GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), ALICE)
     with pytest.raises(Conflict) as refused:
-        array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)
+        GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), ALICE)
     assert refused.value.code == "too_many_arrays" and "--max-user-arrays 2" in str(refused.value)
     assert "gpupool cancel ID" in str(refused.value)
-    array_service.submit(ctx, spec, ArraySpec.parse("0-1"), BOB)  # another user's count is their own
+    GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), BOB)  # another user's count is their own
     job_service.submit(ctx, spec, ALICE)  # plain jobs are not arrays
     array_service.cancel(ctx, first.first.id, ALICE)
     controller.tick()
-    again, _ = array_service.submit(ctx, spec, ArraySpec.parse("0-1"), ALICE)  # one finished: room again
+    again, _ = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), ALICE)  # one finished: room again
     assert again.tasks == 2

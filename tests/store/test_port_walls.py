@@ -11,8 +11,8 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
@@ -31,7 +31,7 @@ def test_each_node_is_handed_the_other_nodes_served_ports_until_their_jobs_end(d
 
     def submit(name: str, expose: int | None) -> int:
         spec = JobSpec.create(command=["serve"], name=name, gpus=1, expose=expose)
-        return job_service.submit_once(ctx, spec, USER, f"key-{name}")[0].id
+        return GroupCommit(ctx).submit(spec, USER, f"key-{name}")[0].id
 
     notebook, squatter = submit("notebook", 8888), submit("squatter", 8000)
     controller.tick()

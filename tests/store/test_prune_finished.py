@@ -12,6 +12,7 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
 from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
@@ -34,7 +35,7 @@ def test_finished_jobs_older_than_the_keep_time_go_with_their_files(db: Database
 
     def submit(name: str, gpus: float = 1) -> int:
         spec = JobSpec.create(command=["train"], name=name, gpus=gpus)
-        return job_service.submit_once(ctx, spec, USER, f"key-{name}")[0].id
+        return GroupCommit(ctx).submit(spec, USER, f"key-{name}")[0].id
 
     old_ok, old_cancelled = submit("old-ok"), submit("old-cancelled", gpus=0)
     job_service.cancel(ctx, old_cancelled, USER)  # never ran: pending, cancelled at once
@@ -56,8 +57,6 @@ def test_finished_jobs_older_than_the_keep_time_go_with_their_files(db: Database
     assert left == {"recent", "running"}
     (node, forgotten), *rest = executor.forgotten
     assert forgotten == (old_ok,) and rest == [] and node.startswith("node-")
-    assert (
-        job_service.submit_once(ctx, JobSpec.create(command=["train"], name="old-ok"), USER, "key-old-ok")[1] is False
-    )
+    assert GroupCommit(ctx).submit(JobSpec.create(command=["train"], name="old-ok"), USER, "key-old-ok")[1] is False
     events = job_service.show(ctx, recent, USER)[2]
     assert events and all(e.kind != "jobs_pruned" for e in events)

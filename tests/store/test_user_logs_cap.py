@@ -10,8 +10,8 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
 from gpupool.services.context import HeadContext
+from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
@@ -35,7 +35,7 @@ def test_an_owner_over_the_cap_loses_the_oldest_finished_logs_first(db: Database
 
     def submit(name: str, who: Principal = USER, workers: int = 1) -> int:
         spec = JobSpec.create(command=["train"], name=name, gpus=1, workers=workers)
-        return job_service.submit_once(ctx, spec, who, f"key-{name}")[0].id
+        return GroupCommit(ctx).submit(spec, who, f"key-{name}")[0].id
 
     old, gang = submit("old"), submit("gang", workers=2)  # the gang: a worker on each node
     controller.tick()

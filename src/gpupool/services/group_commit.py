@@ -1,17 +1,22 @@
-"""Group commit of submissions: the requests that arrive together share one transaction.
+"""Group commit of submissions: the requests that arrive together share one transaction. It is the
+one way a job is submitted: ``POST /jobs``, ``POST /jobs:batch``, ``POST /arrays`` and the
+use cases' ``jobs.submit`` all come here, to the same checks (services/submission.py) and the
+same idempotency keys.
 
 A submission is acknowledged only once it is committed (DESIGN §6), and one transaction per
 request made the writer lock, the ORM's per-object work and the commit itself the ceiling: ~8 ms a
 submission, whatever the number of clients. Here the first request thread to find no commit
-under way leads: it takes every submission queued by then (its own included), checks each as
-``jobs.submit_once`` would, writes them with a few multi-row statements in one transaction,
+under way leads: it takes every submission queued by then (its own included), checks each,
+writes them with a few multi-row statements in one transaction,
 commits, and hands each waiting thread its own answer. Threads that arrive meanwhile queue for the
 next leader, so the batch grows with the load and a lone request is committed at once. The API
 awaits ``submit_async`` instead: its requests queue on the event loop and a committer thread leads.
 
 Each submission keeps its own outcome: one refused (not a member, unsatisfiable, a reused
-idempotency key) is answered with its error and the others go on. Should the shared transaction
-itself fail, each submission is tried again alone, so one cannot take the others down with it.
+idempotency key) is answered with its error and the others go on; a batch is one submission, all
+or none. Should the shared transaction itself fail, each submission is tried again alone, so one
+cannot take the others down with it; one alone whose key a concurrent request took first is tried
+once more, to answer with what that request made.
 """
 
 from __future__ import annotations
@@ -19,21 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from math import inf
 
+from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.jobs import JobSpec
-from gpupool.domain.nodes import Node
-from gpupool.domain.records import JobRecord
-from gpupool.services.access import require_submit
+from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.services.context import HeadContext
-from gpupool.services.jobs import check_satisfiable
+from gpupool.services.submission import Array, Batch, Checks, Job, Made, NodeCache, Request
 from gpupool.store import bulk, idempotency
-from gpupool.store import jobs as job_repo
-from gpupool.store import nodes as node_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
 
@@ -43,23 +44,28 @@ IDLE_COMMITTER_S = 5.0  # the committer thread ends after this long without a su
 
 @dataclass(eq=False, slots=True)
 class _Submission:
-    spec: JobSpec
+    what: Request
     who: Principal
     key: str | None
     fingerprint: str = ""
     done: bool = False
-    job: JobRecord | None = None
+    made: Made | None = None
+    made_id: int = 0  # the job id its key is remembered with: the job's, or the array's first task's
     replayed: bool = False
     error: BaseException | None = None
     run_as: str | None = None
     same_as: _Submission | None = field(default=None, repr=False)  # an earlier one with its key
-    answer: asyncio.Future[tuple[JobRecord, bool]] | None = field(default=None, repr=False)  # submit_async's
+    answer: asyncio.Future[tuple[Made, bool]] | None = field(default=None, repr=False)  # submit_async's
 
-    def outcome(self) -> tuple[JobRecord, bool]:
+    def __post_init__(self) -> None:
+        if self.key is not None:
+            self.fingerprint = idempotency.fingerprint(self.what.request())
+
+    def outcome(self) -> tuple[Made, bool]:
         if self.error is not None:
             raise self.error
-        assert self.job is not None
-        return self.job, self.replayed
+        assert self.made is not None
+        return self.made, self.replayed
 
 
 class GroupCommit:
@@ -71,15 +77,32 @@ class GroupCommit:
         self._leading = False
         self._committer: threading.Thread | None = None  # commits submit_async's groups
         self._committer_waits = False  # it waits for a submission (under _cond): notify it
-        self._nodes = _NodeCache()
+        self._nodes = NodeCache()
         self.groups = 0  # transactions committed, for tests and benchmarks
         self.submissions = 0
 
     def submit(self, spec: JobSpec, who: Principal, key: str | None = None) -> tuple[JobRecord, bool]:
-        """As ``jobs.submit_once``: the job, and whether it is a replay of the key's first request."""
-        mine = _Submission(spec, who, key)
-        if key is not None:
-            mine.fingerprint = idempotency.fingerprint(spec.to_dict())
+        """The job, and whether it is a replay of the key's first request (True: made then, not now)."""
+        job, replayed = self._submit(_Submission(Job(spec), who, key))
+        assert isinstance(job, JobRecord)
+        return job, replayed
+
+    def submit_batch(self, specs: Sequence[JobSpec], who: Principal) -> list[JobRecord]:
+        """Up to ``MAX_BATCH`` jobs, all or none; the first refused refuses the batch, saying which."""
+        jobs, _ = self._submit(_Submission(Batch(tuple(specs)), who, None))
+        assert isinstance(jobs, list)
+        return jobs
+
+    def submit_array(
+        self, spec: JobSpec, array: ArraySpec, who: Principal, key: str | None = None
+    ) -> tuple[ArraySummary, bool]:
+        """One task per index, all or none; with ``key``, as a job's."""
+        made, replayed = self._submit(_Submission(Array(spec, array), who, key))
+        assert isinstance(made, ArraySummary)
+        return made, replayed
+
+    def _submit(self, mine: _Submission) -> tuple[Made, bool]:
+        """Queue ``mine`` and wait for its group's commit, leading the group if nobody does."""
         with self._cond:
             self._queue.append(mine)
             while self._leading and not mine.done:
@@ -107,9 +130,7 @@ class GroupCommit:
         answers the whole group with one call into each waiting loop; the requests of a burst then
         queue on the loop, not as threads taking turns at the interpreter lock. Measured: 8 clients
         into a full cluster went from ~300 to ~500 submissions/s."""
-        mine = _Submission(spec, who, key, answer=asyncio.get_running_loop().create_future())
-        if key is not None:
-            mine.fingerprint = idempotency.fingerprint(spec.to_dict())
+        mine = _Submission(Job(spec), who, key, answer=asyncio.get_running_loop().create_future())
         with self._cond:
             self._queue.append(mine)
             if self._committer is None:
@@ -118,7 +139,9 @@ class GroupCommit:
             elif self._committer_waits:  # a busy committer looks at the queue again when it is done
                 self._cond.notify_all()  # (a notify costs the loop a tenth of a request in a burst)
         assert mine.answer is not None
-        return await mine.answer
+        job, replayed = await mine.answer
+        assert isinstance(job, JobRecord)
+        return job, replayed
 
     def _commit_queued(self) -> None:
         """The committer thread: leads a group whenever one is queued and nobody else leads; leaves
@@ -146,17 +169,19 @@ class GroupCommit:
         self._commit_group(group)
         _answer_async(group)
 
-    def _commit_group(self, group: list[_Submission]) -> None:
+    def _commit_group(self, group: list[_Submission], tries: int = 2) -> None:
         try:
             with self._ctx.db.tx() as s:
                 self._write(s, group, self._ctx.clock.now())
         except Exception as exc:  # the shared transaction failed: each alone, so one cannot sink the rest
-            if len(group) == 1:
-                group[0].error, group[0].job = exc, None
-            else:
+            if len(group) > 1:
                 for one in group:
-                    one.error = one.job = one.same_as = None
+                    one.error = one.made = one.same_as = None
                     self._commit_group([one])
+            elif isinstance(exc, idempotency.KeyTaken) and tries > 1:
+                self._commit_group(group, tries - 1)  # the key's look-up now finds what the other made
+            else:
+                group[0].error, group[0].made = exc, None
         for one in group:
             one.done = True
         self.groups += 1
@@ -164,7 +189,7 @@ class GroupCommit:
 
     def _write(self, s: Tx, group: list[_Submission], now: datetime) -> None:
         known = idempotency.find_many(s, [(one.who.user, one.key) for one in group if one.key is not None], now)
-        checks = _Checks(s, self._ctx, self._nodes)
+        checks = Checks(s, self._ctx, self._nodes)
         first_with: dict[tuple[str, str], _Submission] = {}
         new: list[_Submission] = []
         for one in group:
@@ -175,83 +200,20 @@ class GroupCommit:
                 continue
             try:
                 if one.key is not None and mark in known:
-                    one.job, one.replayed = _replay(s, one, *known[mark]), True
+                    one.made, one.replayed = _replay(s, one, *known[mark]), True
                     continue
-                checks.run(one)
+                one.run_as = checks.run(one.what, one.who)
             except GpupoolError as exc:
                 one.error = exc
                 continue
             if one.key is not None:
                 first_with[mark] = one
             new.append(one)
-        for one, job in zip(new, bulk.insert_jobs(s, [(n.spec, n.who.user, n.run_as) for n in new], now), strict=True):
-            one.job = job
+        _insert(s, new, now)
         idempotency.remember_many(s, _keyed(new), now)
         for one in group:
             if one.same_as is not None:
                 _answer_repeat(one, one.same_as)
-
-
-class _NodeCache:
-    """The nodes a submission is checked against, read again only when ``nodes_stamp`` changes:
-    parsing every node and GPU row for each group was a fifth of a lone submission's cost. Even
-    the stamp is asked at most every ``STAMP_EVERY_S``: a job accepted against a node that left
-    within that second waits as any job whose node leaves after its submission does, and one
-    refused by nodes read earlier than that is checked again against fresh ones."""
-
-    STAMP_EVERY_S = 1.0
-
-    def __init__(self) -> None:
-        self._stamp: tuple[object, ...] | None = None
-        self._nodes: list[Node] = []
-        self._asked = -inf
-
-    def __call__(self, s: Tx, fresh: bool = False) -> list[Node]:
-        now = time.monotonic()
-        if fresh or now - self._asked >= self.STAMP_EVERY_S:
-            stamp = node_repo.nodes_stamp(s)
-            if stamp != self._stamp:
-                self._nodes, self._stamp = node_repo.load_nodes(s), stamp
-            self._asked = now
-        return self._nodes
-
-
-class _Checks:
-    """What ``jobs.submit_once`` checks, with what the group shares read once."""
-
-    def __init__(self, s: Tx, ctx: HeadContext, nodes: _NodeCache) -> None:
-        self._s, self._ctx, self._read_nodes = s, ctx, nodes
-        self._nodes: list[Node] | None = None
-        self._fresh = False  # whether the nodes were read afresh in this group
-        self._allowed: dict[tuple[str, str], GpupoolError | None] = {}
-
-    def run(self, one: _Submission) -> None:
-        self._access(one.who, one.spec.project)
-        if self._nodes is None:
-            self._nodes = self._read_nodes(self._s)
-        try:
-            check_satisfiable(one.spec, self._nodes)
-        except GpupoolError:
-            if self._fresh:
-                raise
-            self._nodes, self._fresh = self._read_nodes(self._s, fresh=True), True  # a refusal: on fresh nodes only
-            check_satisfiable(one.spec, self._nodes)
-        one.run_as = self._ctx.accounts.run_as(one.who.user, one.who.unix_user)
-
-    def _access(self, who: Principal, project: str) -> None:
-        """``require_submit``, once per caller and project in a group; a grant is remembered a
-        moment longer where writers take turns (services/grants.py)."""
-        access = (who.user, project)
-        if access not in self._allowed:
-            grants, remembered = self._ctx.grants, self._ctx.db.one_writer
-            if remembered and grants.granted(who.user, project, who.is_admin):
-                self._allowed[access] = None
-            else:
-                self._allowed[access] = _refusal(self._s, who, project)
-                if remembered and self._allowed[access] is None:
-                    grants.grant(who.user, project, who.is_admin)
-        if (refused := self._allowed[access]) is not None:
-            raise refused
 
 
 def _answer_async(group: list[_Submission]) -> None:
@@ -273,13 +235,38 @@ def _settle(waiting: list[_Submission]) -> None:
         if one.error is not None:
             one.answer.set_exception(one.error)
         else:
-            assert one.job is not None
-            one.answer.set_result((one.job, one.replayed))
+            assert one.made is not None
+            one.answer.set_result((one.made, one.replayed))
+
+
+def _insert(s: Tx, new: list[_Submission], now: datetime) -> None:
+    """The jobs of every job and batch in a few multi-row statements, then each array's tasks."""
+    rows = [(spec, one.who.user, one.run_as) for one in new for spec in _plain_jobs(one.what)]
+    jobs = iter(bulk.insert_jobs(s, rows, now))
+    for one in new:
+        if isinstance(one.what, Job):
+            one.made = next(jobs)
+            one.made_id = one.made.id
+        elif isinstance(one.what, Batch):
+            one.made = [next(jobs) for _ in one.what.specs]
+    for one in new:
+        if isinstance(one.what, Array):
+            tasks = bulk.insert_array(s, one.what.spec, one.what.array, one.who.user, now, one.run_as)
+            cap = one.what.array.max_running
+            one.made = ArraySummary(first=tasks[0], tasks=len(tasks), by_state={"pending": len(tasks)}, max_running=cap)
+            one.made_id = tasks[0].id
+
+
+def _plain_jobs(what: Request) -> tuple[JobSpec, ...]:
+    """The jobs a request makes that are not an array's tasks (those are written apart)."""
+    if isinstance(what, Batch):
+        return what.specs
+    return (what.spec,) if isinstance(what, Job) else ()
 
 
 def _keyed(new: list[_Submission]) -> list[tuple[str, str, str, int]]:
-    """(owner, key, fingerprint, job id) of each new job submitted with a key."""
-    return [(one.who.user, one.key, one.fingerprint, one.job.id) for one in new if one.key and one.job]
+    """(owner, key, fingerprint, job id) of each new submission made with a key."""
+    return [(one.who.user, one.key, one.fingerprint, one.made_id) for one in new if one.key and one.made_id]
 
 
 def _answer_repeat(one: _Submission, first: _Submission) -> None:
@@ -287,20 +274,12 @@ def _answer_repeat(one: _Submission, first: _Submission) -> None:
     if first.error is not None:
         one.error = first.error
     elif first.fingerprint != one.fingerprint:
-        one.error = idempotency.reused(one.key or "", first.job.id if first.job else 0)
+        one.error = idempotency.reused(one.key or "", first.made_id)
     else:
-        one.job, one.replayed = first.job, True
+        one.made, one.replayed = first.made, True
 
 
-def _refusal(s: Tx, who: Principal, project: str) -> GpupoolError | None:
-    try:
-        require_submit(s, who, project)
-    except GpupoolError as exc:
-        return exc
-    return None
-
-
-def _replay(s: Tx, one: _Submission, job_id: int, fingerprint: str) -> JobRecord:
+def _replay(s: Tx, one: _Submission, job_id: int, fingerprint: str) -> Made:
     if fingerprint != one.fingerprint:
         raise idempotency.reused(one.key or "", job_id)
-    return job_repo.get_job(s, job_id)
+    return one.what.replay(s, job_id)

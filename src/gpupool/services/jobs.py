@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
 
 from gpupool.domain.decisions import ReasonCode
-from gpupool.domain.errors import Conflict, InvalidInput, Stale, Unsatisfiable
+from gpupool.domain.errors import InvalidInput, Stale
 from gpupool.domain.jobs import JobSpec, JobState
-from gpupool.domain.nodes import Node
 from gpupool.domain.records import Event, JobRecord
-from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.domain.users import check_user_name
-from gpupool.scheduler.capacity import holds, shape, such
-from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.estimate import estimate_start
-from gpupool.services.access import Visibility, require_job, require_submit
+from gpupool.services.access import Visibility, require_job
 from gpupool.services.context import HeadContext
-from gpupool.store import bulk, idempotency
+from gpupool.services.group_commit import GroupCommit
 from gpupool.store import jobs as job_repo
-from gpupool.store import nodes as node_repo
-from gpupool.store.db import Tx
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
 
@@ -30,80 +22,9 @@ MAX_LIST = 100_000
 
 
 def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
-    """Only to a project that exists and that is the caller's (or open to everyone)."""
-    return submit_once(ctx, spec, who, None)[0]
-
-
-def submit_once(ctx: HeadContext, spec: JobSpec, who: Principal, key: str | None) -> tuple[JobRecord, bool]:
-    """``submit``; with an idempotency ``key`` the caller used within 24 hours for the same request,
-    the job it made then, and True (a replay). The same key for a different request is a 409."""
-
-    def make(s: Tx, now: datetime) -> tuple[JobRecord, int]:
-        require_submit(s, who, spec.project)
-        check_satisfiable(spec, node_repo.load_nodes(s))
-        job = job_repo.insert_job(s, spec, who.user, now, run_as=ctx.accounts.run_as(who.user, who.unix_user))
-        return job, job.id
-
-    return keyed(ctx, who, key, spec.to_dict(), make, job_repo.get_job)
-
-
-MAX_BATCH = 1000
-
-
-def submit_batch(ctx: HeadContext, specs: list[JobSpec], who: Principal) -> list[JobRecord]:
-    """All or none, in one transaction: each spec is checked as ``submit`` checks it, and the
-    first one refused refuses the batch, saying which."""
-    if not 1 <= len(specs) <= MAX_BATCH:
-        raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} jobs, got {len(specs)}")
-    with ctx.db.tx() as s:
-        nodes = node_repo.load_nodes(s)
-        for project in sorted({spec.project for spec in specs}):
-            require_submit(s, who, project)
-        for n, spec in enumerate(specs):
-            try:
-                check_satisfiable(spec, nodes)
-            except (InvalidInput, Unsatisfiable) as exc:
-                raise type(exc)(f"jobs[{n}]: {exc.message}", code=exc.code) from None
-        run_as = ctx.accounts.run_as(who.user, who.unix_user)
-        jobs = bulk.insert_jobs(s, [(spec, who.user, run_as) for spec in specs], ctx.clock.now())
-    ctx.wake_controller()
-    return jobs
-
-
-T = TypeVar("T")
-
-
-def keyed(
-    ctx: HeadContext,
-    who: Principal,
-    key: str | None,
-    request: Mapping[str, Any],
-    make: Callable[[Tx, datetime], tuple[T, int]],
-    replay: Callable[[Tx, int], T],
-) -> tuple[T, bool]:
-    """Run ``make`` (which returns what it made and the job id to remember) in one transaction,
-    unless ``key`` was used for the same ``request`` within 24 hours: then ``replay`` what that
-    made, and True. A key used for a different request is a 409."""
-    fingerprint = idempotency.fingerprint(request) if key else ""
-    for _ in range(2):
-        try:
-            with ctx.db.tx() as s:
-                now = ctx.clock.now()
-                if key is not None and (made := idempotency.find(s, who.user, key, now)) is not None:
-                    job_id, first = made
-                    if first != fingerprint:
-                        raise idempotency.reused(key, job_id)
-                    return replay(s, job_id), True
-                result, made_id = make(s, now)
-                if key is not None:
-                    idempotency.remember(s, who.user, key, fingerprint, made_id, now)
-            break
-        except idempotency.KeyTaken:
-            continue  # a concurrent request with the key committed first: the loop returns what it made
-    else:
-        raise Conflict(f"idempotency key {key!r} is in use by a request still being answered; retry", code="busy")
-    ctx.wake_controller()
-    return result, False
+    """One job, through a group commit of its own: the checks and the writes that ``POST /jobs``
+    takes (the API shares one group commit among its requests; a use case here has nobody to share with)."""
+    return GroupCommit(ctx).submit(spec, who)[0]
 
 
 def get(ctx: HeadContext, job_id: int) -> JobRecord:
@@ -227,61 +148,3 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
         data = ctx.executor.read_log(placement.node, job_id, worker, offset)
     # Finished only once the job ended and the whole log was read.
     return LogChunk(data, offset + len(data), job.state.terminal and len(data) < (1 << 20))
-
-
-MIN_MEMORY_MIB = 32  # a Python interpreter alone takes ~10 MiB; below this a worker dies at start
-
-
-def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
-    """Refuse at submit what no node could ever run, rather than let it wait forever; and a memory
-    limit so low that the worker would be killed as it starts (a job's memory limit is real here,
-    unlike in a simulation, which keeps the traces' figures)."""
-    if 0 < spec.memory_mib < MIN_MEMORY_MIB:
-        raise InvalidInput(
-            f"--memory {spec.memory_mib}M is below the least a worker can start with ({MIN_MEMORY_MIB}M): "
-            "leave it out for no limit",
-            code="memory_too_low",
-        )
-    if not nodes:
-        return
-    demand = WorkerDemand.of(spec)
-    usable = [n for n in nodes if demand.models is None or any(g.model in demand.models for g in n.gpus)]
-    if not usable and demand.needs_gpu:
-        models = sorted({g.model for n in nodes for g in n.gpus})
-        raise Unsatisfiable(
-            f"no node has a GPU of model {spec.gpu_model}; models here: {', '.join(models)}",
-            code=ReasonCode.GPU_MODEL.value,
-        )
-    biggest_gpu = max((g.memory_mib for n in nodes for g in n.gpus), default=0)
-    if spec.gpu_memory_mib > biggest_gpu:
-        raise Unsatisfiable(
-            f"{spec.gpu_memory_mib} MiB of GPU memory is more than any GPU here has (at most {biggest_gpu} MiB)"
-        )
-    most = max(len(n.gpus) for n in usable or nodes)
-    if demand.whole_gpus > most:
-        raise Unsatisfiable(
-            f"{demand.whole_gpus} GPUs per worker is more than any node has (at most {most}); "
-            "use more workers with fewer GPUs each"
-        )
-    if demand.share and most == 0:
-        raise Unsatisfiable("a GPU share needs a node with a GPU; no node has one")
-    if spec.cpu_milli > max(n.cpus for n in nodes) * CPU_MILLI:
-        raise Unsatisfiable(
-            f"{show_cpus(spec.cpu_milli)} CPU cores per worker is more than any node has"
-            f" (at most {max(n.cpus for n in nodes)})"
-        )
-    if spec.memory_mib > max(n.memory_mib for n in nodes):
-        raise Unsatisfiable(
-            f"{spec.memory_mib} MiB memory per worker is more than any node has "
-            f"(at most {max(n.memory_mib for n in nodes)} MiB)"
-        )
-    # Each part fits some node: do they fit together, and does the gang fit the whole cluster?
-    # Every node counts, whatever its state: one down or drained may come back (a Ray node
-    # rejoins), and until then the job waits as ``unsatisfiable``, its reason naming it.
-    room = holds(demand, nodes, spec.workers)
-    if room < spec.workers:
-        fewer = f"ask for at most {room} workers, or less for each" if room else "ask for less per worker"
-        raise Unsatisfiable(
-            f"{shape(demand, spec.workers)} can never run here: all {len(nodes)} nodes together, idle, hold "
-            f"{such(room)}; {fewer}"
-        )

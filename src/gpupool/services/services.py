@@ -28,8 +28,8 @@ from gpupool.domain.services import (
 )
 from gpupool.services.access import require_owner, require_submit
 from gpupool.services.context import HeadContext
-from gpupool.services.jobs import check_satisfiable
 from gpupool.services.load import ReplicaLoad, ServiceLoad
+from gpupool.services.submission import check_satisfiable
 from gpupool.store import jobs as job_repo
 from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from gpupool.api.deps import Caller, Ctx
+from gpupool.api.deps import Caller, Ctx, Submissions
 from gpupool.api.params import IdempotencyKey
 from gpupool.api.routers.jobs import show as show_job
 from gpupool.api.schemas.arrays import ArrayOut, ArraySubmitRequest
@@ -22,13 +22,17 @@ ArrayId = Annotated[int, Path(ge=1, le=bounds.MAX_ID, description="an array id: 
 
 @router.post("", status_code=201, response_model=ArrayOut)
 def submit(
-    body: ArraySubmitRequest, ctx: Ctx, who: Caller, response: Response, idempotency_key: IdempotencyKey = None
+    body: ArraySubmitRequest,
+    group: Submissions,
+    who: Caller,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
 ) -> ArrayOut:
-    """One job per index, all made in one transaction; each task is a job of its own (its id,
-    logs, restarts) told its index in ``GPUPOOL_ARRAY_INDEX``."""
+    """One job per index, all made in one transaction (the group commit of ``POST /jobs``); each
+    task is a job of its own (its id, logs, restarts) told its index in ``GPUPOOL_ARRAY_INDEX``."""
     array = ArraySpec.parse(body.array)
     spec = JobSpec.create(**body.model_dump(exclude={"array"}))
-    made, replayed = array_service.submit(ctx, spec, array, who, idempotency_key)
+    made, replayed = group.submit_array(spec, array, who, idempotency_key)
     response.headers["Location"] = f"/api/v1/arrays/{made.first.id}"
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

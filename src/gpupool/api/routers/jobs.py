@@ -39,16 +39,17 @@ async def submit(
 
 
 @router.post(":batch", status_code=201, response_model=list[JobOut])
-def submit_batch(body: BatchRequest, ctx: Ctx, who: Caller) -> list[JobOut]:
+def submit_batch(body: BatchRequest, group: Submissions, who: Caller) -> list[JobOut]:
     """Up to 1,000 jobs in one request and one transaction, all or none: for scripts that would
-    otherwise send one request per job. A job refused refuses the batch; the error names it."""
+    otherwise send one request per job. A job refused refuses the batch; the error names it. The
+    batch joins the group commit of ``POST /jobs``, as one submission."""
     specs = []
     for n, job in enumerate(body.jobs):
         try:
             specs.append(JobSpec.create(**job.model_dump()))
         except InvalidInput as exc:
             raise InvalidInput(f"jobs[{n}]: {exc.message}", code=exc.code) from None
-    return [JobOut.of(job) for job in job_service.submit_batch(ctx, specs, who)]
+    return [JobOut.of(job) for job in group.submit_batch(specs, who)]
 
 
 @router.get("", response_model=list[JobOut])
