@@ -66,7 +66,7 @@ class CycleMemory:
         self._order: Callable[[PendingJob], tuple[int, float, int]] | None = None
         # The displace action's index of running jobs (``displace_index``), for its configuration.
         self.displace: object | None = None
-        # What a placement that learns from the pool learned last cycle (``registry.PlacementPlugin.learned``).
+        # What a placement that learns from the pool learned last cycle (``hooks.PlacementPlugin.learned``).
         self.placement: object | None = None
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 
@@ -72,10 +71,3 @@ Assign = Callable[[Iterable[Node], Iterable[Project]], Partitions]
 # The ``partition`` a configuration names: how to find each project's nodes; None, no node sets
 # (the isolated quota check counts GPUs anywhere).
 PARTITIONS: dict[str, Assign | None] = {"gpus": None, "nodes": assign}
-
-
-def lookup(name: str) -> Assign | None:
-    try:
-        return PARTITIONS[name]
-    except KeyError:
-        raise InvalidInput(f"unknown partition {name!r}: use one of {', '.join(PARTITIONS)}") from None
