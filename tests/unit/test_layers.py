@@ -34,6 +34,7 @@ LAYERS = (
     Layer("shell", frozenset({"controller", "services"}), "load -> decide -> apply"),
     # clock.py reads the time and settings.py the environment: side effects, injected from above.
     Layer("side effects", frozenset({"store", "executors", "node", "clock", "settings"}), "database, processes, NVML"),
+    # Floors inside it (hooks, session, actions, plugins, registry): tests/unit/test_scheduler_frame.py.
     Layer("core", frozenset({"scheduler"}), "schedule(snapshot, config): pure, no I/O, no clock"),
     # __init__ is gpupool/__init__.py: the version, nothing else.
     Layer("types", frozenset({"domain", "__init__"}), "frozen types, transition tables, the error tree"),
