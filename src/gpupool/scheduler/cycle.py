@@ -66,7 +66,7 @@ def schedule(
             memory.forget()
         raise
     if memory is not None:
-        memory.started(session.starts, session.start_specs, session.start_owners)
+        memory.started(session.starts, session.started_jobs)
     return CycleResult(
         starts=tuple(session.starts),
         pending=reasons,

@@ -159,12 +159,10 @@ class CycleMemory:
         self._ranked = kept
         return kept
 
-    def started(
-        self, starts: Iterable[StartJob], specs: dict[int, JobSpec], owners: Mapping[int, str] | None = None
-    ) -> None:
-        """The jobs a cycle started: their resources are already taken in the index."""
+    def started(self, starts: Iterable[StartJob], jobs: Mapping[int, PendingJob]) -> None:
+        """The jobs a cycle started (``jobs`` by id): their resources are already taken in the index."""
         for start in starts:
-            spec, owner = specs[start.job_id], (owners or {}).get(start.job_id, "")
+            spec, owner = jobs[start.job_id].spec, jobs[start.job_id].owner
             self._placed[start.job_id] = (start.placements, spec, owner)
             self._count(spec, owner, +1)
 

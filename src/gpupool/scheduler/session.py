@@ -11,7 +11,7 @@ from datetime import datetime
 from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
-from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import partition
@@ -40,14 +40,13 @@ class Session:
     allocated: dict[str, float]
     memory: CycleMemory
     starts: list[StartJob] = field(default_factory=list)
-    start_specs: dict[int, JobSpec] = field(default_factory=dict)
+    started_jobs: dict[int, PendingJob] = field(default_factory=dict)  # what ``starts`` started, by id
     reasons: dict[int, Reason] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
-    # GPUs this cycle started, by (project, user), and who owns each started job: the user order.
+    # GPUs this cycle started, by (project, user): the user order.
     user_started: dict[tuple[str, str], float] = field(default_factory=dict)
-    start_owners: dict[int, str] = field(default_factory=dict)
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
@@ -282,11 +281,10 @@ class Session:
 
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))
-        self.start_specs[job.id] = job.spec
+        self.started_jobs[job.id] = job
         self.allocated[job.spec.project] += job.spec.total_gpus
         mine = (job.spec.project, job.owner)
         self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus
-        self.start_owners[job.id] = job.owner
         if job.spec.quota_bound:
             self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
 

@@ -30,7 +30,7 @@ def spread(session: Session) -> NodePenalty:
                 if r.spec.service is not None and not r.stopping:
                     nodes.setdefault(r.spec.service, set()).update(p.node for p in r.placements)
         for start in session.starts[seen:]:
-            started = session.start_specs[start.job_id].service
+            started = session.started_jobs[start.job_id].spec.service
             if started is not None:
                 nodes.setdefault(started, set()).update(p.node for p in start.placements)
         seen = len(session.starts)
