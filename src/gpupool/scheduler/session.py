@@ -217,6 +217,8 @@ class Session:
             elif given:
                 penalty = given
         levels = sorted({p for p in penalty.values() if p > 0})
+        if not levels:
+            return []
         return [frozenset(n for n, p in penalty.items() if p > below) for below in [0, *levels[:-1]]]
 
     def _best_node(
