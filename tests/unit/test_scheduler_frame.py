@@ -9,7 +9,6 @@ every import counts, in a function body or under ``if TYPE_CHECKING`` too.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from gpupool.scheduler import __file__ as scheduler_init
 from gpupool.scheduler.hooks import NodePenalty
 from gpupool.scheduler.session import Session
 from tests.unit.builders import node, pending, snapshot
+from tests.unit.source_imports import imported_names
 
 SCHEDULER = Path(scheduler_init).parent
 
@@ -108,18 +108,7 @@ def test_a_node_penalty_orders_nodes_before_the_placement_score() -> None:
 
 
 def _imports(source: str, path: str) -> set[str]:
-    """Imported names, fully qualified: ``from a.b import c`` gives ``a.b.c``."""
-    package = ["gpupool", "scheduler", *Path(path).parent.parts]
-    names: set[str] = set()
-    for item in ast.walk(ast.parse(source)):
-        if isinstance(item, ast.Import):
-            names.update(a.name for a in item.names)
-        elif isinstance(item, ast.ImportFrom):
-            base = item.module or ""
-            if item.level:
-                base = ".".join([*package[: len(package) - item.level + 1], *([base] if base else [])])
-            names.update(f"{base}.{a.name}" for a in item.names)
-    return names
+    return imported_names(source, ["gpupool", "scheduler", *Path(path).parent.parts])
 
 
 def _imported_unit(name: str, floor: Mapping[str, int]) -> str | None:
