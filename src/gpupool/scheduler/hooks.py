@@ -18,11 +18,13 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from gpupool.domain.decisions import Reason
+from gpupool.domain.nodes import Node
+from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.partition import Assign
+from gpupool.scheduler.partition import Partitions
 
 S = TypeVar("S")  # the session a hook is called with
 
@@ -43,6 +45,9 @@ Chooser = Callable[[ClusterState, WorkerDemand, Callable[[NodeFree], bool]], Nod
 # so that it may keep what it learns in the cycle, the starts of earlier jobs included.
 NodePenalty = Callable[[PendingJob], Mapping[str, int]]
 OpenNodePenalty = Callable[[S], NodePenalty]
+
+# Partition: each project's own nodes, where a policy confines projects to nodes.
+Assign = Callable[[Iterable[Node], Iterable[Project]], Partitions]
 
 # Quota check: why a job may not start now however many GPUs are free (None: it may).
 QuotaCheck = Callable[[S, PendingJob], Reason | None]

@@ -12,8 +12,7 @@ from dataclasses import replace
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.partition import PARTITIONS
-from gpupool.scheduler.registry import lookup
+from gpupool.scheduler.registry import PARTITIONS, lookup
 
 _FIFO_ACTIONS = ("allocate", "backfill", "reclaim", "preempt")
 POLICIES: dict[str, SchedulerConfig] = {

@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from gpupool.domain.errors import InvalidInput
+from gpupool.scheduler import partition
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.hooks import (
+    Assign,
     HoldUp,
     Hooks,
     JobOrder,
@@ -26,7 +28,6 @@ from gpupool.scheduler.hooks import (
     QuotaCheck,
     UserOrder,
 )
-from gpupool.scheduler.partition import PARTITIONS
 from gpupool.scheduler.plugins import (
     binpack,
     frag,
@@ -71,6 +72,8 @@ PREEMPTIVE: dict[str, PreemptiveOrder] = {
 QUEUE_ORDERS: dict[str, QueueOrder[Session]] = {"fair_share": queues.FAIR_SHARE, "single": queues.SINGLE}
 USER_ORDERS: dict[str, UserOrder[Session]] = {"least_used": users.LEAST_USED, "none": users.NONE}
 QUOTA_CHECKS: dict[str, QuotaCheck[Session]] = {"borrow": quota.borrow, "isolated": quota.isolated}
+# How to find each project's own nodes; None: no node sets (the isolated quota check counts GPUs anywhere).
+PARTITIONS: dict[str, Assign | None] = {"gpus": None, "nodes": partition.assign}
 HOLD_UPS: dict[str, HoldUp[Session]] = {
     "reserve": hold_up.reservation,
     "all": hold_up.every_queue,
