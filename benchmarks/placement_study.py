@@ -56,10 +56,10 @@ from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler import registry
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.cycle import open_session
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.fit import build
 from gpupool.scheduler.plugins import frag
-from gpupool.scheduler.plugins.fit import build
-from gpupool.scheduler.session import Session
 from gpupool.sim.cluster import load_cluster
 from gpupool.sim.trace import load_openb
 
@@ -101,7 +101,7 @@ def workload(pods: Sequence[Pod], capacity: int, tune: float, seed: int) -> list
 
 def replay(nodes: Sequence[Node], pods: Sequence[Pod], policy: str) -> list[tuple[int, int]]:
     """(arrived, allocated) GPU thousandths after each pod."""
-    cluster = Session.open(Snapshot(T0, tuple(nodes), (), ()), SchedulerConfig(placement="binpack")).cluster
+    cluster = open_session(Snapshot(T0, tuple(nodes), (), ()), SchedulerConfig(placement="binpack")).cluster
     choose = _keyed(cluster, policy, pods) if policy in ("frag", "frag-openb", "fgd") else _live(cluster, policy)
     arrived = used = 0
     curve = []
@@ -116,7 +116,7 @@ def replay(nodes: Sequence[Node], pods: Sequence[Pod], policy: str) -> list[tupl
 
 def _live(cluster: ClusterState, policy: str) -> Callable[[WorkerDemand], bool]:
     snapshot = Snapshot(T0, cluster.all_nodes, (), ())
-    session = Session.open(snapshot, SchedulerConfig(placement=policy))
+    session = open_session(snapshot, SchedulerConfig(placement=policy))
     session.cluster = cluster
     plugin = registry.placement(policy)
 

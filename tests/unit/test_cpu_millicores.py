@@ -15,7 +15,7 @@ from gpupool.domain.worker_env import Rendezvous, worker_env
 from gpupool.scheduler import schedule
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import fit_worker
+from gpupool.scheduler.fit import fit_worker
 from tests.unit.builders import T0, node, pending, snapshot
 
 

@@ -17,10 +17,10 @@ from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler import registry, schedule
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.cycle import open_session
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.plugins import frag
-from gpupool.scheduler.plugins.fit import build, can_fit
-from gpupool.scheduler.session import Session
 from tests.unit.builders import node, pending, running, snapshot
 from tests.unit.test_scheduler_properties import clusters
 
@@ -217,7 +217,7 @@ def test_the_key_based_choice_is_the_schedulers(cluster: tuple[list, list[Pendin
     apart) chooses the node ``Session._best_node`` chooses, pod after pod."""
     nodes, jobs = cluster
     plugin_entry = registry.placement("frag")
-    session = Session.open(snapshot(nodes, []), SchedulerConfig(placement="frag"))
+    session = open_session(snapshot(nodes, []), SchedulerConfig(placement="frag"))
     for job in jobs:
         if job.spec.workers != 1 or job.spec.gpu_memory_mib:
             continue
@@ -285,7 +285,7 @@ def test_the_indexed_choice_is_a_scan_of_every_node(
         plugin_entry = plugin_entry.for_pool([(WorkerDemand.of(j.spec), j.spec.workers) for j in jobs], None)
         assert isinstance(plugin_entry.learned, frag.FragPlacement)
         scorer = plugin_entry.learned
-    session = Session.open(snapshot(nodes, []), SchedulerConfig(placement="frag"))
+    session = open_session(snapshot(nodes, []), SchedulerConfig(placement="frag"))
     state = session.cluster
     placed: list[Placement] = []
     names = sorted(state.nodes)

@@ -7,13 +7,13 @@ them to a mapping of path -> source, so the self-check can feed it modules that 
 
 from __future__ import annotations
 
-import ast
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import gpupool
+from tests.unit.source_imports import imported_names
 
 SRC = Path(gpupool.__file__).parent
 
@@ -38,6 +38,7 @@ LAYERS = (
         frozenset({"store", "executors", "node", "clock", "settings", "knobs"}),
         "database, processes, NVML",
     ),
+    # Floors inside it (hooks, session, actions, plugins, registry): tests/unit/test_scheduler_frame.py.
     Layer("core", frozenset({"scheduler"}), "schedule(snapshot, config): pure, no I/O, no clock"),
     # __init__ is gpupool/__init__.py: the version, nothing else.
     Layer("types", frozenset({"domain", "__init__"}), "frozen types, transition tables, the error tree"),
@@ -191,18 +192,7 @@ def _check(path: str, name: str, modules: Mapping[str, str], rank: Mapping[str, 
 
 
 def _imports(source: str, path: str) -> set[str]:
-    """Imported names, fully qualified: ``from a.b import c`` gives ``a.b.c``."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            package = ["gpupool", *Path(path).parent.parts]
-            base = node.module or ""
-            if node.level:
-                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
-            names.update(f"{base}.{a.name}" for a in node.names)
-    return names
+    return imported_names(source, ["gpupool", *Path(path).parent.parts])
 
 
 def _target(name: str, modules: Mapping[str, str]) -> str | None:

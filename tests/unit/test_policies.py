@@ -9,7 +9,7 @@ import pytest
 
 from gpupool.cli.main import main
 from gpupool.domain.errors import InvalidInput
-from gpupool.scheduler import SchedulerConfig, policies
+from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.settings import Settings
 
@@ -18,7 +18,7 @@ def test_the_registry_lists_the_presets_each_naming_hooks_of_its_tables() -> Non
     assert list(POLICIES) == ["default", "greedy", "fifo", "fifo-isolated", "las", "fifo-share", "srtf-oracle"]
     assert POLICIES["default"] == SchedulerConfig()
     for config in POLICIES.values():
-        policies.hooks(config)  # every name it gives is in a table
+        registry.hooks(config)  # every name it gives is in a table
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ def test_the_registry_lists_the_presets_each_naming_hooks_of_its_tables() -> Non
 )
 def test_an_unknown_hook_is_a_clear_error(config: SchedulerConfig, what: str) -> None:
     with pytest.raises(InvalidInput, match=f"unknown {what} 'magic': use one of "):
-        policies.hooks(config)
+        registry.hooks(config)
 
 
 def test_a_preset_takes_another_placement_and_refuses_an_unknown_name() -> None:

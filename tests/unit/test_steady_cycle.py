@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import CycleMemory, SchedulerConfig, policies, registry, schedule
+from gpupool.scheduler import CycleMemory, SchedulerConfig, registry, schedule
 from gpupool.scheduler.config import LasConfig
+from gpupool.scheduler.hooks import JobOrder
 from gpupool.scheduler.policies import preset
-from gpupool.scheduler.registry import JobOrder
 from gpupool.scheduler.session import Session
 from tests.unit.builders import T0, node, running, snapshot
 
@@ -108,7 +108,7 @@ def test_a_steady_cycle_decides_what_a_cold_one_does(policy: str, data: st.DataO
 def test_a_queue_of_identical_jobs_costs_about_one(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"quota": 0, "nodes": 0}
     config = preset(policy)
-    check = policies.QUOTA_CHECKS[config.quota_check]
+    check = registry.QUOTA_CHECKS[config.quota_check]
     best_node = Session._best_node
 
     def counted_check(session: Session, job: PendingJob) -> object:
@@ -119,7 +119,7 @@ def test_a_queue_of_identical_jobs_costs_about_one(policy: str, monkeypatch: pyt
         calls["nodes"] += 1
         return best_node(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setitem(policies.QUOTA_CHECKS, config.quota_check, counted_check)
+    monkeypatch.setitem(registry.QUOTA_CHECKS, config.quota_check, counted_check)
     monkeypatch.setattr(Session, "_best_node", counted_best_node)
     spec = JobSpec.create(command=("train",), project="a", gpus=2, max_runtime_s=3600)
     tasks = [PendingJob(100 + i, spec, T0) for i in range(2000)]

@@ -18,10 +18,10 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, Snapshot
 from gpupool.scheduler import SchedulerConfig, schedule
+from gpupool.scheduler.cycle import open_session
 from gpupool.scheduler.plugins import users
 from gpupool.scheduler.policies import preset
 from gpupool.scheduler.registry import job_order
-from gpupool.scheduler.session import Session
 from gpupool.scheduler.user_queue import UserQueue
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
@@ -144,7 +144,7 @@ def test_a_user_queue_recomputes_a_load_that_grew_before_it_is_taken() -> None:
     """Starting a job raises its user's load after the next head was queued: the queue must look
     again rather than hand out the stale order."""
     snap = crowded(4)
-    session = Session.open(snap, SchedulerConfig())
+    session = open_session(snap, SchedulerConfig())
     queue = UserQueue(session, users.LEAST_USED, job_order("priority_fifo"))
     for job in session.queue:
         queue.append(job)

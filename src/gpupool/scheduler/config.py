@@ -1,8 +1,7 @@
 """Scheduler configuration as data: which actions run, in which order, with which hooks.
 
-Each hook is a name looked up in a table: ``job_order`` and ``placement`` in ``registry``, the
-others (``partition`` included) in ``policies``. The defaults are the ``default`` policy; ``policies.POLICIES`` names
-the others."""
+Each hook is a name looked up in a table of ``registry`` (``registry.hooks``). The defaults are
+the ``default`` policy; ``policies.POLICIES`` names the others."""
 
 from __future__ import annotations
 

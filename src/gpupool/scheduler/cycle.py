@@ -7,7 +7,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
-from gpupool.scheduler import orders, policies
+from gpupool.scheduler import registry
 from gpupool.scheduler.actions import allocate, backfill, displace, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
@@ -52,7 +52,7 @@ def schedule(
     against (``frag.for_pool``) until the pool drifts from it. ``explain_pending=False`` skips the reasons,
     which the simulator does not show."""
     config = config or SchedulerConfig()
-    session = Session.open(snapshot, config, memory)
+    session = open_session(snapshot, config, memory)
     try:
         for name in config.actions:
             action = ACTIONS.get(name)
@@ -66,13 +66,18 @@ def schedule(
             memory.forget()
         raise
     if memory is not None:
-        memory.started(session.starts, session.start_specs, session.start_owners)
+        memory.started(session.starts, session.started_jobs)
     return CycleResult(
         starts=tuple(session.starts),
         pending=reasons,
         preemptions=tuple(session.preemptions),
         wake_at=session.wake_at,
     )
+
+
+def open_session(snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
+    """A session with the hooks ``config`` names (the registry is above the session)."""
+    return Session.open(snapshot, config, registry.hooks(config), memory)
 
 
 def _explain(session: Session) -> dict[int, Reason]:
@@ -95,8 +100,8 @@ def _explain(session: Session) -> dict[int, Reason]:
             elif reason is None:
                 reason = by_shape[shape] = explain(job, session.cluster, demand, known)
         reasons[job.id] = reason
-    order = policies.hooks(session.config).user_order
-    notes = behind_lighter_users(session, session.queue, order, orders.job_order(session.config))
+    hooks = session.hooks
+    notes = behind_lighter_users(session, session.queue, hooks.user_order, hooks.job_order)
     for job_id, note in notes.items():
         reason = reasons[job_id]
         if reason.code in BEHIND_USERS:

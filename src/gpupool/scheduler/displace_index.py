@@ -20,7 +20,7 @@ from operator import attrgetter, is_not
 
 from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.orders import PreemptiveOrder
+from gpupool.scheduler.hooks import PreemptiveOrder
 
 _ID = attrgetter("id")
 _NEVER = float("inf")

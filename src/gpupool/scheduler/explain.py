@@ -18,8 +18,8 @@ from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.capacity import holds, idle_slots, shape, such
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_on, slots_with
 from gpupool.scheduler.partition import describe
-from gpupool.scheduler.plugins.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_on, slots_with
 
 Known = dict[tuple[object, ...], list[Any]]  # node lists (and node, GPU slots pairs) by what they depend on
 

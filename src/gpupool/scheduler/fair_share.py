@@ -30,3 +30,17 @@ def deficit_order(shares: Mapping[str, float], allocated: Mapping[str, float]) -
         name: (share - allocated.get(name, 0.0)) / share if share > 0 else -allocated.get(name, 0.0)
         for name, share in shares.items()
     }
+
+
+def rank_holding(
+    shares: Mapping[str, float], recent_usage: Mapping[str, float], name: str, allocated: float
+) -> tuple[float, str]:
+    """A project's rank in the fair-share queue order were it to hold ``allocated`` GPUs now
+    (smaller goes first): the project furthest below its fair share, as a fraction of it, then by
+    name. Its load is the mean of what it holds and what it held on average lately (the decayed
+    usage), so a project that used much recently yields to one that did not. Here, below the
+    plugins, because ``displace`` asks it too: where a project would rank once its jobs stop."""
+    share = shares.get(name, 0.0)
+    load = 0.5 * allocated + 0.5 * recent_usage.get(name, 0.0)
+    below = (share - load) / share if share > 0 else -1.0 - load
+    return (-below, name)

@@ -66,7 +66,7 @@ class CycleMemory:
         self._order: Callable[[PendingJob], tuple[int, float, int]] | None = None
         # The displace action's index of running jobs (``displace_index``), for its configuration.
         self.displace: object | None = None
-        # What a placement that learns from the pool learned last cycle (``registry.PlacementPlugin.learned``).
+        # What a placement that learns from the pool learned last cycle (``hooks.PlacementPlugin.learned``).
         self.placement: object | None = None
 
     def open(self, snapshot: Snapshot) -> tuple[ClusterState, defaultdict[str, float], defaultdict[str, float]]:
@@ -159,12 +159,10 @@ class CycleMemory:
         self._ranked = kept
         return kept
 
-    def started(
-        self, starts: Iterable[StartJob], specs: dict[int, JobSpec], owners: Mapping[int, str] | None = None
-    ) -> None:
-        """The jobs a cycle started: their resources are already taken in the index."""
+    def started(self, starts: Iterable[StartJob], jobs: Mapping[int, PendingJob]) -> None:
+        """The jobs a cycle started (``jobs`` by id): their resources are already taken in the index."""
         for start in starts:
-            spec, owner = specs[start.job_id], (owners or {}).get(start.job_id, "")
+            spec, owner = jobs[start.job_id].spec, jobs[start.job_id].owner
             self._placed[start.job_id] = (start.placements, spec, owner)
             self._count(spec, owner, +1)
 

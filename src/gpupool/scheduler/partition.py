@@ -24,9 +24,8 @@ cycle (and the simulator, and ``why``'s estimate) finds the same one and jobs ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 
@@ -66,16 +65,3 @@ def describe(project: str, members: frozenset[str], gpus: int) -> str:
     shown = ", ".join(sorted(members)[:4]) + (", …" if len(members) > 4 else "")
     count = len(members)
     return f"project {project}'s {count} node{'' if count == 1 else 's'} ({gpus} GPUs: {shown})"
-
-
-Assign = Callable[[Iterable[Node], Iterable[Project]], Partitions]
-# The ``partition`` a configuration names: how to find each project's nodes; None, no node sets
-# (the isolated quota check counts GPUs anywhere).
-PARTITIONS: dict[str, Assign | None] = {"gpus": None, "nodes": assign}
-
-
-def lookup(name: str) -> Assign | None:
-    try:
-        return PARTITIONS[name]
-    except KeyError:
-        raise InvalidInput(f"unknown partition {name!r}: use one of {', '.join(PARTITIONS)}") from None

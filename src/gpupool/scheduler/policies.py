@@ -1,38 +1,18 @@
-"""Named policies, and the tables of the hooks a policy names.
+"""Named policies.
 
 A policy is a ``SchedulerConfig``: data naming the actions to run, in order, and for each
-decision they leave open a hook from a table: here the queue order, the user order (whose jobs
-go next within a queue), the quota check and the hold-up (what a job that cannot start holds up),
-which allocate calls; in ``registry`` the job order and the placement (node score), which the
-session calls. Adding a hook is a module under ``plugins/`` and a line in its table; adding a
-policy, a line in ``POLICIES``; adding an action, a module under ``actions/`` and a line in
-``cycle.ACTIONS``."""
+decision they leave open a hook (``hooks``) by its name in a table of ``registry``: the job
+order, the placement, the queue order, the user order (whose jobs go next within a queue), the
+quota check and the hold-up (what a job that cannot start holds up). Adding a policy is a line in
+``POLICIES``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import replace
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.partition import PARTITIONS, Assign
-from gpupool.scheduler.plugins import hold_up, queues, quota, users
-from gpupool.scheduler.plugins.hold_up import HoldUp
-from gpupool.scheduler.plugins.queues import QueueOrder
-from gpupool.scheduler.plugins.quota import QuotaCheck
-from gpupool.scheduler.plugins.users import UserOrder
-
-T = TypeVar("T")
-
-QUEUE_ORDERS: dict[str, QueueOrder] = {"fair_share": queues.FAIR_SHARE, "single": queues.SINGLE}
-USER_ORDERS: dict[str, UserOrder] = {"least_used": users.LEAST_USED, "none": users.NONE}
-QUOTA_CHECKS: dict[str, QuotaCheck] = {"borrow": quota.borrow, "isolated": quota.isolated}
-HOLD_UPS: dict[str, HoldUp] = {
-    "reserve": hold_up.reservation,
-    "all": hold_up.every_queue,
-    "project": hold_up.own_queue,
-    "none": hold_up.nothing,
-}
+from gpupool.scheduler.registry import PARTITIONS, lookup
 
 _FIFO_ACTIONS = ("allocate", "backfill", "reclaim", "preempt")
 POLICIES: dict[str, SchedulerConfig] = {
@@ -69,35 +49,14 @@ POLICIES: dict[str, SchedulerConfig] = {
 SIM_ONLY = frozenset({"srtf-oracle"})
 
 
-@dataclass(frozen=True, slots=True)
-class Hooks:
-    """The hooks a configuration names, looked up once per cycle."""
-
-    queue_order: QueueOrder
-    quota_check: QuotaCheck
-    hold_up: HoldUp
-    user_order: UserOrder
-    partition: Assign | None
-
-
-def hooks(config: SchedulerConfig) -> Hooks:
-    return Hooks(
-        _lookup(QUEUE_ORDERS, config.queue_order, "queue order"),
-        _lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
-        _lookup(HOLD_UPS, config.hold_up, "hold-up"),
-        _lookup(USER_ORDERS, config.user_order, "user order"),
-        _lookup(PARTITIONS, config.partition, "partition"),
-    )
-
-
 def preset(name: str, *, placement: str | None = None, partition: str | None = None) -> SchedulerConfig:
     """The named policy, with another placement plugin and partition if given. Only a policy
     that isolates projects has partitions: ``nodes`` for another one is refused, not ignored."""
-    config = _lookup(POLICIES, name, "policy")
+    config = lookup(POLICIES, name, "policy")
     if placement is not None:
         config = replace(config, placement=placement)
     if partition is not None:
-        _lookup(PARTITIONS, partition, "partition")
+        lookup(PARTITIONS, partition, "partition")
         if partition != config.partition and config.quota_check != "isolated":
             raise InvalidInput(
                 f"partition {partition!r} applies only to a policy that isolates projects "
@@ -116,10 +75,3 @@ def for_head(name: str, *, placement: str | None = None, partition: str | None =
             f"gpupool simulate; the head runs one of {live}"
         )
     return preset(name, placement=placement, partition=partition)
-
-
-def _lookup(table: dict[str, T], name: str, what: str) -> T:
-    try:
-        return table[name]
-    except KeyError:
-        raise InvalidInput(f"unknown {what} {name!r}: use one of {', '.join(table)}") from None

@@ -1,45 +1,50 @@
-"""The explicit tables of actions and plugins a configuration may name."""
+"""The one place the built-in plugins are registered: a table per hook, from the names a
+configuration gives to the plugins that implement them, and ``hooks``, which looks up a
+configuration's names once per cycle.
+
+The hook types live in ``hooks`` (below the plugins and the session); the plugins under
+``plugins/``. Adding a plugin is a module there and a line in its table here; adding a policy, a
+line in ``policies.POLICIES``; adding an action, a module under ``actions/`` and a line in
+``cycle.ACTIONS``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import TypeVar
 
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.cluster import ClusterState, NodeFree
+from gpupool.scheduler import partition
+from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins import binpack, frag, order, spread, topology
+from gpupool.scheduler.hooks import (
+    Assign,
+    HoldUp,
+    Hooks,
+    JobOrder,
+    OpenNodePenalty,
+    PlacementPlugin,
+    PreemptiveOrder,
+    QueueOrder,
+    QuotaCheck,
+    UserOrder,
+)
+from gpupool.scheduler.plugins import (
+    binpack,
+    frag,
+    hold_up,
+    las,
+    order,
+    queues,
+    quota,
+    replicas,
+    spread,
+    srtf,
+    topology,
+    users,
+)
+from gpupool.scheduler.session import Session
 
-NodeScore = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
-JobOrder = Callable[[PendingJob], tuple[int, float, int]]
-GpuPicker = Callable[[NodeFree, WorkerDemand], tuple[int, ...]]
-# The best node among those a predicate (at least ``can_fit``) accepts, by (score, name); None: none.
-Chooser = Callable[[ClusterState, WorkerDemand, Callable[[NodeFree], bool]], NodeFree | None]
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementPlugin:
-    """A node score (lower is better) whose first element orders nodes by free GPUs:
-    ascending (fewest free first) or not. The cluster index then scans nodes level by level and
-    stops at the first level with a fit, instead of scoring every node."""
-
-    score: NodeScore
-    fewest_free_first: bool
-    # True when the score's first key is the free-GPU count, so the first bucket with a fit wins.
-    first_bucket_wins: bool = True
-    # Which free GPUs of the chosen node a worker gets; None: the lowest indices.
-    pick_gpus: GpuPicker | None = None
-    # For GPU shares: True when the score puts nodes that already share a GPU first, then orders
-    # by free count, so the scan may stop early as for whole GPUs.
-    shares_first: bool = False
-    # Finds the node the scan would, faster (frag: from the cluster's nodes grouped by key).
-    choose: Chooser | None = None
-    # The plugin to use for a pool whose workers (demand, count), running and waiting, are these,
-    # given what the pool's last cycle used (``learned``): frag measures nodes against the pool's
-    # own mix of workers. None: this one, whatever the pool.
-    for_pool: Callable[[Iterable[tuple[WorkerDemand, int]], object | None], PlacementPlugin] | None = None
-    learned: object | None = None  # what for_pool learned (frag: its FragPlacement), for the next cycle
+T = TypeVar("T")
 
 
 def _frag_for_pool(workers: Iterable[tuple[WorkerDemand, int]], last: object | None) -> PlacementPlugin:
@@ -56,18 +61,55 @@ PLACEMENTS: dict[str, PlacementPlugin] = {
         frag.DEFAULT.score, True, first_bucket_wins=False, choose=frag.DEFAULT.choose, for_pool=_frag_for_pool
     ),
 }
+# Node penalties every configuration gets, in front of its placement's score.
+NODE_PENALTIES: tuple[OpenNodePenalty[Session], ...] = (replicas.spread,)
 JOB_ORDERS: dict[str, JobOrder] = {"priority_fifo": order.priority_fifo, "fifo": order.fifo}
+# Job orders that depend on the configuration and rank running jobs too (``hooks.PreemptiveOrder``).
+PREEMPTIVE: dict[str, PreemptiveOrder] = {
+    "las": PreemptiveOrder(las.order, las.pending_level, las.running_keys, las.promote),
+    "srtf_oracle": PreemptiveOrder(srtf.order, srtf.pending_level, srtf.running_keys),
+}
+QUEUE_ORDERS: dict[str, QueueOrder[Session]] = {"fair_share": queues.FAIR_SHARE, "single": queues.SINGLE}
+USER_ORDERS: dict[str, UserOrder[Session]] = {"least_used": users.LEAST_USED, "none": users.NONE}
+QUOTA_CHECKS: dict[str, QuotaCheck[Session]] = {"borrow": quota.borrow, "isolated": quota.isolated}
+# How to find each project's own nodes; None: no node sets (the isolated quota check counts GPUs anywhere).
+PARTITIONS: dict[str, Assign | None] = {"gpus": None, "nodes": partition.assign}
+HOLD_UPS: dict[str, HoldUp[Session]] = {
+    "reserve": hold_up.reservation,
+    "all": hold_up.every_queue,
+    "project": hold_up.own_queue,
+    "none": hold_up.nothing,
+}
+
+
+def hooks(config: SchedulerConfig) -> Hooks[Session]:
+    """The plugins ``config`` names; an unknown name is a one-line error naming the known ones."""
+    preemptive = PREEMPTIVE.get(config.job_order)
+    return Hooks(
+        # in the order they were looked up before they were gathered here (the first unknown name is told)
+        job_order=preemptive.order(config) if preemptive is not None else job_order(config.job_order),
+        preemptive=preemptive,
+        partition=lookup(PARTITIONS, config.partition, "partition"),
+        queue_order=lookup(QUEUE_ORDERS, config.queue_order, "queue order"),
+        quota_check=lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
+        hold_up=lookup(HOLD_UPS, config.hold_up, "hold-up"),
+        user_order=lookup(USER_ORDERS, config.user_order, "user order"),
+        placement=placement(config.placement),
+        node_penalties=NODE_PENALTIES,
+    )
 
 
 def placement(name: str) -> PlacementPlugin:
-    try:
-        return PLACEMENTS[name]
-    except KeyError:
-        raise InvalidInput(f"unknown placement {name!r}: use one of {', '.join(PLACEMENTS)}") from None
+    return lookup(PLACEMENTS, name, "placement")
 
 
 def job_order(name: str) -> JobOrder:
+    """A plain job order (a key of the job alone), by name; ``hooks`` also knows preemptive ones."""
+    return lookup(JOB_ORDERS, name, "job order")
+
+
+def lookup(table: dict[str, T], name: str, what: str) -> T:
     try:
-        return JOB_ORDERS[name]
+        return table[name]
     except KeyError:
-        raise InvalidInput(f"unknown job order {name!r}: use one of {', '.join(JOB_ORDERS)}") from None
+        raise InvalidInput(f"unknown {what} {name!r}: use one of {', '.join(table)}") from None

@@ -1,24 +1,28 @@
-"""One cycle's working state: free resources, per-project usage, the queue, what was decided."""
+"""One cycle's working state: free resources, per-project usage, the queue, what was decided.
+
+The session calls the hooks the configuration names (``hooks.Hooks``), which ``registry`` looks up
+and the caller (``cycle``) passes in: the session imports no plugin."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
 
 from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
-from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
-from gpupool.scheduler import orders, partition, registry
+from gpupool.scheduler import partition
 from gpupool.scheduler.capacity import ever_fits, holds
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fair_share import fair_shares
+from gpupool.scheduler.fit import build, can_fit
+from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
-from gpupool.scheduler.plugins.fit import build, can_fit
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
@@ -28,6 +32,7 @@ _PROJECT = attrgetter("spec.project")
 class Session:
     snapshot: Snapshot
     config: SchedulerConfig
+    hooks: Hooks[Session]
     cluster: ClusterState
     queue: list[PendingJob]
     projects: dict[str, Project]
@@ -35,14 +40,13 @@ class Session:
     allocated: dict[str, float]
     memory: CycleMemory
     starts: list[StartJob] = field(default_factory=list)
-    start_specs: dict[int, JobSpec] = field(default_factory=dict)
+    started_jobs: dict[int, PendingJob] = field(default_factory=dict)  # what ``starts`` started, by id
     reasons: dict[int, Reason] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # running jobs whose GPUs are promised to a waiting job
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
-    # GPUs this cycle started, by (project, user), and who owns each started job: the user order.
+    # GPUs this cycle started, by (project, user): the user order.
     user_started: dict[tuple[str, str], float] = field(default_factory=dict)
-    start_owners: dict[int, str] = field(default_factory=dict)
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
@@ -51,33 +55,37 @@ class Session:
     _by_project: dict[str, list[RunningJob]] | None = None
     _stopping: list[RunningJob] | None = None
     _failed: dict[tuple[WorkerDemand, int, bool, str | None], int] = field(default_factory=dict)  # -> generation
-    _service_nodes: dict[str, set[str]] | None = None  # nodes each service's replicas hold (spread)
-    _placement: registry.PlacementPlugin | None = None  # the configured plugin, for this pool
+    _placement: PlacementPlugin | None = None  # the configured plugin, for this pool
+    _penalties: tuple[NodePenalty, ...] = ()  # the hooks' node penalties, opened for this session
     # Each project's own nodes and their GPUs where the policy confines projects to nodes, else None.
     partitions: dict[str, frozenset[str]] | None = None
     partition_gpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory | None = None) -> Session:
-        """``memory`` carries the free-resource index over from the caller's previous cycle;
-        without it the index is built from the snapshot alone."""
-        order = orders.job_order(config)
+    def open(
+        cls, snapshot: Snapshot, config: SchedulerConfig, hooks: Hooks[Session], memory: CycleMemory | None = None
+    ) -> Session:
+        """``hooks``: what ``config`` names (``registry.hooks``). ``memory`` carries the
+        free-resource index over from the caller's previous cycle; without it the index is built
+        from the snapshot alone."""
+        order = hooks.job_order
         memory = memory or CycleMemory()
         cluster, allocated, bound = memory.open(snapshot)
         projects = {p.name: p for p in effective_projects(list(snapshot.projects), cluster.capacity)}
         # Through builtins where it can: a queue of thousands is ordered at every cycle (and every
         # simulated event).
         ranked = memory.in_order(snapshot.pending, order)
-        preemptive = orders.preemptive(config)
+        preemptive = hooks.preemptive
         if preemptive is not None:  # a waiting job's place may move as time passes (promotion)
             ranked = preemptive.promote(ranked, snapshot.now, config)
         queue = list(map(itemgetter(1), ranked))
         for name in set(map(_PROJECT, queue)) | allocated.keys():
             projects.setdefault(name, Project(name))
-        sets, gpus = _partitions(snapshot, config, memory)
-        return cls(
+        sets, gpus = _partitions(snapshot, config, hooks, memory)
+        session = cls(
             snapshot,
             config,
+            hooks,
             cluster,
             queue,
             projects,
@@ -88,6 +96,8 @@ class Session:
             partitions=sets,
             partition_gpus=gpus,
         )
+        session._penalties = tuple(open_penalty(session) for open_penalty in hooks.node_penalties)
+        return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
         """The nodes ``project``'s jobs may start on; None: any node."""
@@ -101,11 +111,11 @@ class Session:
     def demand(self, job: PendingJob) -> WorkerDemand:
         return self.memory.demand(job)
 
-    def placement(self) -> registry.PlacementPlugin:
+    def placement(self) -> PlacementPlugin:
         """The configured placement plugin; one that learns from the pool (frag) is given the
         pool's workers by demand, running and waiting, once a cycle."""
         if self._placement is None:
-            plugin = registry.placement(self.config.placement)
+            plugin = self.hooks.placement
             if plugin.for_pool is not None:
                 workers = self.memory.workers(self.snapshot.pending)
                 plugin = plugin.for_pool(workers.items(), self.memory.placement)
@@ -173,10 +183,13 @@ class Session:
             return None
         plugin = self.placement()
         statement = Statement(self.cluster)
-        avoid = self.service_nodes(job.spec.service)
+        shunned = self._shunned(job)
         for worker in range(job.spec.workers):
-            # A service's replicas spread: a node without one is preferred, any node will do.
-            chosen = self._best_node(demand, plugin, avoid, only) if avoid else None
+            chosen = None
+            for avoid in shunned:  # the least penalised nodes first (``hooks.NodePenalty``)
+                chosen = self._best_node(demand, plugin, avoid, only)
+                if chosen is not None:
+                    break
             if chosen is None:
                 chosen = self._best_node(demand, plugin, only=only)
             if chosen is None:
@@ -192,22 +205,26 @@ class Session:
             self.cluster.generation = generation
         return placed
 
-    def service_nodes(self, service: str | None) -> frozenset[str]:
-        """The nodes where replicas of ``service`` run or were started this cycle (none for a job
-        that is not a replica, so placement of every other job is as before)."""
-        if service is None:
-            return frozenset()
-        if self._service_nodes is None:
-            self._service_nodes = {}
-            for r in self.snapshot.running:
-                if r.spec.service is not None and not r.stopping:
-                    self._service_nodes.setdefault(r.spec.service, set()).update(p.node for p in r.placements)
-        return frozenset(self._service_nodes.get(service, ()))
+    def _shunned(self, job: PendingJob) -> list[frozenset[str]]:
+        """The nodes to leave out, pass by pass, before a last pass over every node: by the sum of
+        the node penalties, first every penalised node, then all but the least penalised, and so
+        on. None at all for a job no hook penalises (most jobs: one pass, as without them)."""
+        penalty: Mapping[str, int] = {}
+        for hook in self._penalties:
+            given = hook(job)
+            if given and penalty:
+                penalty = {n: penalty.get(n, 0) + given.get(n, 0) for n in penalty.keys() | given.keys()}
+            elif given:
+                penalty = given
+        levels = sorted({p for p in penalty.values() if p > 0})
+        if not levels:
+            return []
+        return [frozenset(n for n, p in penalty.items() if p > below) for below in [0, *levels[:-1]]]
 
     def _best_node(
         self,
         demand: WorkerDemand,
-        plugin: registry.PlacementPlugin,
+        plugin: PlacementPlugin,
         avoid: frozenset[str] = frozenset(),
         only: frozenset[str] | None = None,
     ) -> NodeFree | None:
@@ -248,9 +265,6 @@ class Session:
                 return best[1]
         return best[1] if best is not None else None
 
-    def _reserving(self) -> bool:
-        return bool(self.reserved_gpus)
-
     def keep_reserved(self, reservation: Reservation) -> None:
         """Keep the reserved GPUs that are free now from other jobs. GPUs the reservation needs
         that running jobs still hold are theirs until they end; only GPUs are reserved."""
@@ -269,15 +283,10 @@ class Session:
 
     def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
         self.starts.append(StartJob(job.id, placements))
-        self.start_specs[job.id] = job.spec
-        if job.spec.service is not None:
-            self.service_nodes(job.spec.service)  # built from the snapshot before this start is added
-            assert self._service_nodes is not None
-            self._service_nodes.setdefault(job.spec.service, set()).update(p.node for p in placements)
+        self.started_jobs[job.id] = job
         self.allocated[job.spec.project] += job.spec.total_gpus
         mine = (job.spec.project, job.owner)
         self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus
-        self.start_owners[job.id] = job.owner
         if job.spec.quota_bound:
             self.bound[job.spec.project] = self.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
 
@@ -290,9 +299,9 @@ def _shape(
 
 
 def _partitions(
-    snapshot: Snapshot, config: SchedulerConfig, memory: CycleMemory
+    snapshot: Snapshot, config: SchedulerConfig, hooks: Hooks[Session], memory: CycleMemory
 ) -> tuple[dict[str, frozenset[str]] | None, dict[str, int]]:
-    assign = partition.lookup(config.partition)
+    assign = hooks.partition
     if assign is None:
         return None, {}
     key = (config.partition, tuple((p.name, p.quota) for p in snapshot.projects))

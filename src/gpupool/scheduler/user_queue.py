@@ -16,8 +16,7 @@ import heapq
 from collections import deque
 
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.plugins.users import UserOrder, one_line
-from gpupool.scheduler.registry import JobOrder
+from gpupool.scheduler.hooks import JobOrder, UserOrder, one_line
 from gpupool.scheduler.session import Session
 
 Entry = tuple[int, float, float, int, str]  # class key, user load, submit time, id, user
@@ -26,7 +25,7 @@ Entry = tuple[int, float, float, int, str]  # class key, user load, submit time,
 class UserQueue:
     __slots__ = ("_heap", "_job_order", "_lines", "_order", "_session", "_size")
 
-    def __init__(self, session: Session, order: UserOrder, job_order: JobOrder) -> None:
+    def __init__(self, session: Session, order: UserOrder[Session], job_order: JobOrder) -> None:
         self._session = session
         self._order = order
         self._job_order = job_order
@@ -35,7 +34,7 @@ class UserQueue:
         self._size = 0
 
     @classmethod
-    def of(cls, session: Session, order: UserOrder, job_order: JobOrder, jobs: list[PendingJob]) -> UserQueue:
+    def of(cls, session: Session, order: UserOrder[Session], job_order: JobOrder, jobs: list[PendingJob]) -> UserQueue:
         """A queue of ``jobs``, given in the job order: one pass, and none at all with one line
         (a queue is built from the whole queue every cycle)."""
         queue = cls(session, order, job_order)

@@ -17,15 +17,13 @@ from collections.abc import Callable
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler import orders, policies
-from gpupool.scheduler.plugins.queues import one_queue
-from gpupool.scheduler.plugins.quota import QuotaCheck
+from gpupool.scheduler.hooks import Hooks, QuotaCheck, one_queue
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.user_queue import UserQueue
 
 
 def run(session: Session) -> None:
-    hooks = policies.hooks(session.config)
+    hooks = session.hooks
     rank = hooks.queue_order.rank
     queues = _queues(session, hooks)
     memo = _Memo(session, hooks.quota_check, rank)
@@ -67,7 +65,7 @@ def run(session: Session) -> None:
     session.queue = waiting
 
 
-def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
+def _queues(session: Session, hooks: Hooks[Session]) -> dict[str, UserQueue]:
     """The queue's jobs split by the queue order, each part kept in the job order."""
     key = hooks.queue_order.key
     by_key: dict[str, list[PendingJob]] = {}
@@ -80,13 +78,12 @@ def _queues(session: Session, hooks: policies.Hooks) -> dict[str, UserQueue]:
                 by_key[name] = [job]
             else:
                 jobs.append(job)
-    job_order = orders.job_order(session.config)
-    return {name: UserQueue.of(session, hooks.user_order, job_order, jobs) for name, jobs in by_key.items()}
+    return {name: UserQueue.of(session, hooks.user_order, hooks.job_order, jobs) for name, jobs in by_key.items()}
 
 
 def _wait_behind_reservation(
     session: Session,
-    hooks: policies.Hooks,
+    hooks: Hooks[Session],
     memo: _Memo,
     name: str,
     queues: dict[str, UserQueue],
@@ -116,7 +113,9 @@ class _Memo:
 
     __slots__ = ("_check", "_quota", "_rank", "_ranks", "_session", "_starts")
 
-    def __init__(self, session: Session, check: QuotaCheck, rank: Callable[[Session, str], tuple[float, str]]) -> None:
+    def __init__(
+        self, session: Session, check: QuotaCheck[Session], rank: Callable[[Session, str], tuple[float, str]]
+    ) -> None:
         self._session, self._check, self._rank = session, check, rank
         self._starts = -1
         self._quota: dict[tuple[str, float, Priority], Reason | None] = {}

@@ -1,4 +1,4 @@
-"""Displace: under a preemptive job order (``orders.PREEMPTIVE``: attained service, or the
+"""Displace: under a preemptive job order (``registry.PREEMPTIVE``: attained service, or the
 simulator's oracle), a waiting train job may stop running train jobs that rank behind it, e.g.
 a job that has received no service yet displaces one that has received hours of it.
 
@@ -19,9 +19,8 @@ from itertools import chain
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob, RunningJob
-from gpupool.scheduler import orders
 from gpupool.scheduler.displace_index import DisplaceIndex
-from gpupool.scheduler.plugins.queues import rank_holding
+from gpupool.scheduler.fair_share import rank_holding
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims, saying, stop_for
 
@@ -30,7 +29,7 @@ _PROMISED = (ReasonCode.RECLAIM, ReasonCode.PREEMPTING)
 
 
 def run(session: Session) -> None:
-    hooks = orders.preemptive(session.config)
+    hooks = session.hooks.preemptive
     if hooks is None or not session.queue:
         return
     now, config = session.snapshot.now, session.config
@@ -88,7 +87,8 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
     # or the lender's jobs (its victims among them) retake the GPUs before it starts, and it
     # displaces them again: a cycle with no end that the job never wins.
     ranked = session.config.queue_order == "fair_share"
-    mine = rank_holding(session, project, session.allocated.get(project, 0.0))
+    recent = session.snapshot.recent_usage
+    mine = rank_holding(session.shares, recent, project, session.allocated.get(project, 0.0))
 
     def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
         lender = victim.spec.project
@@ -98,7 +98,7 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
         left = session.allocated.get(lender, 0.0) - taken
         if left < session.project(lender).quota - 1e-9:
             return False
-        if ranked and rank_holding(session, lender, left) < mine:
+        if ranked and rank_holding(session.shares, recent, lender, left) < mine:
             return False
         lender_share = session.shares.get(lender, 0.0)
         return lender_share <= 0 or left / lender_share >= after - 1e-9

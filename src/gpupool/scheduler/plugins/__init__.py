@@ -1,3 +1,2 @@
-"""Policies as small plugins, registered explicitly in tables: the job order and the placement
-in ``scheduler/registry.py`` (the session calls them), the queue order, quota check and hold-up
-in ``scheduler/policies.py`` (allocate calls them)."""
+"""Policies as small plugins: each implements a hook type of ``scheduler/hooks.py`` and is
+registered by name in a table of ``scheduler/registry.py``, the one place that imports them."""

@@ -14,14 +14,12 @@ then leaves every job behind it to the backfill action, which starts only what c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 from gpupool.domain.decisions import Reason
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.reservation import reserve
 from gpupool.scheduler.session import Session
-
-HoldUp = Callable[[Session, PendingJob, str, Collection[str], Reason | None], Collection[str]]
 
 
 def reservation(

@@ -29,10 +29,9 @@ from operator import itemgetter
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.config import LasConfig, SchedulerConfig
-from gpupool.scheduler.registry import JobOrder
+from gpupool.scheduler.hooks import JobOrder, Ranked
 
 QUEUES = 16  # at most this many queues: the class and the queue share the key's first element
-Ranked = list[tuple[tuple[int, float, int], PendingJob]]
 _KEY = itemgetter(0)
 
 

@@ -10,14 +10,10 @@ its quota in GPUs on any node."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
 from gpupool.scheduler.partition import describe
 from gpupool.scheduler.session import Session
-
-QuotaCheck = Callable[[Session, PendingJob], Reason | None]
 
 
 def borrow(session: Session, job: PendingJob) -> Reason | None:

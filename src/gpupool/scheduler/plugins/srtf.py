@@ -10,7 +10,7 @@ from datetime import datetime
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.scheduler.registry import JobOrder
+from gpupool.scheduler.hooks import JobOrder
 
 
 def order(config: SchedulerConfig) -> JobOrder:

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from gpupool.scheduler.cluster import NodeFree
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.scheduler.plugins.fit import gpu_ok
+from gpupool.scheduler.fit import gpu_ok
 
 
 def score(free: NodeFree, demand: WorkerDemand) -> tuple[int, ...]:

@@ -13,28 +13,17 @@ keep their own order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.registry import JobOrder
+from gpupool.scheduler.hooks import JobOrder, UserOrder, one_line
 from gpupool.scheduler.session import Session
 
 EPSILON = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class UserOrder:
-    user: Callable[[PendingJob], str]  # the line within its queue a job joins
-    load: Callable[[Session, PendingJob], float]  # of that job's user, now: less goes first
-
-
 def by_owner(job: PendingJob) -> str:
     return job.owner
-
-
-def one_line(job: PendingJob) -> str:
-    return ""
 
 
 def least_used(session: Session, job: PendingJob) -> float:
@@ -49,12 +38,12 @@ def unloaded(session: Session, job: PendingJob) -> float:
     return 0.0
 
 
-LEAST_USED = UserOrder(by_owner, least_used)
-NONE = UserOrder(one_line, unloaded)
+LEAST_USED: UserOrder[Session] = UserOrder(by_owner, least_used)
+NONE: UserOrder[Session] = UserOrder(one_line, unloaded)
 
 
 def behind_lighter_users(
-    session: Session, waiting: Iterable[PendingJob], order: UserOrder, job_order: JobOrder
+    session: Session, waiting: Iterable[PendingJob], order: UserOrder[Session], job_order: JobOrder
 ) -> dict[int, str]:
     """For each waiting job that later jobs of its project and class go before, because their
     users used less lately, a clause saying so (``gpupool why``). Users of equal load are not
@@ -94,7 +83,7 @@ Lines = dict[tuple[str, int], dict[str, list[tuple[float, int]]]]  # (project, c
 
 
 def _lines_of_shared_projects(
-    waiting: Iterable[PendingJob], order: UserOrder, job_order: JobOrder
+    waiting: Iterable[PendingJob], order: UserOrder[Session], job_order: JobOrder
 ) -> tuple[Lines, dict[tuple[str, str], PendingJob]]:
     """The lines of the projects with jobs of two users or more (nobody is ahead of anybody in
     the others), and a job of each of their users, to ask the load. Grouped by user first, so a
