@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gpupool.domain.jobs import Placement
+
+if TYPE_CHECKING:
+    from gpupool.domain.snapshot import PendingJob
 
 
 class ReasonCode(enum.StrEnum):
@@ -60,3 +65,6 @@ class CycleResult:
     # When the decisions would change by time alone, with nothing arriving or ending (a borrower's
     # job reaching the minimum run before it may be reclaimed): the caller runs a cycle by then.
     wake_at: datetime | None = None
+    # The jobs ``starts`` start, as the cycle's snapshot had them (spec, owner, submit time): the
+    # caller launches from these, not from a second read that a cancel or edit may have changed.
+    started: Mapping[int, PendingJob] = field(default_factory=dict)

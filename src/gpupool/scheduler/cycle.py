@@ -72,6 +72,7 @@ def schedule(
         pending=reasons,
         preemptions=tuple(session.preemptions),
         wake_at=session.wake_at,
+        started=dict(session.started_jobs),
     )
 
 

@@ -57,11 +57,10 @@ class ScheduleCycle(PartsStep):
                 job_repo.set_reasons(s, idle)
         result = schedule(snapshot, p.config, memory=self._memory)
         self._wake_at = min((t for t in (deferred_until, result.wake_at) if t is not None), default=None)
-        specs = {job.id: job.spec for job in snapshot.pending}
-        submitted = {job.id: job.submitted_at for job in snapshot.pending}
+        specs = {job_id: job.spec for job_id, job in result.started.items()}
         for job_id, attempt in p.applier.start_all(result.starts, specs).items():
             if attempt == 1:
-                p.on_first_start((p.clock.now() - submitted[job_id]).total_seconds())
+                p.on_first_start((p.clock.now() - result.started[job_id].submitted_at).total_seconds())
         p.applier.preempt_all(result.preemptions)
         if result.starts:
             p.ports.changed()  # pushed by the next step, in this tick
