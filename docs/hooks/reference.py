@@ -115,7 +115,7 @@ def _param_row(ctx: Any, p: Any) -> str:
 def openapi_markdown() -> str:
     from gpupool.api.app import create_app
     from gpupool.api.permissions import TABLE
-    from gpupool.services.context import HeadContext
+    from gpupool.usecases.context import HeadContext
 
     # Only the routes and schemas are read: nothing here is called, so no database, clock or
     # executor is needed, and create_app starts no thread (the app's lifespan never runs).
@@ -206,8 +206,8 @@ def _schema_type(schema: dict[str, Any]) -> str:
 def metrics_markdown() -> str:
     from gpupool.api import prometheus
     from gpupool.api.prometheus_services import ServiceCollector
-    from gpupool.services.load import LoadBoard
-    from gpupool.services.metrics import ClusterFigures
+    from gpupool.usecases.load import LoadBoard
+    from gpupool.usecases.metrics import ClusterFigures
 
     # The families as a scrape of an empty cluster yields them: names, types, help and labels.
     empty = ClusterFigures(jobs={}, projects=[], nodes=[])

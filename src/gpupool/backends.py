@@ -21,8 +21,8 @@ from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe, load_hardware
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.runtime import NodeRuntime
-from gpupool.services.context import RayCluster
 from gpupool.settings import Settings
+from gpupool.usecases.context import RayCluster
 
 DEMO_NODES, DEMO_GPUS = 2, 4
 

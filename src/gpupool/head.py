@@ -38,13 +38,13 @@ from gpupool.gateway import launch as gateway_launch
 from gpupool.node import accounts
 from gpupool.node.private import secure_data_dir
 from gpupool.scheduler import registry
-from gpupool.services.accounts import job_accounts
-from gpupool.services.context import HeadContext, RayCluster
-from gpupool.services.load import LoadBoard
 from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
+from gpupool.usecases.accounts import job_accounts
+from gpupool.usecases.context import HeadContext, RayCluster
+from gpupool.usecases.load import LoadBoard
 
 log = logging.getLogger("gpupool.head")
 # In the data dir, readable by the head's user only (0600), made so at start if they are not.

@@ -24,8 +24,8 @@ from gpupool.executors.ray_processes import (
     start_head,
     write_secret,
 )
-from gpupool.services.context import RayCluster
 from gpupool.settings import Settings
+from gpupool.usecases.context import RayCluster
 
 log = logging.getLogger("gpupool.head")
 

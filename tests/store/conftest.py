@@ -27,8 +27,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
 
-from gpupool.services.context import HeadContext
 from gpupool.store.db import Database
+from gpupool.usecases.context import HeadContext
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
 # Installing the postgresql package can take minutes on a bare machine.

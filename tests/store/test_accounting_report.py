@@ -18,12 +18,12 @@ from gpupool.cli import report as report_cli
 from gpupool.cli.main import main
 from gpupool.client.http import ClientError, GpupoolClient
 from gpupool.domain.jobs import JobSpec
-from gpupool.services import accounting as accounting_service
-from gpupool.services import jobs as job_service
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import WorkerRow
 from gpupool.store.tokens import create_token
+from gpupool.usecases import accounting as accounting_service
+from gpupool.usecases import jobs as job_service
 from tests.store.test_controller_telemetry import Harness
 from tests.store.test_sim_matches_controller import USER
 

@@ -24,16 +24,16 @@ from gpupool.domain.audit import AuditEntry, AuditResult
 from gpupool.domain.errors import Unavailable
 from gpupool.domain.users import Role
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import audit as audit_service
-from gpupool.services import nodes as node_service
-from gpupool.services.audit import AuditLog
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import audit as audit_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import users
 from gpupool.store.db import Database
 from gpupool.store.tokens import create_token, principal_for
+from gpupool.usecases import audit as audit_service
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases.audit import AuditLog
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

@@ -16,12 +16,12 @@ from gpupool.client.http import ClientError, GpupoolClient
 from gpupool.clock import FakeClock
 from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.node.gpu.fake import FakeProbe
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import create_token
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

@@ -24,13 +24,13 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig, schedule
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 RACES = 300

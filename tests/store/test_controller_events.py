@@ -16,12 +16,12 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.node.runtime import WorkerExit
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services import nodes as node_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import ADMIN, USER, FakeExecutor
 
 SETTINGS = ControllerSettings(full_cycle_s=0.0, usage_every_s=math.inf)

@@ -12,12 +12,12 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler.policies import preset
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.settings import Settings
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 

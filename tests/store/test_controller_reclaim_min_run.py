@@ -12,13 +12,13 @@ from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.projects import Project
 from gpupool.scheduler.policies import preset
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import KILLED, FakeExecutor
 
 ADMIN = Principal("admin", "admin")

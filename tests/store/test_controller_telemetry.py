@@ -17,12 +17,12 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample, TelemetryRetention
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 SETTINGS = ControllerSettings(

@@ -26,10 +26,6 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.projects import DEFAULT_PROJECT
 from gpupool.domain.users import Role
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import accounting as accounting_service
-from gpupool.services import jobs as job_service
-from gpupool.services import projects as project_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store import user_usage as user_usage_repo
@@ -37,6 +33,10 @@ from gpupool.store import users as user_repo
 from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal, create_token
+from gpupool.usecases import accounting as accounting_service
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor, Scenario, job, replay_on_controller
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

@@ -10,12 +10,12 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 ADMIN = Principal("admin", "admin")

@@ -28,14 +28,14 @@ from gpupool.domain.projects import Project
 from gpupool.domain.services import ServiceSpec
 from gpupool.domain.telemetry import GpuSample
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services import projects as project_service
-from gpupool.services import services as service_layer
-from gpupool.services.context import HeadContext
-from gpupool.services.load import ReplicaLoad
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal, create_token
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases import services as service_layer
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.load import ReplicaLoad
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

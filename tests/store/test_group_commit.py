@@ -15,11 +15,11 @@ from gpupool.domain.errors import Conflict, NotFound, Unsatisfiable
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import ArraySummary
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit, _Submission
-from gpupool.services.submission import Array, Batch, Job
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit, _Submission
+from gpupool.usecases.submission import Array, Batch, Job
 
 ADMIN = Principal("admin", "admin")
 ONE = JobSpec.create(command=["x"], gpus=1)
@@ -172,8 +172,8 @@ def test_a_member_removed_is_refused_at_their_next_submission(services: HeadCont
     from gpupool.domain.permissions import ProjectRole
     from gpupool.domain.projects import Project
     from gpupool.domain.users import Role
-    from gpupool.services import projects as project_service
-    from gpupool.services import users as user_service
+    from gpupool.usecases import projects as project_service
+    from gpupool.usecases import users as user_service
 
     user_service.add_user(services, ADMIN, "ann", Role.MEMBER, None)
     project_service.set_project(services, Project.create("vision", quota=1), ADMIN)

@@ -15,14 +15,14 @@ from gpupool.domain.arrays import ArraySpec, parse_job_ref
 from gpupool.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, Unsatisfiable
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import arrays as array_service
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import arrays as array_service
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 ALICE = Principal("alice", "member")

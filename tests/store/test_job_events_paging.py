@@ -10,11 +10,11 @@ import pytest
 from gpupool.clock import FakeClock
 from gpupool.domain.errors import InvalidInput, NotFound
 from gpupool.domain.jobs import JobSpec
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from gpupool.store.transitions import add_event
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 

@@ -21,13 +21,13 @@ from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services import nodes as node_service
-from gpupool.services import projects as project_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal, create_token
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

@@ -16,11 +16,11 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal, create_token
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works

@@ -11,11 +11,11 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 

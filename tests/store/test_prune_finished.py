@@ -10,13 +10,13 @@ from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 from tests.store.test_sim_matches_controller import USER, FakeExecutor
 
 DAY = 86400.0

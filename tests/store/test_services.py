@@ -13,14 +13,14 @@ from gpupool.domain.errors import Conflict, Forbidden, NotFound
 from gpupool.domain.projects import Project
 from gpupool.domain.services import Replica, ServiceSpec
 from gpupool.domain.users import Role
-from gpupool.services import projects as project_service
-from gpupool.services import services as service_layer
-from gpupool.services.context import HeadContext
 from gpupool.store import jobs as job_repo
 from gpupool.store import services as service_repo
 from gpupool.store import users as user_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import projects as project_service
+from gpupool.usecases import services as service_layer
+from gpupool.usecases.context import HeadContext
 
 ADMIN = Principal("admin", "admin")
 ALICE = Principal("alice", "member")

@@ -49,9 +49,6 @@ from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
 from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
-from gpupool.services import jobs as job_service
-from gpupool.services import projects as project_service
-from gpupool.services.context import HeadContext
 from gpupool.sim import engine
 from gpupool.sim.cluster import uniform
 from gpupool.sim.trace import TraceJob
@@ -59,6 +56,9 @@ from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases.context import HeadContext
 
 ADMIN = Principal("admin", "admin")
 USER = Principal("alice", "user")

@@ -11,13 +11,13 @@ import pytest
 from gpupool.clock import FakeClock
 from gpupool.domain.errors import Conflict
 from gpupool.domain.jobs import JobSpec
-from gpupool.services import jobs as job_service
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.store import idempotency
 from gpupool.store import jobs as job_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 
 ADMIN = Principal("admin", "admin")
 SPEC = JobSpec.create(command=["train"], gpus=0)

@@ -13,14 +13,14 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.permissions import ProjectRole
 from gpupool.domain.projects import Project
 from gpupool.domain.users import Role, Scope
-from gpupool.services import jobs as job_service
-from gpupool.services import projects as project_service
-from gpupool.services.context import HeadContext
 from gpupool.sim.cluster import uniform
 from gpupool.store import members, projects, users
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases.context import HeadContext
 from tests.store.test_sim_matches_controller import FakeExecutor
 
 ADMIN = Principal("root", "admin")

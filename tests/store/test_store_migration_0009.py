@@ -10,10 +10,10 @@ from datetime import datetime
 from sqlalchemy import text
 
 from gpupool.domain.permissions import ProjectRole
-from gpupool.services.projects import views
 from gpupool.store import jobs, members
 from gpupool.store.db import Database
 from gpupool.store.orm import Base
+from gpupool.usecases.projects import views
 from tests.store.helpers import upgrade_to
 from tests.store.test_store_migrations import schema_diff
 

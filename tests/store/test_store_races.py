@@ -13,10 +13,10 @@ import pytest
 from gpupool.domain.errors import Conflict, GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
-from gpupool.services import jobs as job_service
-from gpupool.services import projects as project_service
-from gpupool.services.context import HeadContext
 from gpupool.store.tokens import Principal
+from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
+from gpupool.usecases.context import HeadContext
 
 ADMIN = Principal("admin", "admin")
 

@@ -12,7 +12,7 @@ from gpupool.domain.errors import Conflict, InvalidInput
 from gpupool.domain.users import Role, User
 from gpupool.node.cgroups import Layout
 from gpupool.node.walls import isolation
-from gpupool.services.accounts import JobAccounts
+from gpupool.usecases.accounts import JobAccounts
 
 UIDS = {"root": 0, "daemon": 1, "nobody": 65534, "ann": 1001, "lab": 1002}
 

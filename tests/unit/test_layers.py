@@ -30,8 +30,8 @@ LAYERS = (
     Layer("entry", frozenset({"cli"}), "commands; the only code that starts a head or joins a node"),
     # head.py builds the API app, so it sits above the faces; only the CLI starts it.
     Layer("assembly", frozenset({"head", "head_ray", "backends"}), "wires app, controller, executor from Settings"),
-    Layer("faces", frozenset({"api", "client", "sim", "gateway", "dashboard"}), "parse, render, call services"),
-    Layer("shell", frozenset({"controller", "services"}), "load -> decide -> apply"),
+    Layer("faces", frozenset({"api", "client", "sim", "gateway", "dashboard"}), "parse, render, call the use cases"),
+    Layer("shell", frozenset({"controller", "usecases"}), "load -> decide -> apply"),
     # clock.py reads the time and settings.py the environment: side effects, injected from above.
     Layer(
         "side effects",
@@ -124,13 +124,13 @@ def test_the_checker_catches_each_rule() -> None:
     fake = {
         **real,
         "scheduler/bad.py": "import os\nfrom gpupool.store import jobs\n",
-        "services/bad.py": "def f():\n    from sqlalchemy import select\n",
+        "usecases/bad.py": "def f():\n    from sqlalchemy import select\n",
         "controller/bad.py": "from gpupool.store.orm import JobRow\n",
         "store/bad.py": "import ray\nimport pynvml\n",
         "api/bad.py": "from gpupool.sim import engine\nfrom gpupool.head import Head\n",
         "node/rundir.py": real["node/rundir.py"] + "\nimport httpx\nfrom gpupool.domain import jobs\n",
         "telemetry/bad.py": "",
-        "gateway/bad.py": "from gpupool.store import jobs\nfrom gpupool.services import access\n",
+        "gateway/bad.py": "from gpupool.store import jobs\nfrom gpupool.usecases import access\n",
         "sim/a.py": "from gpupool.sim import b\n",
         "sim/b.py": "if TYPE_CHECKING:\n    from gpupool.sim.a import X\n",
     }
@@ -138,7 +138,7 @@ def test_the_checker_catches_each_rule() -> None:
     assert {
         ("scheduler/bad.py", "os", "core"),
         ("scheduler/bad.py", "gpupool.store.jobs", "layer"),
-        ("services/bad.py", "sqlalchemy.select", "restricted"),
+        ("usecases/bad.py", "sqlalchemy.select", "restricted"),
         ("controller/bad.py", "gpupool.store.orm.JobRow", "restricted"),
         ("store/bad.py", "ray", "restricted"),
         ("store/bad.py", "pynvml", "restricted"),
@@ -148,7 +148,7 @@ def test_the_checker_catches_each_rule() -> None:
         ("node/rundir.py", "gpupool.domain.jobs", "stdlib-only"),
         ("telemetry/bad.py", "", "unplaced"),
         ("gateway/bad.py", "gpupool.store.jobs", "only"),
-        ("gateway/bad.py", "gpupool.services.access", "only"),
+        ("gateway/bad.py", "gpupool.usecases.access", "only"),
         ("sim/a.py", "", "cycle"),
     } <= found
     assert not [v for v in violations(real) if v.path.endswith("bad.py")]

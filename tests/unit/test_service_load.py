@@ -1,4 +1,4 @@
-"""The head's view of the gateway's load reports (services/load.py): histogram quantiles, recent
+"""The head's view of the gateway's load reports (usecases/load.py): histogram quantiles, recent
 figures per replica and service, counters for /metrics, old reports without latency; and the CLI
 drawing those figures (cli/service_load.py), from the API's JSON of a LoadBoard fed with reports."""
 
@@ -11,7 +11,7 @@ from rich.console import Console
 
 from gpupool.api.schemas.services import LoadOut, ServiceLoadOut, StatsIn
 from gpupool.cli.service_load import replica_table, services_table
-from gpupool.services.load import LoadBoard, ReplicaLoad, quantile
+from gpupool.usecases.load import LoadBoard, ReplicaLoad, quantile
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOUNDS = (0.01, 0.025, 0.05)

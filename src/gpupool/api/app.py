@@ -30,11 +30,11 @@ from gpupool.api.routers import audit as audit_router
 from gpupool.api.schemas.users import WhoAmI
 from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
 from gpupool.domain.signins import SignInBursts
-from gpupool.services import nodes as node_service
-from gpupool.services import services as service_layer
-from gpupool.services import users as user_service
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases import services as service_layer
+from gpupool.usecases import users as user_service
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 
 
 def create_app(

@@ -15,7 +15,7 @@ What is noted comes from the request's route and answer, never from its body:
 - who (the ``Principal`` that ``deps.principal`` leaves in the request's state), the result from
   the HTTP status, and the client's address.
 
-Entries go to an ``AuditLog`` (``services/audit.py``), which writes them in batches from a
+Entries go to an ``AuditLog`` (``usecases/audit.py``), which writes them in batches from a
 thread of its own. The entry of a request that changed something is written before its answer
 leaves (requests answered together share the write), so a head killed right after it answered
 still has it; a failed sign-in's is written within half a second. The client's address is the
@@ -41,9 +41,9 @@ from gpupool.api.throttle import UNTHROTTLED
 from gpupool.clock import Clock
 from gpupool.domain.audit import AUTH_FAILED, AuditEntry, AuditResult, result_of
 from gpupool.domain.signins import BurstSummary, SignInBursts
-from gpupool.services.audit import AuditLog
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases.audit import AuditLog
 
 logger = logging.getLogger("gpupool.audit")
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

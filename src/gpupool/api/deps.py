@@ -14,9 +14,9 @@ from gpupool.api.permissions import rule_for
 from gpupool.domain.errors import Forbidden, Unauthorized
 from gpupool.domain.permissions import refusal
 from gpupool.domain.users import GATEWAY_ROLE, Scope
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.store.tokens import Principal, principal_for
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 
 GATEWAY = Principal(GATEWAY_ROLE, GATEWAY_ROLE, Scope.READ)  # the head's gateway, by its identity
 

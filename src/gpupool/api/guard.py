@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 from gpupool.api.deps import INVALID_TOKEN, MISSING_TOKEN, authenticate, cached
 from gpupool.domain.errors import GpupoolError
-from gpupool.services.context import HeadContext
+from gpupool.usecases.context import HeadContext
 
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB: a job with a large environment is a few KiB
 DEFAULT_BODY_TIMEOUT_S = 10.0

@@ -3,7 +3,7 @@
 Two kinds:
 
 - **Read at scrape time** by ``StoreCollector``, in one short read transaction
-  (``services/metrics.py``); nothing elsewhere in the head updates a gauge, so the figures are
+  (``usecases/metrics.py``); nothing elsewhere in the head updates a gauge, so the figures are
   never out of step with the store, and a head restart loses none of them:
   ``gpupool_jobs{state,project}``, ``gpupool_gpus_allocated{project}``, ``gpupool_gpu_quota{project}``,
   ``gpupool_gpu_limit{project}``, ``gpupool_gpu_fair_share{project}``, ``gpupool_nodes{state}``,
@@ -34,9 +34,9 @@ from gpupool.clock import Clock
 from gpupool.domain import exit_reasons
 from gpupool.domain.idle import IdleSettings
 from gpupool.domain.telemetry import GpuSample
-from gpupool.services import metrics as metrics_service
-from gpupool.services.metrics import ClusterFigures
 from gpupool.store.db import Database
+from gpupool.usecases import metrics as metrics_service
+from gpupool.usecases.metrics import ClusterFigures
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # A cycle takes milliseconds on a small cluster and can reach seconds with thousands of jobs.

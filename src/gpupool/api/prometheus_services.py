@@ -1,7 +1,7 @@
 """The services' series of ``GET /metrics``, read at scrape time.
 
 Replica counts come from the store (one short read, like ``StoreCollector``'s); the load comes
-from the gateway's reports the head keeps in memory (``services/load.py``), so the head's one
+from the gateway's reports the head keeps in memory (``usecases/load.py``), so the head's one
 scrape target shows both, and nobody needs to scrape the gateway to see a service's traffic
 (the gateway's own ``/metrics`` has more: status classes, error kinds, retries, per route).
 
@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gpupool.services.load import LoadBoard, Totals
+from gpupool.usecases.load import LoadBoard, Totals
 
 ReplicaStates = Callable[[], list[tuple[str, int, dict[str, int]]]]
 

@@ -11,7 +11,6 @@ row in the table, never another ``_last_*`` stamp and try/except in the loop.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -29,8 +28,8 @@ class Step(Protocol):
 
     @property
     def every_s(self) -> float:
-        """The least monotonic seconds between two runs (0: every tick; infinite: never). The first
-        tick runs every step. Read before each run, so a
+        """The least monotonic seconds between two runs (0: every tick; infinite: only at the
+        first tick, which runs every step). Read before each run, so a
         step with more to do (a pruning batch that was full) may ask to run again at once."""
         ...
 
@@ -55,8 +54,8 @@ class StepRunner:
         for step in self.steps:
             now = self._monotonic()
             last, every_s = self._last.get(step.name), step.every_s
-            if every_s == math.inf or (last is not None and now - last < every_s):
-                continue  # an infinite interval: the step never runs (a test's controller without it)
+            if last is not None and now - last < every_s:
+                continue
             self._last[step.name] = now  # before it runs: a failing step waits its interval too
             try:
                 moved = step.run(now) or moved

@@ -28,14 +28,14 @@ from gpupool.domain.errors import Conflict
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.rollout import Plan, plan
 from gpupool.domain.services import Replica, ServiceRecord
-from gpupool.services.load import LoadBoard
 from gpupool.store import bulk
 from gpupool.store import jobs as job_repo
 from gpupool.store import services as service_repo
 from gpupool.store.db import Database
 from gpupool.store.transitions import add_event
+from gpupool.usecases.load import LoadBoard
 
-log = logging.getLogger("gpupool.services")
+log = logging.getLogger("gpupool.usecases")
 
 # GET http://host:port/path within a timeout: None when it answered 2xx, else why not.
 Probe = Callable[[str, int, str, float], str | None]

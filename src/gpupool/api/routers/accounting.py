@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.services import accounting as accounting_service
+from gpupool.usecases import accounting as accounting_service
 
 router = APIRouter(prefix="/api/v1", tags=["accounting"])
 

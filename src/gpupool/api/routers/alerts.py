@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.alerts import AlertOut, IdleGpuOut
-from gpupool.services import alerts as alert_service
+from gpupool.usecases import alerts as alert_service
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 

@@ -14,7 +14,7 @@ from gpupool.api.schemas.jobs import JobDetail
 from gpupool.domain import bounds
 from gpupool.domain.arrays import MAX_ARRAY_INDEX, ArraySpec
 from gpupool.domain.jobs import JobSpec
-from gpupool.services import arrays as array_service
+from gpupool.usecases import arrays as array_service
 
 router = APIRouter(prefix="/api/v1/arrays", tags=["arrays"])
 ArrayId = Annotated[int, Path(ge=1, le=bounds.MAX_ID, description="an array id: the job id of its first task")]

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Request
 from gpupool.api.auditing import audit_log
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.audit import AuditOut
-from gpupool.services import audit as audit_service
+from gpupool.usecases import audit as audit_service
 
 router = APIRouter(prefix="/api/v1", tags=["audit"])
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from gpupool.api.auditing import set_target
 from gpupool.api.deps import Caller, Ctx
-from gpupool.services import cluster as cluster_service
+from gpupool.usecases import cluster as cluster_service
 
 router = APIRouter(prefix="/api/v1/cluster", tags=["cluster"])
 

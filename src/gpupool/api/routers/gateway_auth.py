@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.services import gateway_access
+from gpupool.usecases import gateway_access
 
 router = APIRouter(prefix="/api/v1/gateway", tags=["gateway"])
 

@@ -13,7 +13,7 @@ from gpupool.domain import bounds
 from gpupool.domain.bounds import MAX_ID
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
-from gpupool.services import jobs as job_service
+from gpupool.usecases import jobs as job_service
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -29,7 +29,7 @@ async def submit(
     """With an ``Idempotency-Key``, a retry of a submission whose answer was lost returns the job
     the first one made (``Idempotent-Replayed: true``) instead of making another. Acknowledged
     once committed; submissions that arrive together share one commit, which the request awaits
-    on the event loop rather than in a thread (services/group_commit.py)."""
+    on the event loop rather than in a thread (usecases/group_commit.py)."""
     spec = JobSpec.create(**body.model_dump())
     job, replayed = await group.submit_async(spec, who, idempotency_key)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too

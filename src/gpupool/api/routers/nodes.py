@@ -8,8 +8,8 @@ from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.nodes import DrainRequest, NodeOut, TelemetryOut
 from gpupool.domain import bounds
 from gpupool.domain.telemetry import Resolution
-from gpupool.services import nodes as node_service
-from gpupool.services import telemetry as telemetry_service
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases import telemetry as telemetry_service
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 

@@ -8,7 +8,7 @@ from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.projects import MemberOut, MemberSet, ProjectOut, ProjectSet
 from gpupool.domain.errors import NotFound
 from gpupool.domain.projects import Project
-from gpupool.services import projects as project_service
+from gpupool.usecases import projects as project_service
 
 router = APIRouter(prefix="/api/v1/projects", tags=["projects"])
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.services import RouteOut, RoutesOut, ScaleRequest, ServeRequest, ServiceOut, StatsIn, StatsOut
-from gpupool.services import services as service_layer
+from gpupool.usecases import services as service_layer
 
 router = APIRouter(prefix="/api/v1/services", tags=["services"])
 gateway_router = APIRouter(prefix="/api/v1/gateway", tags=["gateway"])

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
 from gpupool.api.schemas.telemetry import GpuSampleOut
-from gpupool.services import telemetry as telemetry_service
+from gpupool.usecases import telemetry as telemetry_service
 
 router = APIRouter(prefix="/api/v1/telemetry", tags=["telemetry"])
 

@@ -16,7 +16,7 @@ from gpupool.api.schemas.users import (
     UserCreated,
     UserOut,
 )
-from gpupool.services import users as user_service
+from gpupool.usecases import users as user_service
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 

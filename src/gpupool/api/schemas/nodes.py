@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpupool.domain import bounds
 from gpupool.domain.records import NodeRecord
 from gpupool.domain.telemetry import TelemetryPoint
-from gpupool.services.telemetry import History
+from gpupool.usecases.telemetry import History
 
 
 class DrainRequest(BaseModel):

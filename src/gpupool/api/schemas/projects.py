@@ -7,8 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.domain.permissions import Member, ProjectRole
-from gpupool.services.projects import ProjectView
 from gpupool.store.user_usage import UserUse
+from gpupool.usecases.projects import ProjectView
 
 
 class ProjectSet(BaseModel):

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpupool.domain.resources import CPU_MILLI
 from gpupool.domain.services import Replica, ServiceSpec
-from gpupool.services.context import GatewayPlace
-from gpupool.services.load import LoadFigures, ReplicaLoad, ServiceLoad
-from gpupool.services.services import JobRoute, Route, ServiceView
+from gpupool.usecases.context import GatewayPlace
+from gpupool.usecases.load import LoadFigures, ReplicaLoad, ServiceLoad
+from gpupool.usecases.services import JobRoute, Route, ServiceView
 
 MAX_REPORT_LINES = 10_000
 MAX_BOUNDS = 64  # latency buckets in a load report

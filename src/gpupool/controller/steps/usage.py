@@ -3,6 +3,8 @@ fair share between projects, and the order of users' jobs within one, read it.""
 
 from __future__ import annotations
 
+import math
+
 from gpupool.controller.steps.parts import PartsStep
 from gpupool.store import projects as project_repo
 from gpupool.store import user_usage as user_usage_repo
@@ -17,6 +19,8 @@ class AccrueUsage(PartsStep):
 
     def run(self, now: float) -> bool:
         p = self._parts
+        if math.isinf(p.settings.usage_every_s):
+            return False  # no usage history at all, as in the simulator (the parity tests)
         at, half_life_s = p.clock.now(), p.settings.fair_share_half_life_s
         with p.db.tx() as s:
             holding, _, _ = project_repo.usage(s)

@@ -26,11 +26,11 @@ from typing import NamedTuple
 
 from gpupool.domain.audit import AuditEntry
 from gpupool.domain.errors import Forbidden, Unavailable
-from gpupool.services.context import HeadContext
-from gpupool.services.telemetry import parse_when
 from gpupool.store import audit as audit_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.telemetry import parse_when
 
 log = logging.getLogger("gpupool.audit")
 

@@ -11,10 +11,10 @@ from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
 from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.scheduler.config import SchedulerConfig
-from gpupool.services.accounts import JobAccounts
-from gpupool.services.grants import SubmitGrants
-from gpupool.services.load import LoadBoard
 from gpupool.store.db import Database
+from gpupool.usecases.accounts import JobAccounts
+from gpupool.usecases.grants import SubmitGrants
+from gpupool.usecases.load import LoadBoard
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from gpupool.domain.errors import Forbidden
 from gpupool.domain.permissions import Rule, Who, may_submit_to, refusal
-from gpupool.services.access import require_job
-from gpupool.services.context import HeadContext
 from gpupool.store import jobs as job_repo
 from gpupool.store import members as member_repo
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import require_job
+from gpupool.usecases.context import HeadContext
 
 _MEMBER = Rule(Who.MEMBER)
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput, NotFound
 from gpupool.domain.telemetry import GpuSample, Resolution, TelemetryPoint
-from gpupool.services import nodes as node_service
-from gpupool.services.context import HeadContext
 from gpupool.store import telemetry as telemetry_repo
+from gpupool.usecases import nodes as node_service
+from gpupool.usecases.context import HeadContext
 
 DEFAULT_WINDOW = timedelta(minutes=15)
 _AGO_RE = re.compile(r"^\s*\d+(?:\.\d+)?\s*[smhd]?\s*$", re.IGNORECASE)

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler.fair_share import fair_shares
-from gpupool.services.access import require_admin
-from gpupool.services.context import HeadContext
 from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import projects as project_repo
 from gpupool.store import user_usage as user_usage_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import require_admin
+from gpupool.usecases.context import HeadContext
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,12 @@ from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.estimate import estimate_start
-from gpupool.services.access import Visibility, require_job
-from gpupool.services.context import HeadContext
-from gpupool.services.group_commit import GroupCommit
 from gpupool.store import jobs as job_repo
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import Visibility, require_job
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.group_commit import GroupCommit
 
 MAX_LIST = 100_000
 

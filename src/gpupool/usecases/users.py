@@ -20,11 +20,11 @@ from gpupool.domain.users import (
     expiry,
     widest_scope,
 )
-from gpupool.services.context import HeadContext
 from gpupool.store import members as member_repo
 from gpupool.store import tokens as token_repo
 from gpupool.store import users as user_repo
 from gpupool.store.tokens import Principal
+from gpupool.usecases.context import HeadContext
 
 
 @dataclass(frozen=True, slots=True)

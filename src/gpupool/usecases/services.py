@@ -26,16 +26,16 @@ from gpupool.domain.services import (
     check_service_name,
     service_state,
 )
-from gpupool.services.access import require_owner, require_submit
-from gpupool.services.context import HeadContext
-from gpupool.services.load import ReplicaLoad, ServiceLoad
-from gpupool.services.submission import check_satisfiable
 from gpupool.store import jobs as job_repo
 from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import services as service_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import require_owner, require_submit
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.load import ReplicaLoad, ServiceLoad
+from gpupool.usecases.submission import check_satisfiable
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from typing import Any
 
 from gpupool.domain.accounting import GroupBy, GroupReport, compute
 from gpupool.domain.errors import InvalidInput
-from gpupool.services.context import HeadContext
-from gpupool.services.telemetry import parse_when
 from gpupool.store import accounting as accounting_repo
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.telemetry import parse_when
 
 DEFAULT_WINDOW = timedelta(days=7)
 

@@ -1,5 +1,5 @@
 """What a submission is checked against, once for every way in: ``POST /jobs``, a batch and an
-array all reach the group commit (services/group_commit.py), which checks each with ``Checks``.
+array all reach the group commit (usecases/group_commit.py), which checks each with ``Checks``.
 
 A request is one of three kinds. A ``Job`` is one job; a ``Batch`` is many, all or none, its
 refusals naming the job (``jobs[3]: ...``); an ``Array`` is one spec made once per index, under
@@ -23,13 +23,13 @@ from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.scheduler.capacity import holds, shape, such
 from gpupool.scheduler.demand import WorkerDemand
-from gpupool.services.access import require_submit
-from gpupool.services.context import HeadContext
 from gpupool.store import arrays as array_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import require_submit
+from gpupool.usecases.context import HeadContext
 
 MAX_BATCH = 1000
 
@@ -136,7 +136,7 @@ class Checks:
 
     def _access(self, who: Principal, project: str) -> None:
         """``require_submit``, once per caller and project in a group; a grant is remembered a
-        moment longer where writers take turns (services/grants.py)."""
+        moment longer where writers take turns (usecases/grants.py)."""
         access = (who.user, project)
         if access not in self._allowed:
             grants, remembered = self._ctx.grants, self._ctx.db.one_writer

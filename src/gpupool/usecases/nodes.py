@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gpupool.domain.errors import NotFound
 from gpupool.domain.records import NodeRecord
-from gpupool.services.access import require_admin
-from gpupool.services.context import HeadContext
 from gpupool.store import drain as drain_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import require_admin
+from gpupool.usecases.context import HeadContext
 
 
 def listing(ctx: HeadContext) -> list[NodeRecord]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpupool.domain.alerts import Alert
-from gpupool.services.context import HeadContext
 from gpupool.store import alerts as alert_repo
 from gpupool.store import idle as idle_repo
 from gpupool.store.idle import IdleGpu
+from gpupool.usecases.context import HeadContext
 
 
 def alerts(ctx: HeadContext, include_cleared: bool = False) -> list[Alert]:

@@ -1,6 +1,6 @@
 """Group commit of submissions: the requests that arrive together share one transaction. It is the
 one way a job is submitted: ``POST /jobs``, ``POST /jobs:batch``, ``POST /arrays`` and the
-use cases' ``jobs.submit`` all come here, to the same checks (services/submission.py) and the
+use cases' ``jobs.submit`` all come here, to the same checks (usecases/submission.py) and the
 same idempotency keys.
 
 A submission is acknowledged only once it is committed (DESIGN §6), and one transaction per
@@ -32,11 +32,11 @@ from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.records import ArraySummary, JobRecord
-from gpupool.services.context import HeadContext
-from gpupool.services.submission import Array, Batch, Checks, Job, Made, NodeCache, Request
 from gpupool.store import bulk, idempotency
 from gpupool.store.db import Tx
 from gpupool.store.tokens import Principal
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.submission import Array, Batch, Checks, Job, Made, NodeCache, Request
 
 MAX_GROUP = 500  # submissions in one transaction at most
 IDLE_COMMITTER_S = 5.0  # the committer thread ends after this long without a submission

@@ -16,7 +16,6 @@ from gpupool.domain.jobs import JobState
 from gpupool.domain.nodes import GpuInfo, NodeState
 from gpupool.domain.records import LiveUsage, NodeRecord
 from gpupool.domain.telemetry import GpuSample
-from gpupool.services.projects import ProjectView, views
 from gpupool.store import alerts as alert_repo
 from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
@@ -25,6 +24,7 @@ from gpupool.store import telemetry as telemetry_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
 from gpupool.store.idle import IdleGpu
+from gpupool.usecases.projects import ProjectView, views
 
 # Each GPU is in exactly one of these, so that ``sum by (node)`` is the node's GPU count:
 #   unhealthy    its probe reports it unhealthy or an admin took it out of service (a job may still hold it)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from gpupool.domain.errors import Conflict, Forbidden
 from gpupool.domain.nodes import NodeState
-from gpupool.services.context import HeadContext, RayCluster
 from gpupool.store import nodes as node_repo
 from gpupool.store.tokens import Principal
+from gpupool.usecases.context import HeadContext, RayCluster
 
 
 def join(ctx: HeadContext, who: Principal, name: str) -> RayCluster:

@@ -1,15 +1,15 @@
-"""Job array use cases: submit one (services/group_commit.py), read, list, cancel it."""
+"""Job array use cases: submit one (usecases/group_commit.py), read, list, cancel it."""
 
 from __future__ import annotations
 
 from gpupool.domain.errors import InvalidInput, Stale
 from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.users import check_user_name
-from gpupool.services.access import Visibility, require_job
-from gpupool.services.context import HeadContext
-from gpupool.services.jobs import CANCEL_TRIES, MAX_LIST
 from gpupool.store import arrays as array_repo
 from gpupool.store.tokens import Principal
+from gpupool.usecases.access import Visibility, require_job
+from gpupool.usecases.context import HeadContext
+from gpupool.usecases.jobs import CANCEL_TRIES, MAX_LIST
 
 
 def show(ctx: HeadContext, array_id: int, who: Principal) -> tuple[ArraySummary, list[JobRecord], bool]:
