@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpupool.domain.launch import LaunchRequest
 from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime
+from gpupool.node.runtime import NodeRuntime
 
 
 def bench_runtime(data_dir: Path, gpus: int, device_dir: Path = Path("/dev")) -> NodeRuntime:
@@ -25,7 +26,11 @@ def bench_runtime(data_dir: Path, gpus: int, device_dir: Path = Path("/dev")) ->
 
 
 def root_job(
-    job_id: int, argv: tuple[str, ...], env: dict[str, str] | None = None, memory_mib: int = 0
+    job_id: int,
+    argv: tuple[str, ...],
+    env: dict[str, str] | None = None,
+    memory_mib: int = 0,
+    gpus: tuple[int, ...] = (),
 ) -> LaunchRequest:
     """A worker run as root (the benchmark's own account), told to allow it."""
     return LaunchRequest(
@@ -36,6 +41,7 @@ def root_job(
         env=env or {},
         workdir=None,
         cpus=(),
+        gpus=gpus,
         memory_mib=memory_mib,
         grace_s=1.0,
         header="-",

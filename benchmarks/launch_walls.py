@@ -45,7 +45,7 @@ def measure(root: Path, tag: str, namespace: bool, program: bool, launches: int,
         for i in range(launches):
             started = time.time()
             argv = ("/bin/sh", "-c", f"date +%s.%N > {stamp}")
-            handle = rt.launch(root_job(i + 1, argv, {"CUDA_VISIBLE_DEVICES": "0"}, memory_mib=256))
+            handle = rt.launch(root_job(i + 1, argv, memory_mib=256, gpus=(0,)))
             while (ended := rt.poll(handle)) is None:
                 time.sleep(0.001)
             if ended.exit_code != 0:

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.node.runtime import NodeRuntime
 from tests.e2e.headproc import pid_alive, wait_for
 
 
@@ -41,20 +42,21 @@ def request(job_id: int, argv: list[str], grace_s: float = 5.0) -> LaunchRequest
         env={},
         workdir=None,
         cpus=(),
+        gpus=(),
         memory_mib=0,
         grace_s=grace_s,
         header=f"--- job {job_id} ---",
     )
 
 
-def supervisor_pid(handle: dict[str, object]) -> int:
+def supervisor_pid(handle: WorkerHandle) -> int:
     """A detached launch returns at once; the supervisor's pid appears in its run dir."""
-    path = Path(str(handle["run_dir"])) / "supervisor.pid"
+    path = Path(handle.run_dir) / "supervisor.pid"
     return int(wait_for(lambda: path.exists() and path.read_text().strip(), 10))
 
 
-def worker_pid(handle: dict[str, object]) -> int:
-    child = Path(str(handle["run_dir"])) / "child.json"
+def worker_pid(handle: WorkerHandle) -> int:
+    child = Path(handle.run_dir) / "child.json"
     return int(json.loads(wait_for(lambda: child.exists() and child.read_text(), 10))["pid"])
 
 
@@ -73,7 +75,7 @@ def test_a_worker_whose_lease_goes_stale_is_fenced_and_seen_lost(tmp_path: Path)
     assert time.monotonic() - stale_at < 1.0 + 0.5 + 0.25 + 1.0  # timeout, check period, short grace, slack
     assert ended == WorkerExit(exit_code=None, lost=True)
     assert not pid_alive(pid)
-    record = json.loads((Path(str(handle["run_dir"])) / "exit.json").read_text())
+    record = json.loads((Path(handle.run_dir) / "exit.json").read_text())
     assert record["fenced"] is True
     assert "self-fencing" in rt.read_log(1, 0).decode()
 
@@ -102,7 +104,7 @@ def test_a_runtime_starting_over_leftovers_stops_them(tmp_path: Path) -> None:
 def test_a_detached_supervisor_is_nobodys_child_and_reports_exits(tmp_path: Path) -> None:
     rt = runtime(tmp_path, detach=True)
     handle = rt.launch(request(4, ["sh", "-c", "exit 7"]))
-    assert handle["pid"] == 0  # not waited for: launching costs no Python start-up
+    assert handle.pid == 0  # not waited for: launching costs no Python start-up
     assert wait_for(lambda: rt.poll(handle), timeout=10) == WorkerExit(exit_code=7)
     handle = rt.launch(request(5, ["sleep", "60"], grace_s=1))
     rt.kill(handle)  # a kill that races the start is not lost

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.domain.launch import WorkerHandle
 from gpupool.node import gpu_share, rundir
 from gpupool.node.gpu.fake import SIMULATED_USE_ENV, simulated_memory_use
 from gpupool.node.gpu.nvml import NvmlProbe
@@ -90,7 +91,7 @@ def test_the_watch_stops_a_worker_past_its_share_and_says_why(
     now = [100.0]
     probe = Probe({1: 4000, 3: 9000})
     watch = gpu_share.GpuShareWatch(probe, every_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
-    handle = {"pid": 1, "run_dir": str(run), "gpu": 1, "gpu_limit_mib": 4000}
+    handle = WorkerHandle(1, str(run), gpu=1, gpu_limit_mib=4000)
 
     assert not watch.check(handle)  # at its limit, not past it
     assert probe.asked == [{declaring.pid}]  # its process group's processes
@@ -107,7 +108,7 @@ def test_the_watch_stops_a_worker_past_its_share_and_says_why(
     now[0] += 5
     assert not watch.check(handle)  # stopped once
 
-    whole = {"pid": 1, "run_dir": str(run)}  # a whole GPU: no limit, never asked
+    whole = WorkerHandle(1, str(run))  # a whole GPU: no limit, never asked
     assert not gpu_share.GpuShareWatch(probe).check(whole) and len(probe.asked) == 2
 
 

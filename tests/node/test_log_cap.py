@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpupool.domain.launch import WorkerHandle
 from gpupool.node import rundir
 from gpupool.node.log_cap import LogCap, cap
 
@@ -33,9 +34,9 @@ def test_the_runtime_s_check_finds_the_log_through_the_spec_and_waits_between_ch
     (run / rundir.SPEC).write_text(rundir.RunSpec(argv=("x",), env={}, log=str(log), header="").to_json())
     now = [0.0]
     watch = LogCap(2000, every_s=1.0, clock=lambda: now[0])
-    assert watch.check({"run_dir": str(run)}) == 4000 and log.stat().st_size < 2000
+    assert watch.check(WorkerHandle(1, str(run))) == 4000 and log.stat().st_size < 2000
     log.write_bytes(b"y" * 5000)
-    assert watch.check({"run_dir": str(run)}) == 0  # checked a moment ago
+    assert watch.check(WorkerHandle(1, str(run))) == 0  # checked a moment ago
     now[0] += 1
-    assert watch.check({"run_dir": str(run)}) == 4000
-    assert LogCap(0).check({"run_dir": str(run)}) == 0  # 0: no cap
+    assert watch.check(WorkerHandle(1, str(run))) == 4000
+    assert LogCap(0).check(WorkerHandle(1, str(run))) == 0  # 0: no cap

@@ -13,13 +13,13 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node import rundir
 from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.node.runtime import NodeRuntime
 from tests.e2e.dial import dialed
 from tests.e2e.headproc import wait_for
 
@@ -58,9 +58,7 @@ def listener(host: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def launch(
-    rt: NodeRuntime, job_id: int, targets: list[str], worker: int = 0, port: int | None = None
-) -> dict[str, Any]:
+def launch(rt: NodeRuntime, job_id: int, targets: list[str], worker: int = 0, port: int | None = None) -> WorkerHandle:
     return rt.launch(
         LaunchRequest(
             job_id=job_id,
@@ -70,6 +68,7 @@ def launch(
             env={},
             workdir=None,
             cpus=(),
+            gpus=(),
             memory_mib=0,
             grace_s=1.0,
             header=f"--- job {job_id} ---",
@@ -78,7 +77,7 @@ def launch(
     )
 
 
-def tried(rt: NodeRuntime, job_id: int, handle: dict[str, Any], worker: int = 0) -> dict[str, int]:
+def tried(rt: NodeRuntime, job_id: int, handle: WorkerHandle, worker: int = 0) -> dict[str, int]:
     ended: WorkerExit = wait_for(lambda: rt.poll(handle), 30, 0.05, "the worker's exit")
     text = rt.read_log(job_id, worker).decode()
     assert ended.exit_code == 0, text
@@ -111,16 +110,17 @@ def test_a_served_port_refuses_other_jobs_whatever_address_and_lets_its_own_job_
             env={},
             workdir=None,
             cpus=(),
+            gpus=(),
             memory_mib=0,
             grace_s=1.0,
             header="--- job 1 ---",
             port=port,
         )
     )
-    assert server["port"] == port  # walled at launch, and kept for a restarted head
+    assert server.port == port  # walled at launch, and kept for a restarted head
     wait_for(lambda: b"LISTENING" in rt.read_log(1, 0), 30, 0.05, "the server to listen")
     assert rt.netwall is not None and rt.layout is not None and rt.layout.unified is not None
-    group = Path(rt.layout.unified, rt.layout.parent, str(rundir.read_spec(Path(server["run_dir"])).cgroup))
+    group = Path(rt.layout.unified, rt.layout.parent, str(rundir.read_spec(Path(server.run_dir)).cgroup))
     group_id = group.stat().st_ino
     assert rt.netwall.workers.get((group_id,)) == (1,)  # its group is known as job 1's
     targets = [f"127.0.0.1:{port}", f"127.0.0.2:{port}", f"[::1]:{port}"]
@@ -146,12 +146,12 @@ def test_a_port_something_already_listens_on_never_becomes_a_jobs(rt: NodeRuntim
     head_api = listener("0.0.0.0")
     port = head_api.getsockname()[1]
     handle = launch(rt, 5, [], port=port)
-    assert "port" not in handle
+    assert handle.port is None
     tried(rt, 5, handle)
     target = f"127.0.0.1:{port}"
     assert tried(rt, 6, launch(rt, 6, [target]))[target] == 0
     privileged = launch(rt, 7, [], port=80)
-    assert "port" not in privileged
+    assert privileged.port is None
     tried(rt, 7, privileged)
     head_api.close()
 

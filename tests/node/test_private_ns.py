@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node.gpu.fake import FakeProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.node.runtime import NodeRuntime
 from tests.e2e.headproc import wait_for
 from tests.unix_accounts import TestAccounts
 
@@ -67,9 +68,10 @@ def request(job_id: int, script: str, *, account: str, worker: int = 0, gpus: st
         "attempt": 1,
         "worker": worker,
         "argv": ("sh", "-c", script),
-        "env": {"CUDA_VISIBLE_DEVICES": gpus},
+        "env": {},
         "workdir": None,
         "cpus": (),
+        "gpus": tuple(int(g) for g in gpus.split(",") if g),
         "memory_mib": 0,
         "grace_s": 2.0,
         "header": f"--- job {job_id} worker {worker} ---",
@@ -78,7 +80,7 @@ def request(job_id: int, script: str, *, account: str, worker: int = 0, gpus: st
     return LaunchRequest(**{**fields, **kw})
 
 
-def finish(rt: NodeRuntime, handle: dict[str, Any], timeout: float = 30) -> WorkerExit:
+def finish(rt: NodeRuntime, handle: WorkerHandle, timeout: float = 30) -> WorkerExit:
     return wait_for(lambda: rt.poll(handle), timeout=timeout, interval=0.05, what="the worker's exit")  # type: ignore[no-any-return]
 
 
@@ -166,7 +168,7 @@ def test_the_namespace_is_gone_after_sigkill_of_the_worker_or_a_cancel(
     handle = rt.launch(request(4, script, account=ann, grace_s=0.5))
     ns = said(rt, 4, "NS")
     if how == "sigkill":
-        child = Path(str(handle["run_dir"])) / "child.json"
+        child = Path(handle.run_dir) / "child.json"
         os.kill(int(json.loads(child.read_text())["pid"]), signal.SIGKILL)
     else:
         rt.kill(handle)

@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+from gpupool.domain.launch import WorkerExit
 from gpupool.node import rundir
-from gpupool.node.runtime import WorkerExit
 from gpupool.node.zygote import Zygote
 from tests.node.test_fencing import request, runtime, worker_pid
 
@@ -25,17 +25,17 @@ def test_a_forked_supervisor_runs_kills_and_reports_like_a_fresh_one(tmp_path: P
     try:
         done = rt.launch(request(1, ["sh", "-c", "echo out; echo err >&2; exit 7"]))
         assert _wait(lambda: rt.poll(done)) == WorkerExit(exit_code=7)
-        run = Path(str(done["run_dir"]))
+        run = Path(done.run_dir)
         log = Path(str(tmp_path / "logs" / "job-1")).glob("*")
         assert any("out" in p.read_text() and "err" in p.read_text() for p in log)
         process = zygote_of(rt)._process
         assert process is not None and process.poll() is None  # the zygote served it
-        assert int(done["pid"]) not in (0, os.getpid()) and rundir.read_pid(run) == int(done["pid"])
+        assert done.pid not in (0, os.getpid()) and rundir.read_pid(run) == done.pid
         assert (run / rundir.STARTED).read_text().strip()
 
         slow = rt.launch(request(2, ["sleep", "60"], grace_s=1))
         worker_pid(slow)
-        pid, slow_run = int(slow["pid"]), Path(str(slow["run_dir"]))
+        pid, slow_run = slow.pid, Path(slow.run_dir)
         assert rundir.supervisor_running(pid, slow_run)
         assert not rundir.supervisor_running(os.getpid(), slow_run)  # another process is not it
         assert rt.poll(slow) is None
@@ -59,7 +59,7 @@ def test_without_a_zygote_the_supervisor_is_started_the_old_way(tmp_path: Path) 
     try:
         handle = rt.launch(request(4, ["sh", "-c", "exit 3"]))
         assert _wait(lambda: rt.poll(handle)) == WorkerExit(exit_code=3)
-        assert not (Path(str(handle["run_dir"])) / rundir.STARTED).exists()
+        assert not (Path(handle.run_dir) / rundir.STARTED).exists()
     finally:
         rt.close()
 

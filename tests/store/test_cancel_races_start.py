@@ -13,16 +13,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import pytest
 
 from gpupool.clock import FakeClock, SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
-from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig, schedule
 from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
@@ -44,15 +43,15 @@ class Processes(FakeExecutor):
         self.running: set[tuple[int, int, int]] = set()
         self.killed: dict[tuple[int, int, int], WorkerExit] = {}
 
-    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle:
         self.running.add((request.job_id, request.attempt, request.worker))
         return super().launch(node, request)
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
-        return self.killed.get((handle["job_id"], handle["attempt"], handle["worker"]))
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
+        return self.killed.get(self.key(handle))
 
-    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
-        key = (handle["job_id"], handle["attempt"], handle["worker"])
+    def kill(self, node: str, handle: WorkerHandle) -> None:
+        key = self.key(handle)
         self.running.discard(key)
         self.killed[key] = WorkerExit(143)
 

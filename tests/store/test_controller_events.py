@@ -5,16 +5,14 @@ it lost, its requeue and its resume."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.decisions import CycleResult
 from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.launch import WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node, NodeState
-from gpupool.node.runtime import WorkerExit
 from gpupool.scheduler import SchedulerConfig
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
@@ -47,8 +45,8 @@ class ScriptedExecutor(FakeExecutor):
     def end(self, job_id: int, attempt: int, worker: int, how: WorkerExit) -> None:
         self.ended[(job_id, attempt, worker)] = how
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
-        return self.ended.get((handle["job_id"], handle["attempt"], handle["worker"]))
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
+        return self.ended.get(self.key(handle))
 
 
 class Ticking(Controller):

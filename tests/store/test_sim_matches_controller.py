@@ -25,7 +25,7 @@ accrual is off), and schedules at every event (every controller tick is a full c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -38,14 +38,13 @@ from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.controller.steps import cycle as live_cycle
 from gpupool.domain.decisions import CycleResult
 from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import Snapshot
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
-from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.simulated import SimulatedSensors
-from gpupool.node.runtime import LaunchRequest, WorkerExit
 from gpupool.scheduler import SchedulerConfig
 from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
@@ -158,6 +157,7 @@ class FakeExecutor:
         self.taken_ports: set[int] = set()
         self.logs: dict[str, dict[int, int]] = {}  # node -> job id -> bytes of its logs there (the test sets them)
         self.emptied: list[tuple[str, tuple[int, ...], str]] = []  # ports something else listens on: no node walls them
+        self.started_at: dict[str, float] = {}  # run dir -> when its worker was launched (its CPU time)
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -172,21 +172,28 @@ class FakeExecutor:
     def rendezvous(self, node: str) -> Rendezvous:
         return Rendezvous(master_addr=node, master_port=29500)
 
-    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
-        self.launched.append((node, request))
-        started = self.clock.now().timestamp() if self.clock is not None else 0.0
-        handle = {"job_id": request.job_id, "attempt": request.attempt, "worker": request.worker, "at": started}
-        if request.port and request.port not in self.taken_ports:
-            handle["port"] = request.port  # as a node's runtime says a port it walled for the job
-        return handle
+    @staticmethod
+    def key(handle: WorkerHandle) -> tuple[int, int, int]:
+        """(job id, attempt, worker) of a handle this executor gave: its run dir says them, as a
+        node's does (``.../job-J/attempt-A/worker-W``)."""
+        job, attempt, worker = (int(p.split("-")[1]) for p in handle.run_dir.split("/")[-3:])
+        return job, attempt, worker
 
-    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle:
+        self.launched.append((node, request))
+        run_dir = f"fake/job-{request.job_id}/attempt-{request.attempt}/worker-{request.worker}"
+        self.started_at[run_dir] = self.clock.now().timestamp() if self.clock is not None else 0.0
+        # A port is said as a node's runtime says one it walled for the job.
+        port = request.port if request.port and request.port not in self.taken_ports else None
+        return WorkerHandle(0, run_dir, job=request.job_id if port else None, port=port)
+
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         return None
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
-        return self._exits.get((handle["job_id"], handle["attempt"], handle["worker"]))
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
+        return self._exits.get(self.key(handle))
 
-    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
+    def kill(self, node: str, handle: WorkerHandle) -> None:
         pass  # the test reports a victim's exit itself: the simulator stops victims at once
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
@@ -199,12 +206,12 @@ class FakeExecutor:
         gpus = next((n.gpus for n in self.nodes() if n.name == node), ())
         return self.sensors.read(node, gpus, busy, self.clock.now())
 
-    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+    def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         """With a clock: each worker holds 256 MiB (512 at its peak) and keeps one core busy."""
         if self.clock is None:
             return [None] * len(handles)
         now = self.clock.now().timestamp()
-        return [Stats(256 * 2**20, 512 * 2**20, now - float(h.get("at", now))) for h in handles]
+        return [Stats(256 * 2**20, 512 * 2**20, now - self.started_at.get(h.run_dir, now)) for h in handles]
 
     def log_sizes(self, node: str) -> dict[int, int]:
         return dict(self.logs.get(node, {}))

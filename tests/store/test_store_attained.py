@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpupool.domain.jobs import JobState, Placement
+from gpupool.domain.launch import WorkerHandle
 from gpupool.store import workers
 from gpupool.store.db import Database
 from gpupool.store.snapshot import SpecCache, load_snapshot
@@ -23,7 +24,7 @@ def run_attempt(db: Database, job_id: int, attempt: int, start: datetime, end: d
         workers.begin_start(session, job_id, GANG, start)
     with db.tx() as session:
         for w in workers.attempt_workers(session, job_id, attempt):
-            workers.mark_launched(session, w.id, {"node": w.placement.node, "pid": 1}, start)
+            workers.mark_launched(session, w.id, WorkerHandle(1, f"/runs/{w.id}"), start)
     move(db, job_id, start, JobState.RUNNING)
     if end is None:
         return

@@ -15,6 +15,7 @@ from sqlalchemy.exc import StatementError
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import JobSpec, JobState, Placement, Priority
+from gpupool.domain.launch import WorkerHandle
 from gpupool.store import jobs, workers
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
@@ -44,7 +45,7 @@ def start_on_gpu(db: Database, job_id: int, now: datetime) -> None:
         workers.begin_start(session, job_id, (Placement(worker=0, node="n1", gpus=(0,)),), now)
     with db.tx() as session:
         (worker,) = workers.attempt_workers(session, job_id, 1)
-        workers.mark_launched(session, worker.id, {"pid": 4242}, now)
+        workers.mark_launched(session, worker.id, WorkerHandle(4242, "/runs/4242"), now)
     move(db, job_id, now, JobState.RUNNING)
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpupool.domain.jobs import JobSpec, JobState, Placement
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.store import jobs, nodes, recovery, workers
 from gpupool.store.db import Database
 from tests.store.helpers import move
 
-HANDLE = {"node": "n1", "pid": 31337, "pgid": 31337}
+HANDLE = WorkerHandle(31337, "/data/runs/job-1/attempt-1/worker-0")
 
 
 def test_settle_active_jobs_after_a_restart(db: Database, now: datetime) -> None:

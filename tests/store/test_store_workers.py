@@ -8,6 +8,7 @@ import pytest
 
 from gpupool.domain.errors import Conflict
 from gpupool.domain.jobs import JobSpec, JobState, Placement
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.records import WorkerStatus
 from gpupool.domain.snapshot import PendingJob, RunningJob
@@ -69,7 +70,7 @@ def test_begin_start_of_a_job_that_is_not_pending_is_refused(db: Database, now: 
 def test_launch_and_exit_of_a_worker(db: Database, now: datetime) -> None:
     job_id = submit(db, now, gpus=0.25)
     launched, ended = now + timedelta(seconds=2), now + timedelta(hours=1)
-    handle = {"node": "n1", "pid": 31337, "pgid": 31337, "paths": {"log": "/tmp/x.log"}, "argv": ["a", "b"]}
+    handle = WorkerHandle(31337, "/data/runs/job-1/attempt-1/worker-0", gpu=0, gpu_limit_mib=4000, job=1, port=8000)
     with db.tx() as session:
         workers.begin_start(session, job_id, SHARE, now)
     with db.tx() as session:
@@ -158,7 +159,7 @@ def test_a_cancelled_job_holds_its_gpus_until_its_worker_exits(db: Database, now
         workers.begin_start(session, job_id, GANG, now)
     with db.tx() as session:
         for w in workers.live_workers(session):
-            workers.mark_launched(session, w.id, {"pid": w.id}, now)
+            workers.mark_launched(session, w.id, WorkerHandle(w.id, f"/runs/{w.id}"), now)
     move(db, job_id, now, JobState.RUNNING)
     with db.tx() as session:
         assert jobs.request_cancel(session, job_id, now, by="bob").cancel_requested

@@ -56,6 +56,9 @@ RESTRICTED = {
     "gpupool.executors.ray": ("head_ray.py",),  # Ray is loaded only when the Ray backend is chosen
     "pynvml": ("node/gpu/nvml.py",),
 }
+# Packages that may not import these parts of gpupool, though their layer allows it: the controller
+# speaks to nodes only through the executor, in the domain's words (``domain/launch.py``).
+FORBIDDEN = {"controller/": ("gpupool.node",)}
 # Packages that may import only these parts of gpupool: the gateway is a process of its own that
 # talks to the head over HTTP; it reads no store, runs no service, and carries only the domain's types.
 ONLY_GPUPOOL = {"gateway/": ("gpupool.gateway", "gpupool.domain")}
@@ -66,7 +69,7 @@ STDLIB_ONLY = {
         {"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts", "gpupool.node.jobns"}
     ),
     "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns"}),
-    "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles"}),
+    "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles", "gpupool.domain.launch"}),
     "node/cgfiles.py": frozenset(),
     "node/devices.py": frozenset({"gpupool.node.bpf"}),
     "node/bpf.py": frozenset(),
@@ -75,6 +78,9 @@ STDLIB_ONLY = {
     # forks supervisors: what it imports, every supervisor has
     "node/zygote.py": frozenset({"gpupool.node.rundir", "gpupool.node.supervisor"}),
     "node/__init__.py": frozenset(),
+    # the executor contract: its usage reading is what the supervisor's cgroups.py builds
+    "domain/launch.py": frozenset(),
+    "domain/__init__.py": frozenset(),
     "__init__.py": frozenset(),
 }
 # The core (domain, scheduler) imports only the standard library, and not the parts that do I/O.
@@ -125,7 +131,7 @@ def test_the_checker_catches_each_rule() -> None:
         **real,
         "scheduler/bad.py": "import os\nfrom gpupool.store import jobs\n",
         "usecases/bad.py": "def f():\n    from sqlalchemy import select\n",
-        "controller/bad.py": "from gpupool.store.orm import JobRow\n",
+        "controller/bad.py": "from gpupool.store.orm import JobRow\nfrom gpupool.node.runtime import NodeRuntime\n",
         "store/bad.py": "import ray\nimport pynvml\n",
         "api/bad.py": "from gpupool.sim import engine\nfrom gpupool.head import Head\n",
         "node/rundir.py": real["node/rundir.py"] + "\nimport httpx\nfrom gpupool.domain import jobs\n",
@@ -140,6 +146,7 @@ def test_the_checker_catches_each_rule() -> None:
         ("scheduler/bad.py", "gpupool.store.jobs", "layer"),
         ("usecases/bad.py", "sqlalchemy.select", "restricted"),
         ("controller/bad.py", "gpupool.store.orm.JobRow", "restricted"),
+        ("controller/bad.py", "gpupool.node.runtime.NodeRuntime", "forbidden"),
         ("store/bad.py", "ray", "restricted"),
         ("store/bad.py", "pynvml", "restricted"),
         ("api/bad.py", "gpupool.sim.engine", "layer"),
@@ -168,6 +175,9 @@ def _check(path: str, name: str, modules: Mapping[str, str], rank: Mapping[str, 
     for restricted, allowed in RESTRICTED.items():
         if _under(name, restricted) and not path.startswith(allowed):
             out.append(Violation(path, name, "restricted", f"{path} imports {name}: only {', '.join(allowed)} may"))
+    for prefix, forbidden in FORBIDDEN.items():
+        if path.startswith(prefix) and any(_under(name, f) for f in forbidden):
+            out.append(Violation(path, name, "forbidden", f"{path} imports {name}: {prefix} may not"))
     for prefix, allowed_here in ONLY_GPUPOOL.items():
         if path.startswith(prefix) and top == "gpupool" and not any(_under(name, m) for m in allowed_here):
             out.append(

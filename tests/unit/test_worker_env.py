@@ -14,7 +14,7 @@ def test_multi_worker_env_supports_torch_env_init_and_torchrun() -> None:
         preempted=True,
         checkpoint_dir="/ck",
     )
-    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert env["GPUPOOL_GPUS"] == "4,5,6,7" and "CUDA_VISIBLE_DEVICES" not in env  # the node writes it
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "0")
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
     assert (env["NNODES"], env["NODE_RANK"], env["GPUS_PER_NODE"]) == ("2", "1", "4")
@@ -35,11 +35,13 @@ def test_cpu_only_worker_sees_no_gpu_and_no_preempt_flag() -> None:
         restarts=0,
         preempted=False,
     )
-    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["GPUPOOL_GPUS"] == "" and env["GPUS_PER_NODE"] == "0"
     assert "GPUPOOL_PREEMPTED" not in env and "OMP_NUM_THREADS" not in env
 
 
-def test_job_env_cannot_override_the_gpu_isolation() -> None:
+def test_a_job_env_cuda_visible_devices_is_dropped_for_the_node_to_write() -> None:
+    """The node sets it from the request's GPUs (tests/node/test_launch_contract.py); the job's
+    own value never reaches the request, so no node of another version could let it win."""
     spec = JobSpec.create(command=["x"], env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     env = worker_env(
         job_id=1,
@@ -49,7 +51,7 @@ def test_job_env_cannot_override_the_gpu_isolation() -> None:
         restarts=0,
         preempted=False,
     )
-    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert "CUDA_VISIBLE_DEVICES" not in env and env["GPUPOOL_GPUS"] == "3"
 
 
 def test_the_checkpoint_dir_is_given_only_when_the_job_has_one_and_wins_over_the_job_env() -> None:

@@ -14,17 +14,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
+from gpupool.domain.launch import LaunchRequest, WorkerHandle
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.users import ADMIN_USER
 from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
 from gpupool.executors.base import Executor
-from gpupool.node.runtime import LaunchRequest
 from gpupool.store import jobs as job_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database, Tx
@@ -65,7 +64,7 @@ class Applier:
             log.info("not starting job %s: %s", decision.job_id, exc)
             return None
         attempt, job_id = ticket.attempt, decision.job_id
-        launched: list[tuple[int, dict[str, Any], int | None]] = []
+        launched: list[tuple[int, WorkerHandle, int | None]] = []
         failed: list[tuple[int, str]] = []
         try:
             rendezvous = self._executor.rendezvous(decision.placements[0].node)
@@ -109,6 +108,7 @@ class Applier:
                 env=env,
                 workdir=spec.workdir,
                 cpus=p.cpus,
+                gpus=p.gpus,
                 cpu_milli=p.cpu_milli,
                 memory_mib=p.memory_mib,
                 grace_s=self._grace,
@@ -168,7 +168,7 @@ class Applier:
         self,
         job_id: int,
         attempt: int,
-        launched: list[tuple[int, dict[str, Any], int | None]],
+        launched: list[tuple[int, WorkerHandle, int | None]],
         failed: list[tuple[int, str]],
     ) -> None:
         """Record handles and failed launches, then starting -> running, in one commit. The job
@@ -191,7 +191,7 @@ class Applier:
     def _record_launches(
         s: Tx,
         job_id: int,
-        launched: list[tuple[int, dict[str, Any], int | None]],
+        launched: list[tuple[int, WorkerHandle, int | None]],
         failed: list[tuple[int, str]],
         now: datetime,
     ) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from gpupool.clock import Clock
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.records import UsageReading
 from gpupool.domain.telemetry import GpuKey, GpuSample, TelemetryRetention
 from gpupool.executors.base import Executor
@@ -75,7 +75,7 @@ class TelemetrySampler:
             worker_repo.write_usage(s, usage, now)
         return Round(samples, holders)
 
-    def _usage(self, node: str, workers: list[tuple[int, dict[str, Any]]]) -> dict[int, UsageReading]:
+    def _usage(self, node: str, workers: list[tuple[int, WorkerHandle]]) -> dict[int, UsageReading]:
         """Each live worker's cgroup reading on ``node`` (those without a cgroup left out)."""
         try:
             stats = self._executor.usage(node, [handle for _, handle in workers])

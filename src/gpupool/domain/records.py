@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from gpupool.domain.jobs import JobSpec, JobState, Placement, StopReason
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.nodes import Node
 
 
@@ -61,7 +61,7 @@ class WorkerRecord:
     attempt: int
     placement: Placement
     status: WorkerStatus
-    handle: dict[str, Any] | None
+    handle: WorkerHandle | None
     exit_code: int | None
     started_at: datetime | None
     finished_at: datetime | None

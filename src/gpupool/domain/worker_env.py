@@ -23,7 +23,8 @@ NODE_ADDRESS_ENV = "GPUPOOL_NODE_ADDRESS"
 #
 # HOME, USER and LOGNAME are kept: today every job runs as the head's user, who already has them,
 # and tools (pip, torch hub, ~/.cache) need HOME. Once jobs run as their owner these become the
-# owner's. CUDA_VISIBLE_DEVICES is always gpupool's own, never the head's.
+# owner's. CUDA_VISIBLE_DEVICES is always gpupool's own, never the head's: the node writes it from
+# the launch request's GPUs (``domain/launch.py``) when it starts the worker.
 ALLOWED_ENV = frozenset(
     {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR"}
     # shared libraries (CUDA, NCCL) outside the loader's default path
@@ -67,6 +68,7 @@ def worker_env(
     array: ArrayTask | None = None,
 ) -> dict[str, str]:
     env: dict[str, str] = dict(spec.env)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the node's to write, from the request's ``gpus``: a job's own never wins
     env.update(
         {
             "GPUPOOL_JOB_ID": str(job_id),
@@ -75,9 +77,8 @@ def worker_env(
             "GPUPOOL_NODE": placement.node,
             "GPUPOOL_WORKER": str(placement.worker),
             "GPUPOOL_RESTARTS": str(restarts),
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in placement.gpus),
-            # The node's own indices of the worker's GPUs: where the node walls device files, CUDA
-            # counts only the worker's own and the node renumbers CUDA_VISIBLE_DEVICES from 0.
+            # The node's own indices of the worker's GPUs: the node says them in CUDA_VISIBLE_DEVICES,
+            # renumbered from 0 where it walls device files (CUDA then counts only the worker's own).
             "GPUPOOL_GPUS": ",".join(str(i) for i in placement.gpus),
             "MASTER_ADDR": rendezvous.master_addr,
             "MASTER_PORT": str(rendezvous.master_port),

@@ -3,8 +3,10 @@
 Every call names a node and a worker: launch one (``launch``), find one a dead head launched
 (``find``), ask whether it ended (``poll``), stop it (``kill``), read its log (``read_log``); and
 for the cluster: which nodes there are (``nodes``), where a gang meets (``rendezvous``), GPU
-readings (``telemetry``). Handles are JSON-able dicts the store keeps, so a restarted head can
-hand them back to a new executor and re-adopt the workers. What a backend can do beyond that
+readings (``telemetry``). The words of the contract (``LaunchRequest``, ``WorkerHandle``,
+``WorkerExit``, ``Stats``) are the domain's (``domain/launch.py``); a handle is kept in the store
+(``WorkerHandle.to_json``), so a restarted head can hand it back to a new executor and re-adopt
+the worker. What a backend can do beyond that
 (several machines, nodes joining, self-fencing) it declares in ``capabilities``.
 
 Backends are chosen by name from the table in ``gpupool/backends.py``.
@@ -12,15 +14,14 @@ Backends are chosen by name from the table in ``gpupool/backends.py``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Collection, Sequence
+from typing import Protocol
 
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import Capabilities
-from gpupool.node.cgroups import Stats
-from gpupool.node.runtime import LaunchRequest, WorkerExit
 
 
 class Executor(Protocol):
@@ -31,13 +32,13 @@ class Executor(Protocol):
 
     def rendezvous(self, node: str) -> Rendezvous: ...
 
-    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]: ...
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle: ...
 
-    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None: ...
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None: ...
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None: ...
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None: ...
 
-    def kill(self, node: str, handle: Mapping[str, Any]) -> None: ...
+    def kill(self, node: str, handle: WorkerHandle) -> None: ...
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
         """Up to 1 MiB of a worker's log from ``offset`` (negative: from its end); the log lives on
@@ -49,7 +50,7 @@ class Executor(Protocol):
         Empty for a node that is down or silent: a reading is never worth waiting on."""
         ...
 
-    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+    def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         """What each live worker's cgroup says it uses, in the order of ``handles`` (None: no cgroup)."""
         ...
 

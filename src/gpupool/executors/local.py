@@ -6,17 +6,16 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
 
 from gpupool.domain.errors import NotFound
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import LOCAL
-from gpupool.node.cgroups import Stats
 from gpupool.node.exit_watch import ExitWatch
-from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.node.runtime import NodeRuntime
 
 
 class LocalExecutor:
@@ -38,16 +37,16 @@ class LocalExecutor:
         runtime = self._runtime(node)
         return Rendezvous(master_addr=runtime.address, master_port=runtime.free_port())
 
-    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle:
         return self._runtime(node).launch(request)
 
-    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         return self._runtime(node).find(job_id, attempt, worker)
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
         return self._runtime(node).poll(handle)
 
-    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
+    def kill(self, node: str, handle: WorkerHandle) -> None:
         self._runtime(node).kill(handle)
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
@@ -56,7 +55,7 @@ class LocalExecutor:
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
         return self._runtime(node).sample(busy)
 
-    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+    def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         return self._runtime(node).usage(handles)
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +31,16 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayEr
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gpupool.domain.errors import NotFound, Unavailable
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import RAY
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
-from gpupool.node.cgroups import Stats
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
 from gpupool.node.gpu.nvml import NvmlProbe
 from gpupool.node.gpu.probe import GpuProbe
-from gpupool.node.runtime import LaunchRequest, NodeRuntime, WorkerExit
+from gpupool.node.runtime import NodeRuntime
 from gpupool.settings import default_data_dir, worker_base_env
 
 log = logging.getLogger("gpupool.ray")
@@ -91,17 +91,19 @@ class NodeAgent:
     def free_port(self) -> int:
         return self.runtime.free_port()
 
+    # Handles cross Ray as their stored JSON, so an agent a previous head started reads them.
     def launch(self, request: LaunchRequest) -> dict[str, Any]:
-        return self.runtime.launch(request)
+        return self.runtime.launch(request).to_json()
 
     def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
-        return self.runtime.find(job_id, attempt, worker)
+        found = self.runtime.find(job_id, attempt, worker)
+        return None if found is None else found.to_json()
 
     def poll_many(self, handles: list[dict[str, Any]]) -> list[WorkerExit | None]:
-        return [self.runtime.poll(h) for h in handles]
+        return [self.runtime.poll(WorkerHandle.from_json(h)) for h in handles]
 
     def kill(self, handle: dict[str, Any]) -> None:
-        self.runtime.kill(handle)
+        self.runtime.kill(WorkerHandle.from_json(handle))
 
     def read_log(self, job_id: int, worker: int, offset: int) -> bytes:
         return self.runtime.read_log(job_id, worker, offset)
@@ -110,7 +112,7 @@ class NodeAgent:
         return self.runtime.sample(busy)
 
     def usage(self, handles: list[dict[str, Any]]) -> list[Stats | None]:
-        return self.runtime.usage(handles)
+        return self.runtime.usage([WorkerHandle.from_json(h) for h in handles])
 
     def forget(self, job_ids: list[int]) -> int:
         return self.runtime.forget(job_ids)
@@ -220,17 +222,16 @@ class RayExecutor:
         described = self._call(node, agent.describe.remote())
         return Rendezvous(master_addr=described.address, master_port=self._call(node, agent.free_port.remote()))
 
-    def launch(self, node: str, request: LaunchRequest) -> dict[str, Any]:
-        handle: dict[str, Any] = self._call(node, self._agent(node).launch.remote(request))
-        return handle
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle:
+        return WorkerHandle.from_json(self._call(node, self._agent(node).launch.remote(request)))
 
-    def find(self, node: str, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         if node in self._down:
             return None
         found: dict[str, Any] | None = self._call(node, self._agent(node).find.remote(job_id, attempt, worker))
-        return found
+        return None if found is None else WorkerHandle.from_json(found)
 
-    def poll(self, node: str, handle: Mapping[str, Any]) -> WorkerExit | None:
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
         """Lost once the node is down and its supervisors have surely fenced their workers."""
         with self._lock:
             if node in self._down:
@@ -243,15 +244,15 @@ class RayExecutor:
                 return None
             agent = self._agents[node]
         try:
-            exits: list[WorkerExit | None] = ray.get(agent.poll_many.remote([dict(handle)]), timeout=self._call_s)
+            exits: list[WorkerExit | None] = ray.get(agent.poll_many.remote([handle.to_json()]), timeout=self._call_s)
         except (GetTimeoutError, RayActorError):
             return None  # the node sync decides, within the node timeout, whether the node is down
         return exits[0]
 
-    def kill(self, node: str, handle: Mapping[str, Any]) -> None:
+    def kill(self, node: str, handle: WorkerHandle) -> None:
         if node in self._down:
             return  # its supervisor fences the worker itself
-        self._call(node, self._agent(node).kill.remote(dict(handle)))
+        self._call(node, self._agent(node).kill.remote(handle.to_json()))
 
     def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
         if node in self._down or node not in self._agents:
@@ -267,11 +268,11 @@ class RayExecutor:
         samples: list[GpuSample] = self._call(node, agent.sample.remote(sorted(busy)))
         return samples
 
-    def usage(self, node: str, handles: Sequence[Mapping[str, Any]]) -> list[Stats | None]:
+    def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         agent = self._answering(node)
         if agent is None:
             return [None] * len(handles)
-        stats: list[Stats | None] = self._call(node, agent.usage.remote([dict(h) for h in handles]))
+        stats: list[Stats | None] = self._call(node, agent.usage.remote([h.to_json() for h in handles]))
         return stats
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:

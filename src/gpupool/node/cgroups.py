@@ -14,8 +14,9 @@ device walls hold. A worker's group is ``<parent>/<node>/<worker>`` in each hier
 node level keeps two virtual nodes on one machine apart. What cannot be set up is left out and
 said (``Layout.isolation``, ``Layout.notes``), never pretended.
 
-Standard library only: the supervisor (``python -m gpupool.node.supervisor``) runs it on every
-launch, ``WorkerGroup.add_self`` in the forked child before exec.
+Standard library only (its reading, ``Stats``, is the domain's, itself stdlib-only): the supervisor
+(``python -m gpupool.node.supervisor``) runs it on every launch, ``WorkerGroup.add_self`` in the
+forked child before exec.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpupool.domain.launch import Stats
 from gpupool.node import devices
 from gpupool.node.cgfiles import read as _read
 from gpupool.node.cgfiles import read_int as _read_int
@@ -59,15 +61,6 @@ class Limits:
     devices_deny: tuple[str, ...] = ()
     cpu_milli: int = 0  # a fraction of a core: CPU time per period held to it (cpu.max / CFS quota)
     devices_keep: tuple[str, ...] = ()  # the driver's files every CUDA process needs (nvidiactl...)
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Use by a whole worker group, its descendants included; ``None`` where not measured."""
-
-    memory_bytes: int | None
-    memory_peak_bytes: int | None
-    cpu_seconds: float | None
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
+from gpupool.domain.launch import Stats, WorkerHandle
 from gpupool.node import cgroups, rundir
 from gpupool.node.gpu.probe import GpuProbe
 
@@ -63,11 +63,10 @@ class GpuShareWatch:
         self._checked: dict[str, float] = {}
         self._specs: dict[str, rundir.RunSpec] = {}
 
-    def check(self, handle: Mapping[str, Any]) -> bool:
+    def check(self, handle: WorkerHandle) -> bool:
         """Stop the worker of ``handle`` if it holds more than its share; True if it was stopped.
         Checks each worker at most every ``every_s``."""
-        limit, gpu = int(handle.get("gpu_limit_mib") or 0), handle.get("gpu")
-        run_dir = str(handle["run_dir"])
+        limit, gpu, run_dir = handle.gpu_limit_mib, handle.gpu, handle.run_dir
         if not limit or gpu is None or rundir.read_stop(Path(run_dir)) is not None:
             return False
         now = self._clock()
@@ -77,7 +76,7 @@ class GpuShareWatch:
         spec = self._spec(run_dir)
         if spec is None:
             return False
-        used = self._probe.used_by(worker_pids(Path(run_dir), spec, self._layout)).get(int(gpu), 0)
+        used = self._probe.used_by(worker_pids(Path(run_dir), spec, self._layout)).get(gpu, 0)
         if used <= limit:
             return False
         why = f"it held {used} MiB of GPU {gpu}'s memory, over its share of {limit} MiB (--gpu-memory)"
@@ -113,7 +112,7 @@ def stop_now(run_dir: Path, spec: rundir.RunSpec, layout: cgroups.Layout | None 
             spec.group(layout).kill()
 
 
-def worker_stats(run_dir: Path, layout: cgroups.Layout | None = None) -> cgroups.Stats | None:
+def worker_stats(run_dir: Path, layout: cgroups.Layout | None = None) -> Stats | None:
     """A worker's use of memory and CPU, from its cgroup; None without one."""
     try:
         spec = rundir.read_spec(run_dir)

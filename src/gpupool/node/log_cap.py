@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from gpupool.domain.launch import WorkerHandle
 from gpupool.node import rundir
 
 DEFAULT_MAX_LOG_BYTES = 100 * 2**20
@@ -52,10 +52,10 @@ class LogCap:
         self._checked: dict[str, float] = {}
         self._logs: dict[str, Path] = {}
 
-    def check(self, handle: Mapping[str, Any], final: bool = False) -> int:
+    def check(self, handle: WorkerHandle, final: bool = False) -> int:
         """Cap the worker's log, at most every ``every_s``; ``final``: its worker ended, so this is
         the last look and it is taken now (what it wrote since the last check is cut too)."""
-        run_dir = str(handle["run_dir"])
+        run_dir = handle.run_dir
         now = self._clock()
         recent = now - self._checked.get(run_dir, -self._every_s) < self._every_s
         if self.max_bytes <= 0 or (recent and not final):

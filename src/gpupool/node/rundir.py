@@ -360,12 +360,12 @@ def supervisor_running(pid: int, run_dir: Path) -> bool:
     return bool(recorded) and recorded == started_at(pid)
 
 
-def refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> dict[str, Any]:
+def refuse(run_dir: Path, log: Path, header: str, why: str, reason: str) -> None:
     """A worker that cannot start, recorded as if its supervisor had tried (exit 126, with why in
-    its log), so the head learns it through the same ``poll`` as any other exit; its handle."""
+    its log), so the head learns it through the same ``poll`` as any other exit (its handle has
+    no supervisor pid)."""
     with open(log, "a") as f:
         f.write(f"{header}\ngpupool: {why}; not starting the worker\n")
     record = ExitRecord(126, note=why, finished_at=datetime.now(UTC).isoformat(), reason=reason)
     write_exit(run_dir, record)
     ring(run_dir)
-    return {"pid": 0, "run_dir": str(run_dir)}

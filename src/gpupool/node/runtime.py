@@ -17,47 +17,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from gpupool.clock import Clock, SystemClock
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, cgroups, gpu_share, leftovers, log_cap, private, rundir, zygote
+from gpupool.node import accounts, gpu_share, leftovers, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import NodeWalls, confinement
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    job_id: int
-    attempt: int
-    worker: int
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    workdir: str | None
-    cpus: tuple[int, ...]
-    memory_mib: int
-    grace_s: float
-    header: str
-    run_as: str | None = None  # the job's Unix account, fixed at submit; None: this runtime's own user
-    gpu_share: float = 0.0  # its part of its one GPU, when it shares one (0: whole GPUs, or none)
-    gpu_memory_mib: int = 0  # with a share: the GPU memory it asked for (0: its share of the GPU's)
-    cpu_milli: int = 0  # a fraction of a core: its millicores on the shared ``cpus`` (0: ``cpus`` pinned)
-    # Root or an account below the machine's UID_MIN: refused unless the head allows it (gpupool up
-    # --allow-system-accounts, or the built-in admin's own jobs, which run as the head's account).
-    allow_system_account: bool = False
-    port: int | None = None  # the port it serves (a replica's, a published one): its job's alone
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerExit:
-    """How a worker ended. ``lost``: its supervisor vanished without recording an exit."""
-
-    exit_code: int | None
-    lost: bool = False
-    reason: str | None = None  # what the node knows of why: "oom" (its cgroup's memory limit)
 
 
 class NodeRuntime:
@@ -144,11 +113,11 @@ class NodeRuntime:
     def run_dir(self, job_id: int, attempt: int, worker: int) -> Path:
         return rundir.run_dir(self.data_dir, job_id, attempt, worker)
 
-    def find(self, job_id: int, attempt: int, worker: int) -> dict[str, Any] | None:
+    def find(self, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
         return self.find_in(self.run_dir(job_id, attempt, worker))
 
-    def launch(self, req: LaunchRequest) -> dict[str, Any]:
+    def launch(self, req: LaunchRequest) -> WorkerHandle:
         # Run dir and log stay the runtime's, 0700/0600, even when the job runs as its owner: a job
         # that could write its supervisor's records (the worker's process group) could make root
         # signal any process. Its owner reads the log through the head.
@@ -162,16 +131,20 @@ class NodeRuntime:
             account = accounts.lookup(req.run_as)
             if account is None:
                 why = f"no Unix account {req.run_as!r} on node {self.name}: an admin creates it, or maps the user"
-                return rundir.refuse(run_dir, log, req.header, why, NO_ACCOUNT)
+                rundir.refuse(run_dir, log, req.header, why, NO_ACCOUNT)
+                return WorkerHandle(0, str(run_dir))
             if not req.allow_system_account and (system := accounts.system_account(account, self._uid_min)):
                 why = f"{system} on node {self.name}; {accounts.SYSTEM_HINT}"
-                return rundir.refuse(run_dir, log, req.header, why, SYSTEM_ACCOUNT)
+                rundir.refuse(run_dir, log, req.header, why, SYSTEM_ACCOUNT)
+                return WorkerHandle(0, str(run_dir))
             env.update(account.env())
         env.update(req.env)
+        # The node's own GPU indices; renumbered from 0 below where the node walls device files.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in req.gpus)
         gpu, limit = self._gpu_limit(req)
         if limit and gpu_share.mps_running(self._base_env):
             env.update(gpu_share.mps_env(limit))
-        gpus = _visible(req)
+        gpus = list(req.gpus)
         confined = self.walls.cgroup(req.job_id, req.attempt, req.worker, gpus)
         env.update(self.walls.cuda_env(confined, gpus, env))
         kept = [req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR")]
@@ -196,12 +169,13 @@ class NodeRuntime:
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
         port = self.walls.worker_started(spec.cgroup, req.job_id, req.port, run_dir)
-        # Kept in the store: a restarted head hands the limit back and the watch goes on.
-        watched: dict[str, Any] = {"gpu": gpu, "gpu_limit_mib": limit} if limit else {}
-        if port:  # and the port it serves, walled again by a restarted head's runtime
-            watched.update(job=req.job_id, port=port)
+        # Kept in the store: a restarted head hands the limit back and the watch goes on, and the
+        # port it serves is walled again by a restarted head's runtime.
+        handle = WorkerHandle(
+            0, str(run_dir), gpu if limit else None, limit, job=req.job_id if port else None, port=port or None
+        )
         if not self._detach and (pid := self._zygote.spawn(spec_path)):
-            return {"pid": pid, "run_dir": str(run_dir), **watched}
+            return replace(handle, pid=pid)
         detach = ["--detach"] if self._detach else []
         try:
             err_fd = os.open(run_dir / rundir.SUPERVISOR_ERR, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -216,17 +190,17 @@ class NodeRuntime:
                     env=self._supervisor_env(),
                 )
         except BaseException:
-            self.walls.release(run_dir, {"port": port})  # no worker will run: its port and group are not its job's
+            self.walls.release(run_dir, handle)  # no worker will run: its port and group are not its job's
             raise
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
             # written its pid (a Python start, ~0.1 s); pid 0 in the handle means "read it there".
             self._launching[str(run_dir)] = child
             threading.Thread(target=child.wait, name="gpupool-reap", daemon=True).start()
-            return {"pid": 0, "run_dir": str(run_dir), **watched}
+            return handle
         self._children[child.pid] = child
         (run_dir / rundir.SUPERVISOR_PID).write_text(str(child.pid))
-        return {"pid": child.pid, "run_dir": str(run_dir), **watched}
+        return replace(handle, pid=child.pid)
 
     def _supervisor_env(self) -> dict[str, str]:
         """The supervisor's own environment (its worker's is the spec's): where gpupool's code is,
@@ -235,15 +209,14 @@ class NodeRuntime:
 
     def _gpu_limit(self, req: LaunchRequest) -> tuple[int | None, int]:
         """The shared GPU of a fractional worker and the most of its memory the worker may hold."""
-        visible = _visible(req)
-        if not req.gpu_share or len(visible) != 1:
+        if not req.gpu_share or len(req.gpus) != 1:
             return None, 0
-        total = next((g.memory_mib for g in self._gpu_list() if g.index == visible[0]), 0)
-        return visible[0], gpu_share.share_limit_mib(req.gpu_share, req.gpu_memory_mib, total)
+        total = next((g.memory_mib for g in self._gpu_list() if g.index == req.gpus[0]), 0)
+        return req.gpus[0], gpu_share.share_limit_mib(req.gpu_share, req.gpu_memory_mib, total)
 
-    def poll(self, handle: Mapping[str, Any]) -> WorkerExit | None:
+    def poll(self, handle: WorkerHandle) -> WorkerExit | None:
         """None while the worker runs; its exit once the supervisor recorded one."""
-        run_dir = Path(handle["run_dir"])
+        run_dir = Path(handle.run_dir)
         recorded = _read_exit(run_dir)
         pid = self._pid(handle)
         if recorded is not None:
@@ -265,9 +238,9 @@ class NodeRuntime:
         leftovers.kill_worker_group(run_dir, signal.SIGKILL)
         return WorkerExit(exit_code=None, lost=True)
 
-    def kill(self, handle: Mapping[str, Any]) -> None:
+    def kill(self, handle: WorkerHandle) -> None:
         """SIGTERM to the supervisor, which escalates to SIGKILL after the grace period."""
-        run_dir = Path(handle["run_dir"])
+        run_dir = Path(handle.run_dir)
         starting = self._launching.get(str(run_dir))
         if starting is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -278,9 +251,9 @@ class NodeRuntime:
         else:
             leftovers.kill_worker_group(run_dir, signal.SIGKILL)
 
-    def usage(self, handles: Sequence[Mapping[str, Any]]) -> list[cgroups.Stats | None]:
+    def usage(self, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         """What each worker's cgroup says it uses (None for one without a cgroup)."""
-        return [gpu_share.worker_stats(Path(h["run_dir"]), self.layout) for h in handles]
+        return [gpu_share.worker_stats(Path(h.run_dir), self.layout) for h in handles]
 
     def forget(self, job_ids: Sequence[int]) -> int:
         """Delete the run directories and logs of jobs the head pruned; how many had any here."""
@@ -312,11 +285,11 @@ class NodeRuntime:
         return leftovers.stop_leftovers(self.data_dir, note)
 
     @staticmethod
-    def find_in(run_dir: Path) -> dict[str, Any] | None:
+    def find_in(run_dir: Path) -> WorkerHandle | None:
         pid = rundir.read_pid(run_dir)
         if pid is None:
             return None
-        return {"pid": pid, "run_dir": str(run_dir)}
+        return WorkerHandle(pid, str(run_dir))
 
     def protect(self, endpoints: Sequence[tuple[str, int, int]]) -> None:
         """The ports other nodes' jobs serve (address, port, job id), refused to this node's jobs."""
@@ -331,11 +304,11 @@ class NodeRuntime:
             child.returncode = 0  # stop Popen.__del__ from warning about a running child
         self._children.clear()
 
-    def _pid(self, handle: Mapping[str, Any]) -> int | None:
+    def _pid(self, handle: WorkerHandle) -> int | None:
         """The supervisor's pid; None while a detached one is still being started."""
-        if int(handle["pid"]):
-            return int(handle["pid"])
-        run_dir = str(handle["run_dir"])
+        if handle.pid:
+            return handle.pid
+        run_dir = handle.run_dir
         starting = self._launching.get(run_dir)
         if starting is not None and starting.poll() is None:
             return None
@@ -362,11 +335,6 @@ class NodeRuntime:
 
 NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
 SYSTEM_ACCOUNT = "system_account"  # exit reason of a worker that would have run as root or a system account
-
-
-def _visible(req: LaunchRequest) -> list[int]:
-    """The node's GPU indices a worker was given (the head says them in ``CUDA_VISIBLE_DEVICES``)."""
-    return [int(g) for g in req.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
 
 
 def _read_exit(run_dir: Path) -> WorkerExit | None:

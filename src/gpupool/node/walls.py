@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.launch import WorkerHandle
 from gpupool.node import accounts, cgroups, gpu_share, jobns, rundir
 from gpupool.node.netwall import NetWall
 
@@ -72,7 +73,7 @@ class NodeWalls:
         self.netwall.serve(port, job_id)
         return port
 
-    def adopt(self, run_dir: Path, handle: Mapping[str, Any]) -> None:
+    def adopt(self, run_dir: Path, handle: WorkerHandle) -> None:
         """A running worker this runtime did not launch (a head restarted): walled as at its launch."""
         if self.netwall is None or self.layout is None or self.layout.unified is None or str(run_dir) in self._walled:
             return
@@ -83,18 +84,18 @@ class NodeWalls:
             if spec.cgroup:
                 group = os.path.join(self.layout.unified, self.layout.parent, spec.cgroup)
                 self._walled[str(run_dir)] = self.netwall.worker(group, job)
-            if handle.get("port"):  # walled at its launch: its server may be listening on it now
-                self.netwall.serve(int(handle["port"]), job)
+            if handle.port:  # walled at its launch: its server may be listening on it now
+                self.netwall.serve(handle.port, job)
 
-    def release(self, run_dir: Path, handle: Mapping[str, Any]) -> None:
+    def release(self, run_dir: Path, handle: WorkerHandle) -> None:
         """The worker ended: its group and its port are no longer its job's."""
         if self.netwall is None:
             return
         group_id = self._walled.pop(str(run_dir), None)  # its group may be gone already: by the id kept
         if group_id is not None:
             self.netwall.forget_worker(group_id)
-        if handle.get("port"):
-            self.netwall.stop_serving(int(handle["port"]))
+        if handle.port:
+            self.netwall.stop_serving(handle.port)
 
     def close(self) -> None:
         """Let go of the netwall's handles (its programs stay attached while workers run)."""

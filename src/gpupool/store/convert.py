@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.domain.jobs import SPEC_FIELDS, JobSpec, JobState, Placement
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.outcome import StopReason
 from gpupool.domain.records import LIVE_WORKER_STATES, JobRecord, WorkerRecord, WorkerStatus, WorkerUsage
 from gpupool.store.orm import JobRow, WorkerRow
@@ -40,7 +41,7 @@ def worker_record(row: WorkerRow) -> WorkerRecord:
         attempt=row.attempt,
         placement=placement_of(row),
         status=WorkerStatus(row.status),
-        handle=row.handle,
+        handle=None if row.handle is None else WorkerHandle.from_json(row.handle),
         exit_code=row.exit_code,
         started_at=row.started_at,
         finished_at=row.finished_at,

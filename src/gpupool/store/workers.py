@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -14,6 +13,7 @@ from gpupool.domain import exit_reasons
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobState, Placement, StopReason
+from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, WorkerRecord, WorkerStatus
 from gpupool.store.arrays import task_of
@@ -86,11 +86,11 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
 
 
 def mark_launched(
-    session: Session, worker_id: int, handle: dict[str, Any], now: datetime, port: int | None = None
+    session: Session, worker_id: int, handle: WorkerHandle, now: datetime, port: int | None = None
 ) -> None:
     """``port``: the one a service replica was given (``JobSpec.port_env``)."""
     row = session.get_one(WorkerRow, worker_id)
-    row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle, now
+    row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle.to_json(), now
     row.port = port
 
 
@@ -182,16 +182,16 @@ def _why_lost(session: Session, node: str) -> str:
     return "its supervisor vanished"
 
 
-def live_handles(session: Session) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+def live_handles(session: Session) -> dict[str, list[tuple[int, WorkerHandle]]]:
     """Each node's live workers that were launched: (worker id, handle), for the usage readings."""
     rows = session.execute(
         select(WorkerRow.node, WorkerRow.id, WorkerRow.handle).where(
             WorkerRow.status.in_(LIVE_WORKER_STATES), WorkerRow.handle.is_not(None)
         )
     )
-    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    out: dict[str, list[tuple[int, WorkerHandle]]] = {}
     for node, worker_id, handle in rows:
-        out.setdefault(node, []).append((worker_id, handle))
+        out.setdefault(node, []).append((worker_id, WorkerHandle.from_json(handle)))
     return out
 
 

@@ -1,0 +1,99 @@
+"""The executor contract: what the head asks a node to run and what it hears back.
+
+The controller decides and a node's runtime does; these are the words they share, so the
+controller, the executors and the node import them from here and the controller never imports
+the node (``tests/unit/test_layers.py``). A worker's GPUs travel as a field, the node's own
+indices: the node alone writes ``CUDA_VISIBLE_DEVICES`` when it starts the worker (renumbered
+where it walls device files), so nothing is flattened into the environment and parsed back.
+
+Standard library only, and no other gpupool module: the supervisor (``node/cgroups.py``) builds
+``Stats`` and runs on the standard library alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    job_id: int
+    attempt: int
+    worker: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # gpupool's variables and the job's own, not its GPUs (``gpus``)
+    workdir: str | None
+    cpus: tuple[int, ...]
+    gpus: tuple[int, ...]  # the node's own indices of the worker's GPUs (empty: none)
+    memory_mib: int
+    grace_s: float
+    header: str
+    run_as: str | None = None  # the job's Unix account, fixed at submit; None: the runtime's own user
+    gpu_share: float = 0.0  # its part of its one GPU, when it shares one (0: whole GPUs, or none)
+    gpu_memory_mib: int = 0  # with a share: the GPU memory it asked for (0: its share of the GPU's)
+    cpu_milli: int = 0  # a fraction of a core: its millicores on the shared ``cpus`` (0: ``cpus`` pinned)
+    # Root or an account below the machine's UID_MIN: refused unless the head allows it (gpupool up
+    # --allow-system-accounts, or the built-in admin's own jobs, which run as the head's account).
+    allow_system_account: bool = False
+    port: int | None = None  # the port it serves (a replica's, a published one): its job's alone
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExit:
+    """How a worker ended. ``lost``: its supervisor vanished without recording an exit."""
+
+    exit_code: int | None
+    lost: bool = False
+    reason: str | None = None  # what the node knows of why: "oom" (its cgroup's memory limit)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHandle:
+    """What a node needs to find a worker it launched again, in this process or after a restart:
+    kept in the store, so a restarted head hands it back and re-adopts the worker.
+
+    ``pid``: its supervisor's (0: a detached one still starting; the node reads it from the run
+    directory). With a GPU share: the GPU and the memory the node's watch holds it to. With a
+    port it serves: its job and that port, walled again by a restarted head's node.
+    """
+
+    pid: int
+    run_dir: str
+    gpu: int | None = None
+    gpu_limit_mib: int = 0
+    job: int | None = None
+    port: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: the keys heads have always written, only those that say something,
+        so a head of either version reads what the other wrote."""
+        out: dict[str, Any] = {"pid": self.pid, "run_dir": self.run_dir}
+        if self.gpu_limit_mib:
+            out.update(gpu=self.gpu, gpu_limit_mib=self.gpu_limit_mib)
+        if self.port:
+            out.update(job=self.job, port=self.port)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerHandle:
+        gpu, job, port = data.get("gpu"), data.get("job"), data.get("port")
+        return cls(
+            pid=int(data["pid"]),
+            run_dir=str(data["run_dir"]),
+            gpu=None if gpu is None else int(gpu),
+            gpu_limit_mib=int(data.get("gpu_limit_mib") or 0),
+            job=None if job is None else int(job),
+            port=int(port) if port else None,
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A usage reading: what a whole worker group uses, its descendants included; ``None`` where
+    the node does not measure it."""
+
+    memory_bytes: int | None
+    memory_peak_bytes: int | None
+    cpu_seconds: float | None
