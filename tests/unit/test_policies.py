@@ -26,7 +26,7 @@ def test_the_registry_lists_the_presets_each_naming_hooks_of_its_tables() -> Non
     [
         (SchedulerConfig(queue_order="magic"), "queue order"),
         (SchedulerConfig(quota_check="magic"), "quota check"),
-        (SchedulerConfig(hold_up="magic"), "hold-up"),
+        (SchedulerConfig(blocking="magic"), "blocking"),
         (SchedulerConfig(user_order="magic"), "user order"),
     ],
 )
@@ -42,7 +42,7 @@ def test_a_preset_takes_another_placement_and_refuses_an_unknown_name() -> None:
         job_order="fifo",
         queue_order="single",
         user_order="none",
-        hold_up="all",
+        blocking="all",
     )
     with pytest.raises(
         InvalidInput,

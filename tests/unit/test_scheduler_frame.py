@@ -96,7 +96,7 @@ def test_a_node_penalty_orders_nodes_before_the_placement_score() -> None:
     jobs = [pending(i, gpus=4) for i in (1, 2, 3)]
     shunned: NodePenalty = lambda job: {"n1": 2, "n2": 1}  # noqa: E731
 
-    config = SchedulerConfig(placement="binpack", actions=("allocate",), hold_up="none")
+    config = SchedulerConfig(placement="binpack", actions=("allocate",), blocking="none")
     hooks = replace(registry.hooks(config), node_penalties=(lambda session: shunned,))
     session = Session.open(snapshot([node("n1"), node("n2"), node("n3")], jobs), config, hooks)
     placed = []

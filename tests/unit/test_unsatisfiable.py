@@ -13,7 +13,7 @@ from gpupool.domain.errors import Unsatisfiable
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.scheduler import schedule
-from gpupool.scheduler.capacity import holds, idle_slots
+from gpupool.scheduler.capacity import idle_slots, room_for
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.usecases.submission import check_satisfiable
 from tests.unit.builders import node, pending, running, snapshot
@@ -59,8 +59,8 @@ def test_idle_slots(case: Slots) -> None:
 def test_holds_stops_counting_once_the_gang_fits() -> None:
     demand = WorkerDemand.of(spec(gpus=4))
     nodes = [node(f"n{i}") for i in range(100)]
-    assert holds(demand, nodes, 3) == 3
-    assert holds(demand, nodes[:2], 3) == 2
+    assert room_for(demand, nodes, 3) == 3
+    assert room_for(demand, nodes[:2], 3) == 2
 
 
 @dataclass

@@ -25,7 +25,7 @@ UNBOUNDED = 1_000_000  # a worker that needs nothing countable fits any number o
 def ever_fits(cluster: ClusterState, demand: WorkerDemand, workers: int) -> bool:
     """Would the gang fit the nodes that are up, idle, on the GPUs in service?"""
     nodes = (free.node for free in cluster.nodes.values())
-    return holds(demand, nodes, workers, in_service_only=True) >= workers
+    return room_for(demand, nodes, workers, in_service_only=True) >= workers
 
 
 def idle_slots(node: Node, demand: WorkerDemand, *, in_service_only: bool = False) -> int:
@@ -51,7 +51,7 @@ def idle_slots(node: Node, demand: WorkerDemand, *, in_service_only: bool = Fals
     return min(limits) if limits else UNBOUNDED
 
 
-def holds(demand: WorkerDemand, nodes: Iterable[Node], need: int, *, in_service_only: bool = False) -> int:
+def room_for(demand: WorkerDemand, nodes: Iterable[Node], need: int, *, in_service_only: bool = False) -> int:
     """How many workers of ``demand`` the idle ``nodes`` hold together, counted only up to
     ``need``: a gang that fits stops the count early, so a large cluster costs little."""
     total = 0

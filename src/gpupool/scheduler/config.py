@@ -38,7 +38,7 @@ class SchedulerConfig:
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
     user_order: str = "least_used"  # within a queue, whose jobs go next: the user who used less
     quota_check: str = "borrow"  # why a job may not start whatever is free (quota, limit)
-    hold_up: str = "reserve"  # what a job that cannot start holds up behind it
+    blocking: str = "reserve"  # what a job that cannot start blocks behind it
     # Where the isolated quota check confines a project: "gpus", its quota in GPUs on any node;
     # "nodes", its own whole nodes (``partition``), as Philly's virtual clusters and Slurm did.
     partition: str = "gpus"

@@ -15,7 +15,7 @@ from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.capacity import holds, idle_slots, shape, such
+from gpupool.scheduler.capacity import idle_slots, room_for, shape, such
 from gpupool.scheduler.cluster import ClusterState, NodeFree
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fit import gpu_ok, gpu_slots, pick_shared_gpu, slots_on, slots_with
@@ -32,7 +32,7 @@ def explain_partition(
     where = describe(job.spec.project, members, owned)
     up = [cluster.nodes[n] for n in sorted(members) if n in cluster.nodes]
     workers = job.spec.workers
-    most = holds(demand, (f.node for f in up), workers, in_service_only=True)
+    most = room_for(demand, (f.node for f in up), workers, in_service_only=True)
     if most < workers:
         return Reason(
             ReasonCode.UNSATISFIABLE,
@@ -69,7 +69,7 @@ def explain(
             break
     if total_slots >= workers:
         return Reason(ReasonCode.PRIORITY, "resources were given to jobs ahead in the queue this cycle")
-    most = _up_holds(demand, workers, cluster, known)
+    most = _room_when_idle(demand, workers, cluster, known)
     if most < workers:
         return Reason(
             ReasonCode.UNSATISFIABLE,
@@ -103,7 +103,7 @@ def waits_for(demand: WorkerDemand, workers: int, cluster: ClusterState, known: 
             node, demand, in_service_only=True
         ):
             named.append(f"{node.name} (GPUs out of service)")
-    if holds(demand, cluster.all_nodes, workers) < workers:
+    if room_for(demand, cluster.all_nodes, workers) < workers:
         note = "; even with every node back and idle it could not run: cancel it and ask for less"
     elif named:
         more = f" and {len(named) - NAMED} more" if len(named) > NAMED else ""
@@ -114,13 +114,13 @@ def waits_for(demand: WorkerDemand, workers: int, cluster: ClusterState, known: 
     return note
 
 
-def _up_holds(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> int:
+def _room_when_idle(demand: WorkerDemand, workers: int, cluster: ClusterState, known: Known) -> int:
     """Workers of this shape the nodes that are up hold when idle, counted up to ``workers``."""
-    key = ("up holds", demand, workers)
+    key = ("room when idle", demand, workers)
     found = known.get(key)
     if found is None:
         up = (free.node for free in cluster.nodes.values())
-        found = known[key] = [holds(demand, up, workers, in_service_only=True)]
+        found = known[key] = [room_for(demand, up, workers, in_service_only=True)]
     return int(found[0])
 
 

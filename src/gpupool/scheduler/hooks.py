@@ -2,7 +2,7 @@
 
 A policy (``SchedulerConfig``) names, for each decision the actions leave open, a hook: the job
 order and, for a preemptive order, its displacing rules; the placement (a node score); the queue
-order, the user order, the quota check and the hold-up, which allocate calls; the partition. The
+order, the user order, the quota check and the blocking, which allocate calls; the partition. The
 placement also takes node penalties, which every policy gets (the spreading of a service's
 replicas). Plugins (``plugins/``) implement these types; ``registry`` maps names to them and
 builds a ``Hooks`` per configuration; the session and the actions call them through it.
@@ -51,9 +51,9 @@ Assign = Callable[[Iterable[Node], Iterable[Project]], Partitions]
 
 # Quota check: why a job may not start now however many GPUs are free (None: it may).
 QuotaCheck = Callable[[S, PendingJob], Reason | None]
-# Hold-up: the queues that wait behind the first job of ``queue`` that cannot start, given its
+# Blocking: the queues that wait behind the first job of ``queue`` that cannot start, given its
 # quota refusal (None: it passed the check but did not fit).
-HoldUp = Callable[[S, PendingJob, str, Collection[str], Reason | None], Collection[str]]
+Blocking = Callable[[S, PendingJob, str, Collection[str], Reason | None], Collection[str]]
 
 
 def _unchanged(ranked: Ranked, now: datetime, config: SchedulerConfig) -> Ranked:
@@ -133,5 +133,5 @@ class Hooks(Generic[S]):
     queue_order: QueueOrder[S]
     user_order: UserOrder[S]
     quota_check: QuotaCheck[S]
-    hold_up: HoldUp[S]
+    blocking: Blocking[S]
     partition: Assign | None

@@ -3,7 +3,7 @@
 A policy is a ``SchedulerConfig``: data naming the actions to run, in order, and for each
 decision they leave open a hook (``hooks``) by its name in a table of ``registry``: the job
 order, the placement, the queue order, the user order (whose jobs go next within a queue), the
-quota check and the hold-up (what a job that cannot start holds up). Adding a policy is a line in
+quota check and the blocking (what a job that cannot start blocks). Adding a policy is a line in
 ``POLICIES``."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ POLICIES: dict[str, SchedulerConfig] = {
     # later queue within bounds.
     "default": SchedulerConfig(),
     # Every job that fits starts, in fair-share and priority order; nobody waits for anybody.
-    "greedy": SchedulerConfig(actions=("allocate",), hold_up="none"),
-    # One queue in submit order; the first job that does not fit holds up everything behind it.
+    "greedy": SchedulerConfig(actions=("allocate",), blocking="none"),
+    # One queue in submit order; the first job that does not fit blocks everything behind it.
     "fifo": SchedulerConfig(
-        actions=("allocate",), job_order="fifo", queue_order="single", user_order="none", hold_up="all"
+        actions=("allocate",), job_order="fifo", queue_order="single", user_order="none", blocking="all"
     ),
     # FIFO per project, each confined to its own nodes, sized by its quota: static partitions, as
     # Philly's virtual clusters (partition="gpus": to its quota in GPUs on any node).
@@ -34,7 +34,7 @@ POLICIES: dict[str, SchedulerConfig] = {
         job_order="fifo",
         user_order="none",
         quota_check="isolated",
-        hold_up="project",
+        blocking="project",
         partition="nodes",
     ),
     # The default by its order's name.

@@ -18,7 +18,7 @@ from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.hooks import (
     Assign,
-    HoldUp,
+    Blocking,
     Hooks,
     JobOrder,
     OpenNodePenalty,
@@ -30,8 +30,8 @@ from gpupool.scheduler.hooks import (
 )
 from gpupool.scheduler.plugins import (
     binpack,
+    blocking,
     frag,
-    hold_up,
     las,
     order,
     queues,
@@ -74,11 +74,11 @@ USER_ORDERS: dict[str, UserOrder[Session]] = {"least_used": users.LEAST_USED, "n
 QUOTA_CHECKS: dict[str, QuotaCheck[Session]] = {"borrow": quota.borrow, "isolated": quota.isolated}
 # How to find each project's own nodes; None: no node sets (the isolated quota check counts GPUs anywhere).
 PARTITIONS: dict[str, Assign | None] = {"gpus": None, "nodes": partition.assign}
-HOLD_UPS: dict[str, HoldUp[Session]] = {
-    "reserve": hold_up.reservation,
-    "all": hold_up.every_queue,
-    "project": hold_up.own_queue,
-    "none": hold_up.nothing,
+BLOCKINGS: dict[str, Blocking[Session]] = {
+    "reserve": blocking.reservation,
+    "all": blocking.every_queue,
+    "project": blocking.own_queue,
+    "none": blocking.nothing,
 }
 
 
@@ -92,7 +92,7 @@ def hooks(config: SchedulerConfig) -> Hooks[Session]:
         partition=lookup(PARTITIONS, config.partition, "partition"),
         queue_order=lookup(QUEUE_ORDERS, config.queue_order, "queue order"),
         quota_check=lookup(QUOTA_CHECKS, config.quota_check, "quota check"),
-        hold_up=lookup(HOLD_UPS, config.hold_up, "hold-up"),
+        blocking=lookup(BLOCKINGS, config.blocking, "blocking"),
         user_order=lookup(USER_ORDERS, config.user_order, "user order"),
         placement=placement(config.placement),
         node_penalties=NODE_PENALTIES,

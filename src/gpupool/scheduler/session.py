@@ -15,7 +15,7 @@ from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import partition
-from gpupool.scheduler.capacity import ever_fits, holds
+from gpupool.scheduler.capacity import ever_fits, room_for
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
@@ -159,7 +159,7 @@ class Session:
                 known = ever_fits(self.cluster, self.demand(job), job.spec.workers)
             else:  # on its own nodes that are up, idle
                 up = (self.cluster.nodes[n].node for n in sorted(members) if n in self.cluster.nodes)
-                known = holds(self.demand(job), up, job.spec.workers, in_service_only=True) >= job.spec.workers
+                known = room_for(self.demand(job), up, job.spec.workers, in_service_only=True) >= job.spec.workers
             self.memory.per_nodes[shape] = known
         return known
 

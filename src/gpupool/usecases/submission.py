@@ -21,7 +21,7 @@ from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
 from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.resources import CPU_MILLI, show_cpus
-from gpupool.scheduler.capacity import holds, shape, such
+from gpupool.scheduler.capacity import room_for, shape, such
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.store import arrays as array_repo
 from gpupool.store import jobs as job_repo
@@ -223,7 +223,7 @@ def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
     # Each part fits some node: do they fit together, and does the gang fit the whole cluster?
     # Every node counts, whatever its state: one down or drained may come back (a Ray node
     # rejoins), and until then the job waits as ``unsatisfiable``, its reason naming it.
-    room = holds(demand, nodes, spec.workers)
+    room = room_for(demand, nodes, spec.workers)
     if room < spec.workers:
         fewer = f"ask for at most {room} workers, or less for each" if room else "ask for less per worker"
         raise Unsatisfiable(

@@ -4,10 +4,10 @@ with the policy's user order deciding between users within a class (by default t
 least lately goes first: ``user_queue``). A job starts when its whole gang fits now and the
 policy's quota check lets it.
 
-A job that cannot start asks the policy's hold-up hook what it holds up behind it: nothing
+A job that cannot start asks the policy's blocking hook what it blocks behind it: nothing
 (greedy), every queue (fifo), its own queue (fifo per project), or a reservation (default), after
 which every job left is the backfill action's to start, if it cannot delay the reserved one. A
-job that could not fit even an empty cluster (or its project's quota) holds up nothing."""
+job that could not fit even an empty cluster (or its project's quota) blocks nothing."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def run(session: Session) -> None:
             if refusal is not None:
                 session.reasons[job.id] = refusal
                 waiting.append(job)
-                blocked.update(hooks.hold_up(session, job, name, queues, refusal))
+                blocked.update(hooks.blocking(session, job, name, queues, refusal))
             elif name in blocked or session.reservation is not None:
                 waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
             else:
@@ -49,7 +49,7 @@ def run(session: Session) -> None:
                     session.record_start(job, placements)
                 else:
                     waiting.append(job)
-                    blocked.update(hooks.hold_up(session, job, name, queues, None))
+                    blocked.update(hooks.blocking(session, job, name, queues, None))
             if not queue:
                 break
             if name in blocked:
@@ -100,7 +100,7 @@ def _wait_behind_reservation(
         refusal = memo.quota(job)
         if refusal is not None:
             session.reasons[job.id] = refusal
-            blocked.update(hooks.hold_up(session, job, name, queues, refusal))
+            blocked.update(hooks.blocking(session, job, name, queues, refusal))
 
 
 class _Memo:

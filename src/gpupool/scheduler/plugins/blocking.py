@@ -1,8 +1,8 @@
-"""Hold-up: what the first job of a queue that cannot start now holds up behind it.
+"""Blocking: what the first job of a queue that cannot start now blocks behind it.
 
 Called by allocate with the job's quota refusal (None when it passed the quota check but did not
 fit the free resources); returns the queues that must wait behind it. A job that could never
-start (more than the cluster, or than its quota) holds up nothing.
+start (more than the cluster, or than its quota) blocks nothing.
 
 ``reserve``: the first job that does not fit gets a reservation of the GPUs it will need; allocate
 then leaves every job behind it to the backfill action, which starts only what cannot delay it
