@@ -375,7 +375,7 @@ def test_partitions_place_alike_on_the_controller_and_the_simulator(
 
 
 # las with a 100 GPU-second queue: the long job passes it within 25 s on 4 GPUs and, 30 s into its
-# run, is displaced by each short one; requeued, the store must give it the attained service and
+# run, is displaced by each short one; requeued, the store must give it the attained GPU time and
 # the time it waits since that the simulator does.
 DISPLACED = Scenario(
     trace=[

@@ -1,4 +1,4 @@
-"""A job's attained service in the head's snapshot: the GPU-seconds its earlier attempts' workers
+"""A job's attained GPU time in the head's snapshot: the GPU-seconds its earlier attempts' workers
 held, read from their rows, which stay as history when it is requeued (the ``las`` order)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The attained-service order (``las``): queues by GPU-seconds received, promotion of a job that
+"""The least-attained order (``las``): queues by GPU-seconds received, promotion of a job that
 starves, displacement bounded by a minimum run, within quotas; and the simulator-only oracle."""
 
 from __future__ import annotations

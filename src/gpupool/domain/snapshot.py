@@ -23,7 +23,7 @@ class PendingJob:
     restarts: int = 0
     owner: str = ""  # who submitted it: within a project, the jobs of whoever used less go first
     # GPU-seconds its earlier runs received (a job requeued after a preemption), and since when it
-    # waits again (None: since it was submitted). The attained-service order (``plugins.las``) reads both.
+    # waits again (None: since it was submitted). The least-attained order (``plugins.las``) reads both.
     attained: float = 0.0
     waiting_since: datetime | None = None
     # Seconds of work it has left, known only to a simulator replaying a trace: the oracle bound

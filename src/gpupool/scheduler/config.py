@@ -12,7 +12,7 @@ MAX_RECLAIM_MIN_RUN_S = 86400.0  # a day: past it a lender's quota would hardly 
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
-    """The attained-service order's knobs (``plugins.las``): Tiresias' discretised 2D-LAS.
+    """The least-attained order's knobs (``plugins.las``): Tiresias' discretised 2D-LAS.
 
     A job's queue is the number of ``thresholds`` (GPU-seconds received, across preemptions) it
     has passed; queue 0 goes first. A running job may be displaced by a waiting job of a lower
@@ -34,7 +34,7 @@ class LasConfig:
 class SchedulerConfig:
     actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt", "displace")
     placement: str = "frag"  # node score
-    job_order: str = "las"  # within a queue: least attained service first (``plugins.las``)
+    job_order: str = "las"  # within a queue: least attained GPU time first (``plugins.las``)
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next
     user_order: str = "least_used"  # within a queue, whose jobs go next: the user who used less
     quota_check: str = "borrow"  # why a job may not start whatever is free (quota, limit)

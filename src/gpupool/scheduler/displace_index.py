@@ -1,6 +1,6 @@
 """Which running jobs a waiting job may displace, kept from cycle to cycle.
 
-Under a preemptive order a running job's rank moves with time (attained service grows as it
+Under a preemptive order a running job's rank moves with time (attained GPU time grows as it
 runs), but only at times known when it starts: the time it passes each threshold, or its minimum
 run. So each running job gets, per level, the time from which a waiting job of that level may
 displace it (``PreemptiveOrder.running_keys``), and the index keeps one sorted list per level:

@@ -17,7 +17,7 @@ from gpupool.scheduler.registry import PARTITIONS, lookup
 _FIFO_ACTIONS = ("allocate", "backfill", "reclaim", "preempt")
 POLICIES: dict[str, SchedulerConfig] = {
     # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt;
-    # within a project the attained-service order (Tiresias' discretised LAS, ``plugins.las``):
+    # within a project the least-attained order (Tiresias' discretised LAS, ``plugins.las``):
     # least GPU time received first, in a few queues, a waiting job displacing running jobs of a
     # later queue within bounds.
     "default": SchedulerConfig(),

@@ -5,7 +5,7 @@ snapshot's source differs.
 A preempted job goes back to the queue at once (the head would give it a grace period). One with a
 checkpoint directory resumes where it was, less ``RESUME_LOSS_S`` (the work since its last
 checkpoint and the restore, as Tiresias assumes); one without runs its whole duration again. Either
-way it keeps the GPU-seconds it received (its attained service, which the ``las`` order reads), and
+way it keeps the GPU-seconds it received (its attained GPU time, which the ``las`` order reads), and
 the replay tells the scheduler each job's remaining time only through the oracle fields of the
 snapshot, which only the ``srtf-oracle`` policy reads.
 """

@@ -1,4 +1,4 @@
-"""Attained GPU time (what the scheduling literature calls "attained service"; here "service" means
+"""Attained GPU time (what the scheduling literature calls "attained GPU time"; here "service" means
 an inference service only): the GPU-seconds a job's earlier attempts received, read from their
 worker rows (a job requeued after a preemption keeps its earlier attempts' rows, as history). The
 least-attained order (``scheduler.plugins.las``) reads it from the snapshot."""

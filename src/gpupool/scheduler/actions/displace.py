@@ -1,4 +1,4 @@
-"""Displace: under a preemptive job order (``registry.PREEMPTIVE``: attained service, or the
+"""Displace: under a preemptive job order (``registry.PREEMPTIVE``: attained GPU time, or the
 simulator's oracle), a waiting train job may stop running train jobs that rank behind it, e.g.
 a job that has received no service yet displaces one that has received hours of it.
 

@@ -1,4 +1,4 @@
-"""Oracle shortest-remaining-time-first: the bound the attained-service order is measured
+"""Oracle shortest-remaining-time-first: the bound the least-attained order is measured
 against. It reads the seconds of work each job has left, which only a simulator replaying a
 trace knows (``PendingJob.oracle_remaining_s``, ``RunningJob.oracle_end``); the head refuses the
 policy (``policies.SIM_ONLY``) and the order refuses a job without them."""
