@@ -69,11 +69,19 @@ def submit(
             " (1 to 65535)",
         ),
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="an OCI image to run in: a registry image (nvcr.io/nvidia/pytorch:24.10-py3), a name an admin"
+            " imported, or an OCI layout or archive on a shared path (oci:/path, oci-archive:/x.tar); with it the"
+            " command may be left out: the image's own Entrypoint and Cmd run",
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Submit a job (or with --array, an array of tasks); prints its id as the last line."""
-    if not command:
+    if not command and image is None:
         raise InvalidInput("empty command: give the command after --, e.g. gpupool submit --gpus 1 -- python train.py")
     env_map: dict[str, str] = {}
     for item in env or []:
@@ -82,7 +90,7 @@ def submit(
             raise InvalidInput(f"--env {item!r} is not K=V")
         env_map[key] = value
     spec = JobSpec.create(
-        command=list(command),
+        command=list(command or []),
         name=name,
         project=project,
         gpus=gpus,
@@ -98,6 +106,7 @@ def submit(
         gpu_memory=gpu_memory,
         checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
         expose=expose,
+        image=image,
     )
     if array is not None:
         ArraySpec.parse(array)  # refused here, before anything is sent

@@ -146,7 +146,8 @@ def job_detail(job: dict[str, Any]) -> Table:
         ("project", job["project"]),
         ("owner", job["owner"]),
         ("priority", job["priority"]),
-        ("command", HIDDEN if job["command"] is None else " ".join(job["command"])),
+        ("command", HIDDEN if job["command"] is None else " ".join(job["command"]) or "(the image's own)"),
+        *([("image", _image(job))] if job.get("image") else []),
         (
             "resources",
             f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']:g} CPUs, "
@@ -168,6 +169,12 @@ def job_detail(job: dict[str, Any]) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _image(job: dict[str, Any]) -> str:
+    """The image as asked for, and the digest its last attempt ran once a node reported it."""
+    digest = job.get("image_digest")
+    return f"{job['image']} ({digest[:19]})" if digest else str(job["image"])
 
 
 def _published(job: dict[str, Any]) -> str:

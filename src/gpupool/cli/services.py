@@ -51,11 +51,17 @@ def serve(
         str, typer.Option(help="the gateway's limit on a request's wait for an answer, queue included, e.g. 60s")
     ] = "60s",
     ready_timeout: Annotated[str, typer.Option(help="say why a replica is not ready after this long")] = "2m",
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="an OCI image the replicas run in, as gpupool submit --image; the command may then be left out"
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Create or update a service; an update that changes the replicas rolls them one at a time."""
-    if not command:
+    if not command and image is None:
         raise InvalidInput(
             "empty command: give the server's command after --, e.g. gpupool serve web -- python serve.py"
         )
@@ -67,7 +73,7 @@ def serve(
         env_map[key] = value
     body: dict[str, Any] = {
         "name": name,
-        "command": list(command),
+        "command": list(command or []),
         "project": project,
         "replicas": replicas,
         "min_replicas": min_replicas,
@@ -87,6 +93,7 @@ def serve(
         "queue_limit": queue_limit,
         "timeout_s": parse_duration(timeout),
         "ready_timeout_s": parse_duration(ready_timeout),
+        **({"image": image} if image is not None else {}),
     }
     ServiceSpec.create(**body)  # refused here, before anything is sent
     with client(url) as c:

@@ -119,6 +119,7 @@ class Applier:
                 gpu_memory_mib=p.gpu_memory_mib,
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
                 port=served,
+                image=spec.image,
             )
             try:
                 launched.append((worker_id, self._executor.launch(p.node, request), port))

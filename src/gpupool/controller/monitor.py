@@ -49,7 +49,16 @@ class Monitor:
         now = self._clock.now()
         with self._db.tx() as s:
             for w, ended in exits:
-                worker_repo.record_exit(s, w.id, ended.exit_code, ended.lost, now, exit_reason=ended.reason)
+                worker_repo.record_exit(
+                    s,
+                    w.id,
+                    ended.exit_code,
+                    ended.lost,
+                    now,
+                    exit_reason=ended.reason,
+                    note=ended.note,
+                    image_digest=ended.image_digest,
+                )
         self._applier.forget([w.id for w, _ in exits])
         return {w.job_id for w, _ in exits}
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 OOM = "oom"  # killed by its cgroup at its --memory limit
 GPU_OOM = "gpu_oom"  # stopped for using more GPU memory than its share of a shared GPU
 NO_UNIX_ACCOUNT = "no_unix_account"  # its owner has no Unix account on the node: never started
+IMAGE = "image"  # its --image could not be got or used on the node (the reason in its events): never started
 
 MEANING = {
     OOM: "out of memory: its --memory limit",
     GPU_OOM: "over its share of GPU memory: its --gpu-memory",
     NO_UNIX_ACCOUNT: "its owner has no Unix account on the node",
+    IMAGE: "its image could not be got or used on the node",
 }
 KILLED = (OOM, GPU_OOM)  # reasons the node ended a worker that ran: counted by gpupool_worker_kills_total
 

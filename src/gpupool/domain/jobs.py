@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
-from gpupool.domain import bounds
+from gpupool.domain import bounds, images
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import NAME_RE
 from gpupool.domain.resources import CPU_MILLI, parse_cpus, parse_memory, validate_gpus
@@ -125,6 +125,7 @@ class Submission(TypedDict, total=False):
     gpu_memory: str | int | None
     checkpoint_dir: str | None
     expose: int | None
+    image: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,9 @@ class JobSpec:
     # A port worker 0 listens on, published by the head's gateway at /jobs/<id>/ to its owner, its
     # project's managers and admins (a notebook one link away). Any class may publish one.
     expose: int | None = None
+    # An OCI image its workers run in (domain/images.py: a registry image, an imported name, or an
+    # OCI layout or archive on a shared path): its root, with the node's GPUs, inside the same walls.
+    image: str | None = None
 
     @property
     def total_gpus(self) -> float:
@@ -189,7 +193,8 @@ class JobSpec:
         again, so a job stored under older rules still loads."""
         if "cpu_milli" not in data and "cpus" in data:  # written before millicores (a service's spec)
             data = {**data, "cpu_milli": int(data["cpus"]) * CPU_MILLI}
-        values = {name: data[name] for name in SPEC_FIELDS}
+        # A field added since (``image``) is missing from what older heads wrote: its default.
+        values = {name: data[name] for name in SPEC_FIELDS if name in data}
         values["command"] = tuple(values["command"])
         values["priority"] = Priority(values["priority"])
         values["env"] = dict(values["env"])
@@ -230,11 +235,9 @@ class JobSpec:
         gpu_memory: str | int | None = None,
         checkpoint_dir: str | None = None,
         expose: int | None = None,
+        image: str | None = None,
     ) -> JobSpec:
-        argv = tuple(command)
-        if not argv or not argv[0].strip():
-            raise InvalidInput("empty command: give the command after --, e.g. gpupool submit -- python train.py")
-        bounds.command(argv)
+        argv = _command(command, image)
         gpus = validate_gpus(gpus)
         if gpus > bounds.MAX_GPUS_PER_WORKER:
             raise InvalidInput(f"gpus per worker must be at most {bounds.MAX_GPUS_PER_WORKER}, got {gpus:g}")
@@ -252,7 +255,7 @@ class JobSpec:
         project = project or "default"
         if not NAME_RE.match(project):
             raise InvalidInput(f"invalid project name {project!r}: letters, digits, '.', '_' and '-'")
-        name = bounds.readable("the job name", name or _default_name(argv), 128)
+        name = bounds.readable("the job name", name or _default_name(argv, image), 128)
         clean_env = dict(env or {})
         for key in clean_env:
             if not _ENV_KEY_RE.match(key):
@@ -281,10 +284,34 @@ class JobSpec:
             gpu_memory_mib=gpu_memory_mib,
             checkpoint_dir=checkpoint_dir,
             expose=expose,
+            image=image,
         )
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobSpec))
+
+
+def _command(command: Sequence[str], image: str | None) -> tuple[str, ...]:
+    """The command, which may be empty only with an image (its Entrypoint and Cmd then run)."""
+    argv = tuple(command)
+    if image is not None:
+        _image(image)
+    if not argv and image is not None:
+        return argv
+    if not argv or not argv[0].strip():
+        raise InvalidInput("empty command: give the command after --, e.g. gpupool submit -- python train.py")
+    bounds.command(argv)
+    return argv
+
+
+def _image(text: str) -> str:
+    """An image reference in one of its forms (``domain/images.py``); its form only, not whether a
+    node can get it."""
+    try:
+        images.parse_ref(text)
+    except images.BadImageRef as exc:
+        raise InvalidInput(f"--image: {exc}") from None
+    return text
 
 
 def _memory(what: str, value: str | int | None) -> int:
@@ -331,7 +358,9 @@ def _checkpoint_dir(path: str | None, workdir: str | None) -> str | None:
     return path
 
 
-def _default_name(argv: tuple[str, ...]) -> str:
+def _default_name(argv: tuple[str, ...], image: str | None = None) -> str:
+    if not argv:  # the image's own entrypoint: named after the image (pytorch for nvcr.io/nvidia/pytorch:24.10)
+        return images.parse_ref(image or "job").location.rstrip("/").rsplit("/", 1)[-1][:64] or "job"
     base = argv[0].rsplit("/", 1)[-1]
     if base.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
         base = argv[1].rsplit("/", 1)[-1]

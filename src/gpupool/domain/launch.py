@@ -38,6 +38,9 @@ class LaunchRequest:
     # --allow-system-accounts, or the built-in admin's own jobs, which run as the head's account).
     allow_system_account: bool = False
     port: int | None = None  # the port it serves (a replica's, a published one): its job's alone
+    # An OCI image to run it in (domain/images.py's forms); the node gets and unpacks it, then starts
+    # the worker in its root inside the same walls. An empty ``argv``: the image's Entrypoint and Cmd.
+    image: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,8 @@ class WorkerExit:
     exit_code: int | None
     lost: bool = False
     reason: str | None = None  # what the node knows of why: "oom" (its cgroup's memory limit)
+    note: str | None = None  # the node's sentence on why, where it has one (an image it could not use)
+    image_digest: str | None = None  # the image's manifest digest it ran in ("sha256:..."), with an image
 
 
 @dataclass(frozen=True, slots=True)

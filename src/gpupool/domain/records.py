@@ -85,6 +85,7 @@ class JobRecord:
     started_at: datetime | None
     finished_at: datetime | None
     exit_reason: str | None = None  # of the worker whose exit ended it: "oom"
+    image_digest: str | None = None  # with an image: the manifest digest its last attempt ran
     run_as: str | None = None  # the Unix account its workers run as, fixed at submit; None: the node's user
     usage: tuple[WorkerUsage, ...] = ()  # of its live workers that have a cgroup, by worker
     array_id: int | None = None  # a task of an array: the array's id (its first task's job id)

@@ -76,6 +76,7 @@ class ServiceSpec:
     timeout_s: float = 60.0
     scale_down_delay_s: float = 60.0
     ready_timeout_s: float = 120.0  # a replica not ready this long after it started gets an event saying why
+    image: str | None = None  # the OCI image its replicas run in (domain/images.py); None: the node's own
 
     @property
     def autoscaled(self) -> bool:
@@ -102,6 +103,7 @@ class ServiceSpec:
             priority="inference",
             env=self.env,
             workdir=self.workdir,
+            image=self.image,
             # A replica that dies is the same replica started again, after a growing wait (the
             # restart back-off): its failures are one job's restarts, not a new job each time.
             max_restarts=bounds.MAX_RESTARTS,
@@ -148,6 +150,7 @@ class ServiceSpec:
         timeout_s: float = 60.0,
         scale_down_delay_s: float = 60.0,
         ready_timeout_s: float = 120.0,
+        image: str | None = None,
     ) -> ServiceSpec:
         check_service_name(name)
         low, high = _replica_range(replicas, min_replicas, max_replicas)
@@ -184,8 +187,11 @@ class ServiceSpec:
             timeout_s=float(timeout_s),
             scale_down_delay_s=float(scale_down_delay_s),
             ready_timeout_s=float(ready_timeout_s),
+            image=image,
         )
-        job = JobSpec.create(command=command, name=name, project=project, gpus=gpus, cpus=cpus, memory=memory, env=env)
+        job = JobSpec.create(
+            command=command, name=name, project=project, gpus=gpus, cpus=cpus, memory=memory, env=env, image=image
+        )
         if port_env in job.env:
             raise InvalidInput(f"--env sets {port_env}, the variable gpupool passes the replica's port in")
         return dataclasses.replace(

@@ -127,6 +127,10 @@ class NodeRuntime:
         private.private_file(log)
         env = dict(self._base_env)
         account = None
+        if req.image is not None:
+            why = f"node {self.name} cannot run jobs in images yet (--image {req.image})"
+            rundir.refuse(run_dir, log, req.header, why, IMAGE)
+            return WorkerHandle(0, str(run_dir))
         if req.run_as is not None and self.as_owners:
             account = accounts.lookup(req.run_as)
             if account is None:
@@ -334,6 +338,7 @@ class NodeRuntime:
 
 
 NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
+IMAGE = "image"  # exit reason of a worker whose image the node could not get or use (domain/exit_reasons.py)
 SYSTEM_ACCOUNT = "system_account"  # exit reason of a worker that would have run as root or a system account
 
 
@@ -345,4 +350,6 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
         # Stopped by the node itself (self-fencing, or cleaned on return): the head sees it lost.
         return WorkerExit(exit_code=None, lost=True)
     stopped = rundir.read_stop(run_dir)  # the runtime stopped it (over its GPU memory): that is why
-    return WorkerExit(exit_code=record.exit_code, reason=stopped.reason if stopped else record.reason)
+    reason = stopped.reason if stopped else record.reason
+    # The note is the node's sentence on why; the head shows it where the reason alone says too little.
+    return WorkerExit(exit_code=record.exit_code, reason=reason, note=record.note if reason == IMAGE else None)

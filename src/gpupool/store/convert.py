@@ -67,6 +67,7 @@ def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         exit_reason=row.exit_reason,
+        image_digest=row.image_digest,
         run_as=row.run_as,
         array_id=row.array_id,
         array_index=row.array_index,

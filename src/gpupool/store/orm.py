@@ -87,6 +87,9 @@ class JobRow(Base):
     service: Mapped[str | None] = mapped_column(String(63), nullable=True, index=True)
     port_env: Mapped[str | None] = mapped_column(String(64), nullable=True)
     expose: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 0015: a port the gateway publishes
+    # 0017: the OCI image its workers run in, and the digest the last attempt ran (its manifest's)
+    image: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    image_digest: Mapped[str | None] = mapped_column(String(80), nullable=True)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared

@@ -114,6 +114,8 @@ def record_exit(
     now: datetime,
     reason: str | None = None,
     exit_reason: str | None = None,
+    note: str | None = None,
+    image_digest: str | None = None,
 ) -> None:
     """A worker ended: a ``worker_exit`` event (``oom`` when its node says the memory limit
     killed it), or a ``lost`` one when nobody saw it end. The reason of a loss defaults to the
@@ -123,12 +125,16 @@ def record_exit(
         return
     row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
     row.exit_code, row.exit_reason, row.finished_at = exit_code, exit_reason, now
+    if image_digest is not None:
+        session.get_one(JobRow, row.job_id).image_digest = image_digest  # the digest the attempt ran
     if lost:
         kind, what = "lost", f"was lost ({reason or _why_lost(session, row.node)})"
     elif exit_reason == exit_reasons.OOM:
         kind, what = "oom", f"ran out of memory and was killed (code {exit_code}): raise --memory, or use less"
     elif exit_reason == exit_reasons.GPU_OOM:
         kind, what = "gpu_oom", f"used more than its share of GPU memory and was stopped (code {exit_code})"
+    elif exit_reason == exit_reasons.IMAGE:
+        kind, what = "image", f"could not start in its image: {note or 'see its log'}"
     elif exit_reason == exit_reasons.NO_UNIX_ACCOUNT:
         kind, what = "no_account", "could not start: its owner has no Unix account on that node (see its log)"
     else:

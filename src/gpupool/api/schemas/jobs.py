@@ -16,7 +16,7 @@ class SubmitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] = Field(description="argument vector; never run through a shell")
+    command: list[str] = Field(description="argument vector; never run through a shell (empty: an image's own)")
     name: str | None = None
     project: str | None = None
     gpus: float = Field(1.0, description="per worker: 0 (CPU only), a fraction below 1, or a whole number")
@@ -41,6 +41,12 @@ class SubmitRequest(BaseModel):
     )
     expose: int | None = Field(
         None, description="a port (1 to 65535) worker 0 listens on: the gateway publishes it at /jobs/<id>/"
+    )
+    image: str | None = Field(
+        None,
+        description="an OCI image its workers run in: a registry image (nvcr.io/nvidia/pytorch:24.10-py3), a"
+        " name an admin imported, or an OCI layout or archive on a shared path (oci:/path, oci-archive:/x.tar);"
+        " with an image the command may be empty: the image's Entrypoint and Cmd run",
     )
 
 
@@ -126,6 +132,10 @@ class JobOut(BaseModel):
     url: str | None = Field(
         None, description="with expose: where the gateway serves it (in a job's detail; null with no gateway)"
     )
+    image: str | None = Field(None, description="the OCI image its workers run in, as asked for; null: none")
+    image_digest: str | None = Field(
+        None, description="with an image: the manifest digest its last attempt ran in, once a node reported it"
+    )
     usage: list[UsageOut] = Field(
         default_factory=list,
         description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",
@@ -157,6 +167,7 @@ class JobOut(BaseModel):
             reason=job.reason,
             exit_code=job.exit_code,
             exit_reason=job.exit_reason,
+            image_digest=job.image_digest,
             run_as=job.run_as,
             array_id=job.array_id,
             array_index=job.array_index,

@@ -29,7 +29,9 @@ class ServeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="1 to 63 lower-case letters, digits and '-' (a DNS label)")
-    command: list[str] = Field(description="argument vector of the server; never run through a shell")
+    command: list[str] = Field(
+        description="argument vector of the server; never run through a shell (empty with an image: its own)"
+    )
     project: str | None = None
     replicas: int | None = None
     min_replicas: int | None = None
@@ -49,6 +51,9 @@ class ServeRequest(BaseModel):
     timeout_s: float = Field(60.0, description="the gateway's limit on one request, waiting for a replica included")
     scale_down_delay_s: float = Field(60.0, description="load must ask for fewer replicas this long first")
     ready_timeout_s: float = Field(120.0, description="a replica not ready this long gets an event saying why")
+    image: str | None = Field(
+        None, description="an OCI image its replicas run in (as a job's image); the command may then be empty"
+    )
 
     def spec(self) -> ServiceSpec:
         return ServiceSpec.create(**self.model_dump())
@@ -192,6 +197,7 @@ class ServiceOut(BaseModel):
     timeout_s: float
     command: list[str] | None = Field(description="null where hidden: only its owner, a manager or an admin sees it")
     env: dict[str, str] | None
+    image: str | None = Field(None, description="the OCI image its replicas run in; null: the nodes' own userland")
     replica_list: list[ReplicaOut]
     load: ServiceLoadOut | None = Field(None, description="null without a recent gateway report")
 
@@ -225,6 +231,7 @@ class ServiceOut(BaseModel):
             timeout_s=spec.timeout_s,
             command=list(spec.command) if v.full else None,
             env=dict(spec.env) if v.full else None,
+            image=spec.image,
             replica_list=[ReplicaOut.of(r, v.load, where=v.reachable) for r in v.replicas],
             load=None if v.load is None else ServiceLoadOut.of_service(v.load),
             crash_loop=None if v.crashing is None else CrashLoopOut.of(v.crashing, v.crash_log),
