@@ -105,6 +105,7 @@ def _build_local(settings: Settings) -> Built:
             host_cpus=host_cpus,
             cgroups_wanted=settings.cgroups,
             max_log_bytes=settings.max_log_bytes,
+            image_cache_bytes=settings.image_cache_bytes,
         )
         for name, probe in topology.probes
     ]

@@ -277,6 +277,15 @@ MAX_USER_LOGS = size(
     TIB,
     field="max_user_log_bytes",
 )
+IMAGE_CACHE = size(
+    "image_cache",
+    "200G",
+    "each node's cache of unpacked job images (--image); past it the least recently used image no job"
+    " runs in is removed first (1G to 100T)",
+    1024 * MIB,
+    100 * TIB,
+    field="image_cache_bytes",
+)
 MAX_BODY = size(
     "max_body", "1M", "the largest request body the API reads (1K to 64M)", 1024, 64 * MIB, field="max_body_bytes"
 )
@@ -366,6 +375,7 @@ KNOBS = table(
     MAX_LOG_SIZE,
     MAX_USER_ARRAYS,
     MAX_USER_LOGS,
+    IMAGE_CACHE,
     MAX_BODY,
     CLIENT_TIMEOUT,
     TLS_CERT,

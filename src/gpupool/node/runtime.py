@@ -28,6 +28,8 @@ from gpupool.node import accounts, gpu_share, leftovers, log_cap, private, rundi
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.walls import NodeWalls, confinement
 
+DEFAULT_IMAGE_CACHE_BYTES = 200 * 2**30  # gpupool up --image-cache
+
 
 class NodeRuntime:
     def __init__(
@@ -47,6 +49,7 @@ class NodeRuntime:
         clock: Clock | None = None,
         cgroups_wanted: bool = True,
         max_log_bytes: int = log_cap.DEFAULT_MAX_LOG_BYTES,
+        image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES,
         device_dir: Path = Path("/dev"),
     ) -> None:
         self.name = name
@@ -74,6 +77,7 @@ class NodeRuntime:
         self.layout = confinement(cgroups_wanted)
         self._gpu_watch = gpu_share.GpuShareWatch(probe, self.layout)
         self._log_cap = log_cap.LogCap(max_log_bytes)
+        self.image_cache_bytes = image_cache_bytes  # its images' cache (images/ in its data dir) stays under this
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self.walls = NodeWalls(self.layout, f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}", device_dir)
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
