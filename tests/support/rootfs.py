@@ -29,7 +29,9 @@ def build(dest: Path) -> Path:
             (dest / link).symlink_to(target)
     for name in ("etc", "tmp", "proc", "sys", "dev", "root", "home", "var"):
         (dest / name).mkdir(exist_ok=True)
-    (dest / "tmp").chmod(0o1777)
+    (dest / "var" / "tmp").mkdir(exist_ok=True)
+    for sticky in ("tmp", "var/tmp"):
+        (dest / sticky).chmod(0o1777)
     (dest / "root").chmod(0o700)
     (dest / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (dest / "etc" / "group").write_text("root:x:0:\n")
