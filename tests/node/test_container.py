@@ -56,6 +56,23 @@ def test_a_node_without_a_driver_has_no_driver_files() -> None:
     assert container.driver_files() == ()
 
 
+def test_driver_files_are_the_versioned_libraries_their_links_and_the_tools(tmp_path: Path) -> None:
+    libs, tools = tmp_path / "lib", tmp_path / "bin"
+    libs.mkdir()
+    tools.mkdir()
+    for name in ("libcuda.so.580.159.04", "libnvidia-ml.so.580.159.04", "libz.so.1.2.13", "libcuda.so.570.1"):
+        (libs / name).write_bytes(b"")
+    (libs / "libcuda.so.1").symlink_to("libcuda.so.580.159.04")
+    (libs / "libcuda.so").symlink_to("libcuda.so.1")
+    (libs / "libz.so.1").symlink_to("libz.so.1.2.13")
+    for name in ("nvidia-smi", "other-tool"):
+        (tools / name).write_bytes(b"")
+        (tools / name).chmod(0o755)
+    found = container._driver_files_in("580.159.04", [str(libs)], str(tools))
+    names = ["libcuda.so", "libcuda.so.1", "libcuda.so.580.159.04", "libnvidia-ml.so.580.159.04"]
+    assert found == (*(str(libs / n) for n in names), str(tools / "nvidia-smi"))
+
+
 @pytest.fixture(scope="module")
 def image_root() -> Iterator[Path]:
     """Outside /tmp: a worker's /tmp is its own before it enters the root."""
@@ -258,3 +275,19 @@ def test_an_images_links_cannot_make_root_write_or_mount_outside_it(tmp_path: Pa
 def test_a_root_that_cannot_be_built_fails_naming_the_step(tmp_path: Path) -> None:
     code, said = in_child(lambda: container.enter(ContainerSpec("/var/tmp/no-such-image-root"), unshare=True))
     assert code == 1 and "no-such-image-root" in said, said
+
+
+@root_only
+def test_what_a_job_writes_to_its_root_is_held_to_the_bound(image_root: Path) -> None:
+    spec = ContainerSpec(str(image_root), upper_bytes=8 << 20)
+
+    def fill() -> str:
+        container.enter(spec, unshare=True)
+        try:
+            Path("/var/tmp/big").write_bytes(b"x" * (16 << 20))
+        except OSError as exc:
+            return errno.errorcode[exc.errno or 0]
+        return "written"
+
+    assert in_child(fill) == (0, "ENOSPC")
+    assert not (image_root / "var/tmp/big").exists()

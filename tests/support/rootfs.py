@@ -15,7 +15,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOOLS = ("sh", "id", "cat", "ls", "stat", "readlink", "touch", "sleep", "head", "pwd", "mkdir", "env", "tr", "grep")
+TOOLS = (
+    "sh",
+    "id",
+    "cat",
+    "ls",
+    "stat",
+    "readlink",
+    "touch",
+    "sleep",
+    "head",
+    "pwd",
+    "mkdir",
+    "env",
+    "tr",
+    "grep",
+    "date",
+)
 SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "dist-packages", "site-packages"}
 PYTHON = "/usr/bin/python3"
 

@@ -65,7 +65,7 @@ class ContainerSpec(NamedTuple):
     """How a worker's root is built (it rides in the RunSpec, as JSON)."""
 
     root: str  # the image's unpacked root (read-only, shared by every job of the image)
-    devices: tuple[str, ...] = ()  # device nodes the job may open: bound into /dev
+    devices: tuple[str, ...] = ()  # device nodes the job may open: into /dev (at /dev/NAME when not under /dev)
     binds: tuple[str, ...] = ()  # host paths bound at the same place (a link is made as the same link)
     passwd: str = ""  # the owner's /etc/passwd line
     group: str = ""  # its /etc/group lines
@@ -136,8 +136,13 @@ def driver_files() -> tuple[str, ...]:
     version = _driver_version()
     if version is None:
         return ()
+    search = f"{os.environ.get('PATH', '/usr/bin:/bin')}:/usr/local/nvidia/bin"
+    return _driver_files_in(version, _linker_dirs(), search)
+
+
+def _driver_files_in(version: str, dirs: list[str], search: str) -> tuple[str, ...]:
     found: list[str] = []
-    for folder in _linker_dirs():
+    for folder in dirs:
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -149,7 +154,7 @@ def driver_files() -> tuple[str, ...]:
             if path in libs or (os.path.islink(path) and ".so" in name and os.path.realpath(path) in real):
                 found.append(path)
     for binary in DRIVER_BINARIES:
-        exe = shutil.which(binary, path=f"{os.environ.get('PATH', '/usr/bin:/bin')}:/usr/local/nvidia/bin")
+        exe = shutil.which(binary, path=search)
         if exe is not None and exe not in found:
             found.append(exe)
     return tuple(found)
