@@ -67,8 +67,12 @@ ONLY_GPUPOOL = {"gateway/": ("gpupool.gateway", "gpupool.domain")}
 STDLIB_ONLY = {
     "node/supervisor.py": frozenset(
         {"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts", "gpupool.node.jobns"}
+        | {"gpupool.node.container"}
     ),
-    "node/rundir.py": frozenset({"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns"}),
+    "node/rundir.py": frozenset(
+        {"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns", "gpupool.node.container"}
+    ),
+    "node/container.py": frozenset({"gpupool.node.bpf", "gpupool.node.jobns"}),  # C library calls through bpf.libc
     "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles", "gpupool.domain.launch"}),
     "node/cgfiles.py": frozenset(),
     "node/devices.py": frozenset({"gpupool.node.bpf"}),

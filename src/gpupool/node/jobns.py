@@ -88,10 +88,12 @@ def kept(paths: Sequence[str | None]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def enter(scratch: Scratch) -> None:
+def enter(scratch: Scratch) -> bool:
     """In the worker, between fork and exec, as root: join the job's namespace on this node, or
-    make it. Raises OSError when neither works (the worker must not start without its walls).
-    The job's directory is held open: once /tmp is private, a node data dir under it is out of sight."""
+    make it; True when it made it (the worker that builds what else the namespace holds, such as
+    an image's root: ``node/container.py``). Raises OSError when neither works (the worker must not
+    start without its walls). The job's directory is held open: once /tmp is private, a node data
+    dir under it is out of sight."""
     job_dir = os.open(scratch.job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=job_dir)
@@ -111,6 +113,7 @@ def enter(scratch: Scratch) -> None:
             os.close(lock)
     finally:
         os.close(job_dir)
+    return not alive
 
 
 def usable() -> str | None:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from gpupool.node import cgroups
 from gpupool.node.accounts import Account
+from gpupool.node.container import ContainerSpec
 from gpupool.node.jobns import Scratch
 
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
@@ -73,6 +74,7 @@ class RunSpec(NamedTuple):
     devices_keep: tuple[str, ...] = ()  # with a cgroup: the driver's files every CUDA process opens
     device_program: bool = False  # with a cgroup: the node walls devices with a cgroup2 BPF program too
     scratch: Scratch | None = None  # the job's private /tmp, /dev/shm and /proc; None: the host's
+    container: ContainerSpec | None = None  # the image's root the worker runs in; None: the node's own
 
     def group(self, layout: cgroups.Layout | None = None) -> cgroups.WorkerGroup:
         """The worker's cgroup (``cgroup`` must be set), in ``layout`` (the node runtime's, found
@@ -108,6 +110,8 @@ class RunSpec(NamedTuple):
             data["account"] = self.account.to_json()
         if self.scratch is not None:
             data["scratch"] = self.scratch.to_json()
+        if self.container is not None:  # only with an image: a spec without one reads as before
+            data["container"] = self.container.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -135,6 +139,7 @@ class RunSpec(NamedTuple):
             devices_keep=tuple(str(d) for d in data.get("devices_keep") or ()),
             device_program=bool(data.get("device_program")),
             scratch=Scratch.from_json(data["scratch"]) if data.get("scratch") else None,
+            container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
         )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from gpupool.node import cgroups, jobns, rundir
+from gpupool.node import cgroups, container, jobns, rundir
 from gpupool.node.accounts import Account
 
 
@@ -117,7 +117,9 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(list(spec.cpus), spec.memory_mib, group, spec.account, cwd, spec.scratch),
+            preexec_fn=_limits(
+                list(spec.cpus), spec.memory_mib, group, spec.account, cwd, spec.scratch, spec.container
+            ),
         )
     except subprocess.SubprocessError:  # a wall, the account or the directory: said in the log by the child
         return 126, False
@@ -166,11 +168,13 @@ def _limits(
     account: Account | None,
     cwd: str | None,
     scratch: jobns.Scratch | None = None,
+    image: container.ContainerSpec | None = None,
 ) -> Any:
     """Between fork and exec: into the cgroup first (which holds memory, cores and processes),
     else the per-process limits, which a job can escape (a child's own affinity, a shared mapping);
-    then into the job's private /tmp, /dev/shm and /proc; last, down to the owner's account, once
-    nothing left needs root."""
+    then into the job's private /tmp, /dev/shm and /proc, and its image's root (built by the worker
+    that made the namespace; a gang member joining it is in that root already); last, down to the
+    owner's account, once nothing left needs root."""
 
     def apply() -> None:
         step = "entering its cgroup"
@@ -178,8 +182,15 @@ def _limits(
             if group is not None:
                 group.add_self()
             step = "making its private /tmp and /dev/shm"
-            if scratch is not None:
-                jobns.enter(scratch)
+            created = jobns.enter(scratch) if scratch is not None else True
+            if image is not None:
+                step = f"entering its image's root {image.root}"
+                if created:
+                    container.enter(image, unshare=scratch is None)
+                else:
+                    container.joined(image)
+                if cwd:
+                    os.chdir(cwd)  # the same path, bound in the new root
             step = "pinning its cores"
             if cpus:
                 os.sched_setaffinity(0, cpus)
