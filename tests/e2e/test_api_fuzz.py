@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess
+from tests.support.unix_accounts import TestAccounts
 
 schemathesis = pytest.importorskip(
     "schemathesis", reason="the API fuzzing needs schemathesis: pip install -e '.[test]'"

@@ -20,7 +20,7 @@ import pytest
 
 from gpupool.client import ClientError
 from gpupool.node import rundir
-from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
+from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -25,8 +25,8 @@ import pytest
 from gpupool.api.permissions import TABLE
 from gpupool.domain.permissions import Rule, Who
 from gpupool.domain.users import Scope
-from tests.e2e.headproc import HeadProcess, wait_state
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 

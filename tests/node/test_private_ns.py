@@ -25,8 +25,8 @@ import pytest
 from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
-from tests.e2e.headproc import wait_for
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import wait_for
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a job's private namespace and accounts need root")
 

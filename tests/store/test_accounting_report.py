@@ -24,8 +24,8 @@ from gpupool.store.orm import WorkerRow
 from gpupool.store.tokens import create_token
 from gpupool.usecases import accounting as accounting_service
 from gpupool.usecases import jobs as job_service
-from tests.store.test_controller_telemetry import Harness
-from tests.store.test_sim_matches_controller import USER
+from tests.support.executor import USER
+from tests.support.harness import Harness
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

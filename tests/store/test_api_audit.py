@@ -34,7 +34,7 @@ from gpupool.usecases import audit as audit_service
 from gpupool.usecases import nodes as node_service
 from gpupool.usecases.audit import AuditLog
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

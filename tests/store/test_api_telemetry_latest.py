@@ -21,7 +21,7 @@ from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
 from gpupool.store.tokens import create_token
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -28,7 +28,7 @@ from gpupool.store.orm import EventRow
 from gpupool.store.tokens import create_token
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

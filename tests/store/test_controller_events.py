@@ -20,7 +20,7 @@ from gpupool.store.db import Database
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases import nodes as node_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import ADMIN, USER, FakeExecutor
+from tests.support.executor import ADMIN, USER, FakeExecutor
 
 SETTINGS = ControllerSettings(full_cycle_s=0.0, usage_every_s=math.inf)
 

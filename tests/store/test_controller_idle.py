@@ -26,7 +26,7 @@ from gpupool.store.db import Database
 from gpupool.store.tokens import create_token
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import ADMIN, USER, FakeExecutor
+from tests.support.executor import ADMIN, USER, FakeExecutor
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

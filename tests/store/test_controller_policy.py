@@ -18,7 +18,7 @@ from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import KILLED, FakeExecutor
+from tests.support.executor import KILLED, FakeExecutor
 
 ADMIN = Principal("admin", "admin")
 SETTINGS = ControllerSettings(full_cycle_s=3600.0, usage_every_s=math.inf)

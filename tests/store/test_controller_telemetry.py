@@ -5,48 +5,19 @@ workers hold, and writes the readings; a node that cannot be read never stops th
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Collection
 from datetime import timedelta
 
 import pytest
 
-from gpupool.clock import FakeClock
-from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.nodes import Node
-from gpupool.domain.telemetry import GpuSample, TelemetryRetention
-from gpupool.scheduler import SchedulerConfig
-from gpupool.sim.cluster import uniform
-from gpupool.store import nodes as node_repo
+from gpupool.domain.telemetry import GpuSample
 from gpupool.store import telemetry as telemetry_repo
 from gpupool.store.db import Database
 from gpupool.usecases import jobs as job_service
-from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
-
-SETTINGS = ControllerSettings(
-    full_cycle_s=0.0, usage_every_s=math.inf, telemetry_every_s=5.0, telemetry_retention=TelemetryRetention()
-)
-
-
-class Harness:
-    def __init__(self, db: Database, executor_class: type[FakeExecutor] = FakeExecutor) -> None:
-        self.db = db
-        self.clock = FakeClock()
-        self.executor = executor_class(uniform(2, 2), self.clock)
-        self.controller = Controller(db, self.executor, self.clock, SchedulerConfig(), SETTINGS)
-        self.ctx = HeadContext(db, self.clock, self.executor, self.controller.wake)
-        with db.tx() as s:  # what Controller.start() does before its thread runs the ticks
-            node_repo.register_nodes(s, uniform(2, 2), self.clock.now())
-
-    def tick(self, seconds: float = 1.0) -> None:
-        self.clock.advance(seconds)
-        self.controller.tick()
-
-    def latest(self) -> dict[tuple[str, int], GpuSample]:
-        with self.db.tx() as s:
-            return {(r.node, r.index): r for r in telemetry_repo.latest(s)}
+from tests.support.executor import USER, FakeExecutor
+from tests.support.harness import Harness
 
 
 def test_every_node_is_read_as_often_as_asked_with_the_gpus_its_jobs_hold(db: Database) -> None:

@@ -37,7 +37,8 @@ from gpupool.usecases import accounting as accounting_service
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases import projects as project_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import FakeExecutor, Scenario, job, replay_on_controller
+from tests.support.executor import FakeExecutor
+from tests.support.parity import Scenario, job, replay_on_controller
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -36,7 +36,7 @@ from gpupool.usecases import projects as project_service
 from gpupool.usecases import services as service_layer
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.load import ReplicaLoad
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -21,7 +21,7 @@ from gpupool.store.db import Database
 from gpupool.store.tokens import Principal, create_token
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 with warnings.catch_warnings():  # this starlette asks for httpx2 in its test client; httpx still works
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -16,7 +16,7 @@ from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 
 def test_each_node_is_handed_the_other_nodes_served_ports_until_their_jobs_end(db: Database) -> None:

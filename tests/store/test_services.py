@@ -36,49 +36,49 @@ def replicas(db: Database, name: str = "web") -> list[Replica]:
         return service_repo.replicas(s, {name: record.spec.replica_spec()})[name]
 
 
-def test_serve_creates_then_updates(services: HeadContext) -> None:
-    view, created = service_layer.serve(services, web(replicas=2), ADMIN)
+def test_serve_creates_then_updates(ctx: HeadContext) -> None:
+    view, created = service_layer.serve(ctx, web(replicas=2), ADMIN)
     assert created and view.record.desired == 2 and view.record.owner == "admin"
-    view, created = service_layer.serve(services, web(replicas=3, max_concurrency=8), ADMIN)
+    view, created = service_layer.serve(ctx, web(replicas=3, max_concurrency=8), ADMIN)
     assert not created and (view.record.desired, view.record.spec.max_concurrency) == (3, 8)
-    assert [v.record.spec.name for v in service_layer.listing(services, ADMIN)] == ["web"]
+    assert [v.record.spec.name for v in service_layer.listing(ctx, ADMIN)] == ["web"]
 
 
-def test_a_taken_name_and_someone_elses_service_are_refused(services: HeadContext, now: datetime) -> None:
-    service_layer.serve(services, web(), ADMIN)
-    project_service.set_project(services, Project("other", quota=1), ADMIN)
+def test_a_taken_name_and_someone_elses_service_are_refused(ctx: HeadContext, now: datetime) -> None:
+    service_layer.serve(ctx, web(), ADMIN)
+    project_service.set_project(ctx, Project("other", quota=1), ADMIN)
     with pytest.raises(Conflict) as taken:
-        service_layer.serve(services, web(project="other"), ADMIN)
+        service_layer.serve(ctx, web(project="other"), ADMIN)
     assert taken.value.code == "service_exists"
-    with services.db.tx() as s:
+    with ctx.db.tx() as s:
         user_repo.ensure_user(s, "alice", Role.MEMBER, now)
     for act in (
-        lambda: service_layer.serve(services, web(replicas=5), ALICE),
-        lambda: service_layer.scale(services, "web", 5, ALICE),
-        lambda: service_layer.delete(services, "web", ALICE),
+        lambda: service_layer.serve(ctx, web(replicas=5), ALICE),
+        lambda: service_layer.scale(ctx, "web", 5, ALICE),
+        lambda: service_layer.delete(ctx, "web", ALICE),
     ):
         with pytest.raises(Forbidden) as refused:
             act()
         assert refused.value.code == "not_your_service"
 
 
-def test_the_reconciler_keeps_the_count_and_delete_cancels(services: HeadContext) -> None:
-    service_layer.serve(services, web(replicas=2), ADMIN)
-    reconciler = ServiceReconciler(services.db, services.clock, services.load, lambda: None, probe=lambda *_: None)
+def test_the_reconciler_keeps_the_count_and_delete_cancels(ctx: HeadContext) -> None:
+    service_layer.serve(ctx, web(replicas=2), ADMIN)
+    reconciler = ServiceReconciler(ctx.db, ctx.clock, ctx.load, lambda: None, probe=lambda *_: None)
     try:
         assert reconciler.step() == 2
         assert reconciler.step() == 0  # two pending replicas are two replicas: nothing more
-        made = replicas(services.db)
+        made = replicas(ctx.db)
         assert [(r.state, r.current, r.ready) for r in made] == [("pending", True, False)] * 2
-        view = service_layer.scale(services, "web", 1, ADMIN)
+        view = service_layer.scale(ctx, "web", 1, ADMIN)
         assert (view.record.spec.min_replicas, view.record.spec.max_replicas, view.record.desired) == (1, 1, 1)
         assert reconciler.step() == 1  # the newer one is cancelled
-        assert [r.job_id for r in replicas(services.db)] == [made[0].job_id]
-        service_layer.delete(services, "web", ADMIN)
+        assert [r.job_id for r in replicas(ctx.db)] == [made[0].job_id]
+        service_layer.delete(ctx, "web", ADMIN)
         with pytest.raises(NotFound):
-            service_layer.show(services, "web", ADMIN)
+            service_layer.show(ctx, "web", ADMIN)
         assert reconciler.step() == 0
     finally:
         reconciler.stop()
-    with services.db.read() as s:
+    with ctx.db.read() as s:
         assert {job_repo.get_job(s, r.job_id).state.value for r in made} == {"cancelled"}

@@ -17,7 +17,7 @@ from gpupool.store.db import Database
 from gpupool.store.tokens import Principal
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 MB = 2**20
 BO = Principal("bo", "user")

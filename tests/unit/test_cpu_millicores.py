@@ -16,7 +16,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fit import fit_worker
-from tests.unit.builders import T0, node, pending, snapshot
+from tests.support.builders import T0, node, pending, snapshot
 
 
 @pytest.mark.parametrize(

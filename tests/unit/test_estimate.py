@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpupool.scheduler.estimate import estimate_start
-from tests.unit.builders import T0, node, pending, running, snapshot
+from tests.support.builders import T0, node, pending, running, snapshot
 
 
 def test_a_job_that_fits_now_starts_now() -> None:

@@ -21,8 +21,7 @@ from gpupool.scheduler.cycle import open_session
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.plugins import frag
-from tests.unit.builders import node, pending, running, snapshot
-from tests.unit.test_scheduler_properties import clusters
+from tests.support.builders import clusters, node, pending, running, snapshot
 
 # Half the typical workers want one whole GPU and 2 CPUs, half want half a GPU and 1 CPU.
 MIX = frag.Mix([frag.PodShape(2000, 1, 1000, None, 1.0), frag.PodShape(1000, 1, 500, None, 1.0)])

@@ -11,7 +11,7 @@ from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.plugins import frag
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 ONE = WorkerDemand(1, 0, 0, 0, None)
 TWO = WorkerDemand(2, 0, 0, 0, None)

@@ -18,7 +18,7 @@ from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
 from gpupool.sim.engine import simulate
 from gpupool.sim.trace import TraceJob
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 POLICIES = [
     preset("default"),

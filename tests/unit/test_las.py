@@ -22,7 +22,7 @@ from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import summarize
 from gpupool.sim.trace_job import TraceJob
-from tests.unit.builders import T0, node, pending, running, snapshot
+from tests.support.builders import T0, node, pending, running, snapshot
 
 LAS = POLICIES["las"]
 FIFO = POLICIES["fifo-share"]  # the default before las

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gpupool
-from tests.unit.source_imports import imported_names
+from tests.support.source_imports import imported_names
 
 SRC = Path(gpupool.__file__).parent
 

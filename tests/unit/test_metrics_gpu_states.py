@@ -8,7 +8,7 @@ import pytest
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import NodeRecord
 from gpupool.usecases.metrics import GPU_STATES, gpu_states
-from tests.unit.builders import node
+from tests.support.builders import node
 
 
 @pytest.mark.parametrize(

@@ -1,30 +1,8 @@
-from datetime import timedelta
-
 import pytest
 
-from gpupool.domain.jobs import Placement
 from gpupool.domain.outcome import StopReason, Verdict, judge
-from gpupool.domain.records import WorkerRecord, WorkerStatus
-from tests.unit.builders import T0
-
-R, E, L = WorkerStatus.RUNNING, WorkerStatus.EXITED, WorkerStatus.LOST
-
-
-def workers(*states: tuple[WorkerStatus, int | None]) -> list[WorkerRecord]:
-    return [
-        WorkerRecord(
-            i,
-            1,
-            1,
-            Placement(i, "n", (i,)),
-            status,
-            {"pid": 1},
-            code,
-            T0,
-            None if status is R else T0 + timedelta(seconds=i),
-        )
-        for i, (status, code) in enumerate(states)
-    ]
+from gpupool.domain.records import WorkerStatus
+from tests.support.builders import E, L, R, workers
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from gpupool.domain.projects import Project
 from gpupool.scheduler import CycleMemory, schedule
 from gpupool.scheduler.partition import assign
 from gpupool.scheduler.policies import preset
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 # n0..n3: 8, 8, 4, 2 GPUs; n4 has none.
 NODES = [node("n0", 8), node("n1", 8), node("n2", 4), node("n3", 2), node("n4", 0)]

@@ -9,7 +9,7 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler import schedule
 from gpupool.scheduler.fair_share import fair_shares
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 
 @pytest.mark.parametrize(

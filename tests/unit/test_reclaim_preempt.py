@@ -10,7 +10,7 @@ from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import RunningJob, Snapshot
 from gpupool.scheduler import schedule
 from gpupool.scheduler.config import SchedulerConfig
-from tests.unit.builders import T0, node, pending, running, snapshot
+from tests.support.builders import T0, node, pending, running, snapshot
 
 AB = [Project("a", quota=4), Project("b", quota=4)]
 

@@ -17,8 +17,8 @@ from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.scheduler import __file__ as scheduler_init
 from gpupool.scheduler.hooks import NodePenalty
 from gpupool.scheduler.session import Session
-from tests.unit.builders import node, pending, snapshot
-from tests.unit.source_imports import imported_names
+from tests.support.builders import node, pending, snapshot
+from tests.support.source_imports import imported_names
 
 SCHEDULER = Path(scheduler_init).parent
 

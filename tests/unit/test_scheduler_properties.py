@@ -14,38 +14,7 @@ from gpupool.domain.projects import Project
 from gpupool.domain.resources import GPU_FRACTION_STEPS, fraction_steps
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import SchedulerConfig, schedule
-from tests.unit.builders import T0, node, pending, running, snapshot
-
-GPU_CHOICES = [0, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
-
-
-@st.composite
-def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[type-arg]
-    nodes = [
-        node(
-            f"n{i}",
-            draw(st.integers(0, 8)),
-            cpus=draw(st.integers(1, 16)),
-            memory_mib=draw(st.sampled_from([4096, 65536])),
-        )
-        for i in range(draw(st.integers(1, 6)))
-    ]
-    jobs = []
-    for i in range(draw(st.integers(0, 25))):
-        gpus = draw(st.sampled_from(GPU_CHOICES))
-        workers = 1 if 0 < gpus < 1 else draw(st.integers(1, 3))
-        jobs.append(
-            pending(
-                i + 1,
-                gpu_memory=draw(st.sampled_from([None, None, "30G", "50G"])) if 0 < gpus < 1 else None,
-                gpus=gpus,
-                workers=workers,
-                cpus=draw(st.one_of(st.integers(0, 4), st.sampled_from(["250m", "0.5", "1.5", "3.152"]))),
-                memory=draw(st.sampled_from([None, "1G", "8G"])),
-                priority=draw(st.sampled_from(["train", "interactive", "inference"])),
-            )
-        )
-    return nodes, jobs
+from tests.support.builders import T0, clusters, node, pending, running, snapshot
 
 
 def _check_no_overallocation(nodes: list, starts: list, running: list[RunningJob]) -> None:  # type: ignore[type-arg]

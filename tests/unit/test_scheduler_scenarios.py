@@ -11,7 +11,7 @@ from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import SchedulerConfig, schedule
 from gpupool.scheduler.policies import preset
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 
 @dataclass

@@ -13,7 +13,7 @@ from gpupool.domain.rollout import plan
 from gpupool.domain.services import Replica, ServiceSpec, ServiceState, service_state
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import SchedulerConfig, schedule
-from tests.unit.builders import T0, node, pending, running, snapshot
+from tests.support.builders import T0, node, pending, running, snapshot
 
 
 def spec(**kw: object) -> ServiceSpec:

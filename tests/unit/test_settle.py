@@ -8,7 +8,7 @@ import pytest
 
 from gpupool.domain.jobs import JobState, StopReason, may_replace
 from gpupool.domain.outcome import JobFacts, settle
-from tests.unit.test_outcome import E, L, R, workers
+from tests.support.builders import E, L, R, workers
 
 C, T, P, IDLE = StopReason.CANCEL, StopReason.TIMEOUT, StopReason.PREEMPT, StopReason.IDLE
 S = JobState

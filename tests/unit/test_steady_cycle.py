@@ -22,7 +22,7 @@ from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.hooks import JobOrder
 from gpupool.scheduler.policies import preset
 from gpupool.scheduler.session import Session
-from tests.unit.builders import T0, node, running, snapshot
+from tests.support.builders import T0, node, running, snapshot
 
 # fifo-isolated confines projects to their own nodes (partition "nodes", which the memory keeps);
 # ":gpus" is its quota in GPUs anywhere. "las:fast" is las with queues of a minute and ten, and no

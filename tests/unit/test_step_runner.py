@@ -107,7 +107,7 @@ def test_the_controllers_table_names_each_step_once_and_schedules_after_settling
     from gpupool.controller.steps import Parts, Steps
     from gpupool.scheduler import SchedulerConfig
     from gpupool.store.db import Database
-    from tests.store.test_sim_matches_controller import FakeExecutor
+    from tests.support.executor import FakeExecutor
 
     db = Database("sqlite://")
     parts = Parts.build(db, FakeExecutor([]), FakeClock(), SchedulerConfig(), ControllerSettings())

@@ -16,7 +16,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.capacity import holds, idle_slots
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.usecases.submission import check_satisfiable
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 UP, DOWN, DRAINED, DRAINING = NodeState.UP, NodeState.DOWN, NodeState.DRAINED, NodeState.DRAINING
 

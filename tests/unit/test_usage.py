@@ -9,7 +9,7 @@ import pytest
 from gpupool.domain.projects import Project
 from gpupool.domain.usage import decayed_average
 from gpupool.scheduler import schedule
-from tests.unit.builders import node, pending, snapshot
+from tests.support.builders import node, pending, snapshot
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from gpupool.scheduler.user_queue import UserQueue
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.trace import load
-from tests.unit.builders import node, pending, running, snapshot
+from tests.support.builders import node, pending, running, snapshot
 
 
 def started(snap: Snapshot, config: SchedulerConfig | None = None) -> list[int]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import strategies as st
+
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
+from gpupool.domain.records import WorkerRecord, WorkerStatus
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -101,3 +104,55 @@ def snapshot(
     projects: list[Project] | None = None,
 ) -> Snapshot:
     return Snapshot(T0, tuple(nodes), tuple(running_jobs or ()), tuple(pending_jobs), tuple(projects or ()))
+
+
+GPU_CHOICES = [0, 0.25, 0.5, 0.75, 1, 2, 3, 4, 8]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list, list[PendingJob]]:  # type: ignore[type-arg]
+    nodes = [
+        node(
+            f"n{i}",
+            draw(st.integers(0, 8)),
+            cpus=draw(st.integers(1, 16)),
+            memory_mib=draw(st.sampled_from([4096, 65536])),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    ]
+    jobs = []
+    for i in range(draw(st.integers(0, 25))):
+        gpus = draw(st.sampled_from(GPU_CHOICES))
+        workers = 1 if 0 < gpus < 1 else draw(st.integers(1, 3))
+        jobs.append(
+            pending(
+                i + 1,
+                gpu_memory=draw(st.sampled_from([None, None, "30G", "50G"])) if 0 < gpus < 1 else None,
+                gpus=gpus,
+                workers=workers,
+                cpus=draw(st.one_of(st.integers(0, 4), st.sampled_from(["250m", "0.5", "1.5", "3.152"]))),
+                memory=draw(st.sampled_from([None, "1G", "8G"])),
+                priority=draw(st.sampled_from(["train", "interactive", "inference"])),
+            )
+        )
+    return nodes, jobs
+
+
+R, E, L = WorkerStatus.RUNNING, WorkerStatus.EXITED, WorkerStatus.LOST
+
+
+def workers(*states: tuple[WorkerStatus, int | None]) -> list[WorkerRecord]:
+    return [
+        WorkerRecord(
+            i,
+            1,
+            1,
+            Placement(i, "n", (i,)),
+            status,
+            {"pid": 1},
+            code,
+            T0,
+            None if status is R else T0 + timedelta(seconds=i),
+        )
+        for i, (status, code) in enumerate(states)
+    ]

@@ -1,4 +1,6 @@
-"""Store fixtures: every test taking ``db`` runs twice, on SQLite and on a real PostgreSQL server.
+"""Database fixtures, a pytest plugin (tests/conftest.py loads it, so any folder's tests may take
+them): every test taking ``db`` or ``db_url`` runs twice, on SQLite and on a real PostgreSQL server;
+``now`` is a fixed time and ``ctx`` a HeadContext over ``db`` (what the use cases take).
 
 The PostgreSQL server is started once per test session by ``scripts/postgres.sh`` in a private
 data directory on a free port and stopped at the end; each test gets a database of its own:
@@ -39,13 +41,13 @@ NOW = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
 
 
 @pytest.fixture
-def services(db: Database, now: datetime) -> HeadContext:
-    """Services over ``db`` at a fixed time, with one registered node of two GPUs that launches
+def ctx(db: Database, now: datetime) -> HeadContext:
+    """The use cases' context over ``db`` at a fixed time, with one registered node of two GPUs that launches
     nothing (tests of what the API's use cases write, not of jobs running)."""
     from gpupool.clock import FakeClock
     from gpupool.sim.cluster import uniform
     from gpupool.store import nodes as node_repo
-    from tests.store.test_sim_matches_controller import FakeExecutor
+    from tests.support.executor import FakeExecutor
 
     executor = FakeExecutor(uniform(1, 2))
     with db.tx() as s:
@@ -211,9 +213,8 @@ def pg_migrated_url(pg_admin: Engine, pg_admin_url: URL, pg_template: str) -> It
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The first PostgreSQL test may have to install and start the server: give it the time."""
-    here = Path(__file__).parent
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("engine_kind") == "postgres" and here in item.path.parents:
+        if callspec is not None and callspec.params.get("engine_kind") == "postgres":
             item.add_marker(pytest.mark.timeout(START_TIMEOUT_S + 120))
             return
