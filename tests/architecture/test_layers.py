@@ -38,7 +38,7 @@ LAYERS = (
         frozenset({"store", "executors", "node", "clock", "settings", "knobs"}),
         "database, processes, NVML",
     ),
-    # Floors inside it (hooks, session, actions, plugins, registry): tests/unit/test_scheduler_frame.py.
+    # Floors inside it (hooks, session, actions, plugins, registry): tests/architecture/test_scheduler_frame.py.
     Layer("core", frozenset({"scheduler"}), "schedule(snapshot, config): pure, no I/O, no clock"),
     # __init__ is gpupool/__init__.py: the version, nothing else.
     Layer("types", frozenset({"domain", "__init__"}), "frozen types, transition tables, the error tree"),

@@ -98,8 +98,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_postgresql_restarted_under_the_head_is_a_503_meanwhile_and_the_head_recovers(
     head_factory: type[HeadProcess], tmp_path: Path
 ) -> None:
-    """A server of its own (scripts/postgres.sh, as the store tests start theirs), stopped and
-    started again while the head runs: requests meanwhile get 503 ``database_unavailable``, never
+    """A server of its own (scripts/postgres.sh, as tests/support/database.py starts the tests'
+    one), stopped and started again while the head runs: requests meanwhile get 503 ``database_unavailable``, never
     a 500; afterwards the head takes submissions and its controller starts jobs again."""
     cluster, port = f"/tmp/gpupool-pg-fault-{uuid.uuid4().hex[:8]}", str(_free_port())
     script = ["bash", str(REPO / "scripts" / "postgres.sh")]

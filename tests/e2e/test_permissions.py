@@ -76,7 +76,7 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, unix_accounts: TestAccounts) -> Iterator[World]:
     # The walk calls every route without a token, and with a join token, from one address: far past
-    # the failed sign-ins an address may make in a burst (tests/store/test_api_audit.py tests that).
+    # the failed sign-ins an address may make in a burst (tests/api/test_audit.py tests that).
     head = HeadProcess(
         tmp_path_factory.mktemp("permissions") / "data", gateway=True, extra=["--sign-in-limit", "0"]
     ).start()

@@ -4,7 +4,7 @@ that are real HTTP servers (tests/support/replica_server.py), health checked ove
 One head for the module; the tests run in order on the service ``web`` and each leaves it as the
 next expects: two ready replicas on two nodes; a killed replica replaced; a rolling update that
 never leaves fewer than desired - 1 ready (the plan's own bound, desired, is proven in
-tests/unit/test_services_domain.py; here a slow health check on a loaded machine may cost one);
+tests/domain/test_services_domain.py; here a slow health check on a loaded machine may cost one);
 scaling; a health path that never answers; a taken name; deletion.
 """
 
