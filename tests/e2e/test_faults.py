@@ -99,8 +99,9 @@ def test_postgresql_restarted_under_the_head_is_a_503_meanwhile_and_the_head_rec
     head_factory: type[HeadProcess], tmp_path: Path
 ) -> None:
     """A server of its own (scripts/postgres.sh, as tests/support/database.py starts the tests'
-    one), stopped and started again while the head runs: requests meanwhile get 503 ``database_unavailable``, never
-    a 500; afterwards the head takes submissions and its controller starts jobs again."""
+    one), stopped and started again while the head runs: requests meanwhile get 503
+    ``database_unavailable``, never a 500; afterwards the head takes submissions and its controller
+    starts jobs again."""
     cluster, port = f"/tmp/gpupool-pg-fault-{uuid.uuid4().hex[:8]}", str(_free_port())
     script = ["bash", str(REPO / "scripts" / "postgres.sh")]
     started = subprocess.run([*script, cluster, port], capture_output=True, text=True, timeout=600, check=False)
