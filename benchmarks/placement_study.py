@@ -26,7 +26,7 @@ How each policy is driven (the scheduler's own code either way, one pod at a tim
   through the plugin's key-based entry (``FragPlacement.score_key`` on each node's key, kept up to
   date as pods land), which is the arithmetic ``score`` runs for the live scheduler; the best
   (score, node name) wins, as there.
-  ``tests/unit/test_frag_placement.py`` checks that this choice is ``_best_node``'s. The paper's
+  ``tests/scheduler/test_frag_placement.py`` checks that this choice is ``_best_node``'s. The paper's
   simulator also settles equal scores by the smallest node name.
 
 Prints, per policy, the final allocation (mean over seeds at 130 % arrived) and the wall time per

@@ -2,7 +2,7 @@
 ``GPUPOOL_NAME``), the command line's type and default, its bounds, its help, and how what was typed
 is read into the value ``Settings`` holds. ``gpupool up``'s options (cli/up.py), ``Settings``' fields
 and defaults (settings.py) and the environment are derived from this table, and
-tests/unit/test_knobs.py fails when they disagree or a knob is declared twice.
+tests/cli/test_knobs.py fails when they disagree or a knob is declared twice.
 
 A new head setting: a row here, the field in ``Settings`` with the row's default, and its use where
 the head hands settings to their consumer (head.py, ``Settings``' properties).

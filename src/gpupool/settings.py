@@ -48,7 +48,7 @@ def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class Settings:
     """What the head runs with. Each field but ``base_env`` is a knob of ``gpupool.knobs`` (its flag,
-    bounds and help are there) and takes its default from it; tests/unit/test_knobs.py checks that
+    bounds and help are there) and takes its default from it; tests/cli/test_knobs.py checks that
     the two agree. ``data_dir`` has no default: the environment's is chosen where it is read."""
 
     data_dir: Path

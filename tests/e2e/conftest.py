@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.headproc import HeadProcess, free_port, wait_for
+from tests.support.headproc import HeadProcess, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess
+from tests.support.unix_accounts import TestAccounts
 
 schemathesis = pytest.importorskip(
     "schemathesis", reason="the API fuzzing needs schemathesis: pip install -e '.[test]'"
@@ -36,7 +36,7 @@ EXAMPLES = 12  # per operation and caller: about 1,000 requests in all
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadProcess]:
     # Generated requests revoke tokens and disable users as they go: the failed sign-ins that follow
-    # are not what is tested here (tests/store/test_api_audit.py is).
+    # are not what is tested here (tests/api/test_audit.py is).
     made = HeadProcess(
         tmp_path_factory.mktemp("fuzz") / "data", gpus=1, gateway=True, extra=["--sign-in-limit", "0"]
     ).start()

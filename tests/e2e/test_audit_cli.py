@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 pytestmark = pytest.mark.e2e
 

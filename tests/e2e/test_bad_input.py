@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 pytestmark = pytest.mark.e2e
 

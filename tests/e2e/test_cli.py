@@ -14,7 +14,7 @@ import pytest
 
 from gpupool.store.db import Database
 from gpupool.store.tokens import create_token
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.support.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gpupool.domain.jobs import JobSpec
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.support.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpupool.domain.outcome import CRASH_RESET_S, failures_in_a_row, restart_delay
-from tests.e2e.headproc import HeadProcess, wait_for
+from tests.support.headproc import HeadProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 

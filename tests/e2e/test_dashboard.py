@@ -21,8 +21,9 @@ import httpx
 import pytest
 
 from gpupool.client import ClientError, GpupoolClient
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
-from tests.unix_accounts import TestAccounts
+from tests.support import REPLICA_SERVER
+from tests.support.headproc import HeadProcess, wait_for, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,6 @@ OPTIONAL = ("/api/v1/gpus/idle", "/api/v1/alerts", "/ui/vendor/")
 PRINTER = "import time\nfor i in range(600):\n    print(f'dashboard line {i}', flush=True)\n    time.sleep(0.1)\n"
 DONE = "import os\nprint(f'rank {os.environ[\"RANK\"]} done')\n"
 LINE = re.compile(r"dashboard line (\d+)")
-REPLICA_SERVER = ROOT / "tests" / "e2e" / "replica_server.py"
 
 
 def need(what: str, how: str) -> None:
@@ -361,7 +361,7 @@ def test_the_dashboard_offers_each_user_only_the_actions_they_may_take(
 def test_the_services_panel_shows_each_service_and_replica_with_the_gateways_load(
     head: HeadProcess, browser: Any, playwright_api: Any
 ) -> None:
-    """A service of one real replica (tests/e2e/replica_server.py), and a load report for it as the
+    """A service of one real replica (tests/support/replica_server.py), and a load report for it as the
     gateway sends one: the panel shows the service's replicas and load, and the replica's row its
     own requests a second, in flight and latency."""
     expect = playwright_api.expect

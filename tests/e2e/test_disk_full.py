@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 pytestmark = [
     pytest.mark.e2e,

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.support.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = [
     pytest.mark.e2e,

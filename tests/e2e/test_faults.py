@@ -20,7 +20,7 @@ import pytest
 
 from gpupool.client import ClientError
 from gpupool.node import rundir
-from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
+from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 
@@ -98,9 +98,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_postgresql_restarted_under_the_head_is_a_503_meanwhile_and_the_head_recovers(
     head_factory: type[HeadProcess], tmp_path: Path
 ) -> None:
-    """A server of its own (scripts/postgres.sh, as the store tests start theirs), stopped and
-    started again while the head runs: requests meanwhile get 503 ``database_unavailable``, never
-    a 500; afterwards the head takes submissions and its controller starts jobs again."""
+    """A server of its own (scripts/postgres.sh, as tests/support/database.py starts the tests'
+    one), stopped and started again while the head runs: requests meanwhile get 503
+    ``database_unavailable``, never a 500; afterwards the head takes submissions and its controller
+    starts jobs again."""
     cluster, port = f"/tmp/gpupool-pg-fault-{uuid.uuid4().hex[:8]}", str(_free_port())
     script = ["bash", str(REPO / "scripts" / "postgres.sh")]
     started = subprocess.run([*script, cluster, port], capture_output=True, text=True, timeout=600, check=False)

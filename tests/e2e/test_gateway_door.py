@@ -17,11 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for
+from tests.support import REPLICA_SERVER
+from tests.support.headproc import HeadProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SERVER = str(Path(__file__).with_name("replica_server.py"))
+SERVER = REPLICA_SERVER
 
 
 def _gateway(head: HeadProcess) -> tuple[str, int]:

@@ -1,5 +1,5 @@
 """Issue 17 end to end, through the gateway the head starts (``gpupool up --gateway-port 0``):
-real replica processes (tests/e2e/replica_server.py), real HTTP, real tokens.
+real replica processes (tests/support/replica_server.py), real HTTP, real tokens.
 
 One head for the module, with short intervals (``--autoscale-window 2s``, delays of 2 s); each
 test serves a service of its own in project ``lab``, where ``max`` is a member and ``kim`` is
@@ -23,14 +23,14 @@ import httpx
 import pytest
 
 from gpupool.client import GpupoolClient
-from tests.e2e.dial import dialed
-from tests.e2e.headproc import HeadProcess, free_port, pid_alive, wait_for, wait_state
-from tests.unix_accounts import TestAccounts
+from tests.support import DIAL, REPLICA_SERVER
+from tests.support.dial import dialed
+from tests.support.headproc import HeadProcess, free_port, pid_alive, wait_for, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
-SERVER = str(Path(__file__).with_name("replica_server.py"))
-DIAL = str(Path(__file__).with_name("dial.py"))
+SERVER = REPLICA_SERVER
 # A job of max's runs as max's Unix account (as root), which cannot read the venv under /root.
 SYSTEM_PYTHON = "/usr/bin/python3" if os.geteuid() == 0 and Path("/usr/bin/python3").exists() else sys.executable
 WAIT = 60

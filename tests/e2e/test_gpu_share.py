@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gpupool.node.gpu.fake import DEFAULT_MEMORY_MIB, SIMULATED_USE_ENV
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.support.headproc import HeadProcess, wait_state
 
 pytestmark = pytest.mark.e2e
 

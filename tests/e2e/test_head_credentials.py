@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for
+from tests.support import REPLICA_SERVER
+from tests.support.headproc import HeadProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def test_a_narrow_token_cannot_revoke_a_wider_one_and_the_gateway_outlives_the_a
     second = json.loads(head.cli("token", "create", "--name", "spare", "-o", "json").stdout)["token"]
     assert head.cli("token", "revoke", str(head_token_id), token=second).returncode == 0
     assert head.cli("jobs").returncode == 2  # the file token is gone now
-    server = str(Path(__file__).parent / "replica_server.py")
+    server = REPLICA_SERVER
     served = head.cli("serve", "echo", "--gpus", "0", "--public", "--", sys.executable, server, token=second)
     assert served.returncode == 0, served.stderr
     wait_for(

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gpupool.client.http import GpupoolClient
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from gpupool.client.http import GpupoolClient
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
-from tests.unix_accounts import SHARED_GROUP, TestAccounts
+from tests.support.headproc import HeadProcess, wait_for, wait_state
+from tests.support.unix_accounts import SHARED_GROUP, TestAccounts
 
 pytestmark = [
     pytest.mark.e2e,

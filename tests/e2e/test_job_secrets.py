@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.support.headproc import HeadProcess, wait_state
 
 pytestmark = pytest.mark.e2e
 

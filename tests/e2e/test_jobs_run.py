@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gpupool.node.walls import NodeWalls, confinement
-from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
+from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.support.headproc import HeadProcess, wait_state
 
 pytestmark = pytest.mark.e2e
 

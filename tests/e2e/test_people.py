@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess, wait_for
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 

@@ -25,8 +25,8 @@ import pytest
 from gpupool.api.permissions import TABLE
 from gpupool.domain.permissions import Rule, Who
 from gpupool.domain.users import Scope
-from tests.e2e.headproc import HeadProcess, wait_state
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +76,7 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, unix_accounts: TestAccounts) -> Iterator[World]:
     # The walk calls every route without a token, and with a join token, from one address: far past
-    # the failed sign-ins an address may make in a burst (tests/store/test_api_audit.py tests that).
+    # the failed sign-ins an address may make in a burst (tests/api/test_audit.py tests that).
     head = HeadProcess(
         tmp_path_factory.mktemp("permissions") / "data", gateway=True, extra=["--sign-in-limit", "0"]
     ).start()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_state
+from tests.support.headproc import HeadProcess, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from gpupool.domain.outcome import RESTART_BACKOFF_CAP_S, restart_delay
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.support.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

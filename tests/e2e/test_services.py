@@ -1,10 +1,10 @@
 """Inference services end to end (issue 17, part A): a real head on the local backend, replicas
-that are real HTTP servers (tests/e2e/replica_server.py), health checked over real HTTP.
+that are real HTTP servers (tests/support/replica_server.py), health checked over real HTTP.
 
 One head for the module; the tests run in order on the service ``web`` and each leaves it as the
 next expects: two ready replicas on two nodes; a killed replica replaced; a rolling update that
 never leaves fewer than desired - 1 ready (the plan's own bound, desired, is proven in
-tests/unit/test_services_domain.py; here a slow health check on a loaded machine may cost one);
+tests/domain/test_services_domain.py; here a slow health check on a loaded machine may cost one);
 scaling; a health path that never answers; a taken name; deletion.
 """
 
@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,11 +22,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.client import GpupoolClient
-from tests.e2e.headproc import HeadProcess, pid_alive, wait_for
+from tests.support import REPLICA_SERVER
+from tests.support.headproc import HeadProcess, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SERVER = str(Path(__file__).with_name("replica_server.py"))
+SERVER = REPLICA_SERVER
 WAIT = 60
 
 

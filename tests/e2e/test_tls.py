@@ -11,7 +11,7 @@ import pytest
 
 from gpupool.client.http import GpupoolClient, HeadUnreachable, check_url
 from gpupool.domain.errors import InvalidInput
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 pytestmark = pytest.mark.e2e
 

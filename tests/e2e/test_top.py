@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for, wait_state
+from tests.support.headproc import HeadProcess, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

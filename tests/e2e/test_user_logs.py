@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.client import GpupoolClient
-from tests.e2e.headproc import HeadProcess, free_port, wait_for, wait_state
+from tests.support.headproc import HeadProcess, free_port, wait_for, wait_state
 
 pytestmark = pytest.mark.e2e
 

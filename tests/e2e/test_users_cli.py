@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import HeadProcess
+from tests.support.unix_accounts import TestAccounts
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ def test_a_name_given_again_starts_with_nothing_of_the_deleted_users(
     import httpx
 
     from gpupool.client import GpupoolClient
-    from tests.e2e.headproc import wait_state
+    from tests.support.headproc import wait_state
 
     account = unix_accounts.make("reuse")
     first = head.cli("user", "add", "reuse", "--unix-user", account).stdout.strip().splitlines()[-1]

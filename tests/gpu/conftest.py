@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess
+from tests.support.headproc import HeadProcess
 
 
 def nvml_gpus() -> tuple[list[dict[str, object]], str]:

@@ -17,19 +17,18 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.dial import dialed
-from tests.e2e.headproc import HeadProcess, free_port, wait_for, wait_state
 from tests.gpu.conftest import GPUS
-from tests.unix_accounts import TestAccounts
+from tests.support import DIAL
+from tests.support.dial import dialed
+from tests.support.headproc import HeadProcess, free_port, wait_for, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 PY = sys.executable
-DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 GIB = 2**30
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.headproc import HeadProcess, wait_for
+from tests.support.headproc import HeadProcess, wait_for
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("the Ray backend tests need Ray: pip install -e '.[test]'", allow_module_level=True)

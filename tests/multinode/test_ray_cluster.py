@@ -23,10 +23,11 @@ import pytest
 from gpupool import head_ray
 from gpupool.client import ClientError, GpupoolClient
 from gpupool.executors.ray_processes import ray_temp_dir
-from tests.e2e.dial import dialed
-from tests.e2e.headproc import HeadProcess, pid_alive, wait_for, wait_state
 from tests.multinode.conftest import RayCluster
-from tests.unix_accounts import TestAccounts
+from tests.support import DIAL, REPLICA_SERVER
+from tests.support.dial import dialed
+from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
+from tests.support.unix_accounts import TestAccounts
 
 # Generous: the first test also pays for starting the shared Ray cluster on a slow 2-core machine.
 pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.timeout(420)]
@@ -94,10 +95,6 @@ def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) 
         assert env["MASTER_ADDR"] == addresses[nodes[0]]
         assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
         assert not [k for k in env if k.startswith("RAY_")], "Ray's variables must not leak into jobs"
-
-
-REPLICA_SERVER = str(Path(__file__).resolve().parents[1] / "e2e" / "replica_server.py")
-DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 
 
 def test_a_services_replicas_on_two_joined_nodes_answer_through_the_gateway(cluster: RayCluster) -> None:

@@ -29,9 +29,9 @@ from gpupool.node.container import ContainerSpec
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.rundir import RunSpec
 from gpupool.node.runtime import NodeRuntime
-from tests.node.test_private_ns import finish, log, namespace_alive, request, said
 from tests.support import rootfs
-from tests.unix_accounts import TestAccounts
+from tests.support.unix_accounts import TestAccounts
+from tests.support.workers import finish, log, namespace_alive, request, said
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="entering a root file system needs root")
 
@@ -186,7 +186,7 @@ def test_a_worker_runs_in_the_image_as_its_owner_with_its_device_and_nothing_of_
         assert said(rt, 1, "WROTE") == "mark"
         assert not (image_root / "var/tmp/mark").exists()  # the image is never written
         namespace = said(rt, 1, "NS")
-        from tests.e2e.headproc import wait_for
+        from tests.support.headproc import wait_for
 
         wait_for(lambda: not namespace_alive(namespace), timeout=10, what="the job's namespace to go")
         assert host_mounts(image_root) == []

@@ -15,8 +15,8 @@ from gpupool.domain.launch import WorkerHandle
 from gpupool.node import gpu_share, rundir
 from gpupool.node.gpu.fake import SIMULATED_USE_ENV, simulated_memory_use
 from gpupool.node.gpu.nvml import NvmlProbe
-from tests.e2e.headproc import pid_alive, wait_for
-from tests.node.test_telemetry_probes import FakeGpu, FakeNvml
+from tests.support.headproc import pid_alive, wait_for
+from tests.support.nvml import FakeGpu, FakeNvml
 
 
 def test_the_share_is_what_was_asked_else_the_fraction_of_the_gpu() -> None:

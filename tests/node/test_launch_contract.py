@@ -17,7 +17,7 @@ import pytest
 from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
-from tests.e2e.headproc import wait_for
+from tests.support.headproc import wait_for
 
 RUN = "/data/nodes/n1/runs/job-3/attempt-1/worker-0"
 

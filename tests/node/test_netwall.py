@@ -20,12 +20,11 @@ from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node import rundir
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
-from tests.e2e.dial import dialed
-from tests.e2e.headproc import wait_for
+from tests.support import DIAL
+from tests.support.dial import dialed
+from tests.support.headproc import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="connect programs on cgroups need root")
-
-DIAL = str(Path(__file__).resolve().parents[1] / "e2e" / "dial.py")
 
 
 def runtime_at(where: Path, python: str = sys.executable) -> NodeRuntime:

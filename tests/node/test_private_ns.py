@@ -18,15 +18,14 @@ import signal
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
-from tests.e2e.headproc import wait_for
-from tests.unix_accounts import TestAccounts
+from tests.support.headproc import wait_for
+from tests.support.unix_accounts import TestAccounts
+from tests.support.workers import finish, log, namespace_alive, request, said
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a job's private namespace and accounts need root")
 
@@ -60,52 +59,6 @@ def rt(tmp_path: Path, dev: Path) -> Iterator[NodeRuntime]:
         pytest.skip(f"this node cannot give jobs a private namespace: {runtime.scratch_why}")
     yield runtime
     runtime.close()
-
-
-def request(job_id: int, script: str, *, account: str, worker: int = 0, gpus: str = "", **kw: Any) -> LaunchRequest:
-    fields: dict[str, Any] = {
-        "job_id": job_id,
-        "attempt": 1,
-        "worker": worker,
-        "argv": ("sh", "-c", script),
-        "env": {},
-        "workdir": None,
-        "cpus": (),
-        "gpus": tuple(int(g) for g in gpus.split(",") if g),
-        "memory_mib": 0,
-        "grace_s": 2.0,
-        "header": f"--- job {job_id} worker {worker} ---",
-        "run_as": account,
-    }
-    return LaunchRequest(**{**fields, **kw})
-
-
-def finish(rt: NodeRuntime, handle: WorkerHandle, timeout: float = 30) -> WorkerExit:
-    return wait_for(lambda: rt.poll(handle), timeout=timeout, interval=0.05, what="the worker's exit")  # type: ignore[no-any-return]
-
-
-def log(rt: NodeRuntime, job_id: int, worker: int = 0) -> str:
-    return rt.read_log(job_id, worker).decode()
-
-
-def said(rt: NodeRuntime, job_id: int, key: str, worker: int = 0) -> str:
-    """The value of the job's ``KEY=value`` line, once it printed one."""
-    found = wait_for(
-        lambda: next((ln for ln in log(rt, job_id, worker).splitlines() if ln.startswith(key + "=")), None), 20
-    )
-    return str(found).split("=", 1)[1]
-
-
-def namespace_alive(inode: str) -> bool:
-    """Whether any process is still in the mount namespace ``mnt:[N]`` (then so are its mounts)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.readlink(entry / "ns" / "mnt") == inode:
-                    return True
-            except OSError:
-                continue
-    return False
 
 
 def shmem_mib() -> float:

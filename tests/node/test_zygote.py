@@ -11,7 +11,7 @@ from pathlib import Path
 from gpupool.domain.launch import WorkerExit
 from gpupool.node import rundir
 from gpupool.node.zygote import Zygote
-from tests.node.test_fencing import request, runtime, worker_pid
+from tests.support.node_runtime import request, runtime, worker_pid
 
 
 def zygote_of(rt: object) -> Zygote:
@@ -65,7 +65,7 @@ def test_without_a_zygote_the_supervisor_is_started_the_old_way(tmp_path: Path) 
 
 
 def _wait(check: object, timeout: float = 10) -> object:
-    from tests.e2e.headproc import wait_for as wait
+    from tests.support.headproc import wait_for as wait
 
     return wait(check, timeout)  # type: ignore[arg-type]
 

@@ -30,7 +30,7 @@ from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 RACES = 300
 

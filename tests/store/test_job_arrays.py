@@ -23,7 +23,7 @@ from gpupool.usecases import arrays as array_service
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 ALICE = Principal("alice", "member")
 BOB = Principal("bob", "member")

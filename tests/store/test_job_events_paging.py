@@ -15,7 +15,7 @@ from gpupool.store.db import Database
 from gpupool.store.transitions import add_event
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import USER, FakeExecutor
+from tests.support.executor import USER, FakeExecutor
 
 
 def test_the_detail_has_the_newest_events_and_pages_walk_them_all(db: Database, now: datetime) -> None:

@@ -10,8 +10,7 @@ from gpupool.domain.launch import WorkerHandle
 from gpupool.store import workers
 from gpupool.store.db import Database
 from gpupool.store.snapshot import SpecCache, load_snapshot
-from tests.store.helpers import move
-from tests.store.test_store_workers import submit
+from tests.support.store import move, submit
 
 GANG = (
     Placement(worker=0, node="n1", gpus=(0, 1), cpus=(0,), memory_mib=1024),

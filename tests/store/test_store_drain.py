@@ -18,8 +18,7 @@ from gpupool.store.db import Database
 from gpupool.store.jobs import insert_job, request_cancel
 from gpupool.store.orm import EventRow
 from gpupool.store.snapshot import load_snapshot
-from tests.store.helpers import upgrade_to
-from tests.store.test_store_nodes import make_node, register, states
+from tests.support.store import make_node, register, states, upgrade_to
 
 
 def node_events(db: Database, name: str) -> list[tuple[str, str]]:

@@ -23,11 +23,6 @@ ADMIN = Principal("admin", "admin")
 SPEC = JobSpec.create(command=["train"], gpus=0)
 
 
-@pytest.fixture
-def ctx(services: HeadContext) -> HeadContext:
-    return services
-
-
 def _jobs(ctx: HeadContext) -> int:
     with ctx.db.tx() as s:
         return job_repo.count_jobs(s, include_finished=True, owner=None)

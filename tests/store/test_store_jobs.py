@@ -20,7 +20,7 @@ from gpupool.store import jobs, workers
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
 from gpupool.store.transitions import transition_job
-from tests.store.helpers import move
+from tests.support.store import move
 
 
 def submit(db: Database, now: datetime, **spec: Any) -> int:

@@ -21,7 +21,7 @@ from gpupool.store.tokens import Principal
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases import projects as project_service
 from gpupool.usecases.context import HeadContext
-from tests.store.test_sim_matches_controller import FakeExecutor
+from tests.support.executor import FakeExecutor
 
 ADMIN = Principal("root", "admin")
 MIA, MAX, KIM, VAL = (

@@ -11,8 +11,7 @@ from gpupool.domain.jobs import JobState, StopReason
 from gpupool.store import jobs
 from gpupool.store.db import Database
 from gpupool.store.orm import Base
-from tests.store.helpers import upgrade_to
-from tests.store.test_store_migrations import schema_diff
+from tests.support.store import schema_diff, upgrade_to
 
 # (state, cancel_requested, preempt_requested, timed_out, preempted, held back) -> the reason
 CASES: list[tuple[str, bool, bool, bool, bool, bool, StopReason | None]] = [

@@ -12,8 +12,7 @@ from gpupool.domain.users import Role, Scope
 from gpupool.store import tokens, users
 from gpupool.store.db import Database
 from gpupool.store.orm import Base
-from tests.store.helpers import upgrade_to
-from tests.store.test_store_migrations import schema_diff
+from tests.support.store import schema_diff, upgrade_to
 
 # (user, role) of the tokens a head at 0007 may hold: the bootstrap admin and join tokens, and
 # tokens made by hand for other users.

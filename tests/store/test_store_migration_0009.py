@@ -14,8 +14,7 @@ from gpupool.store import jobs, members
 from gpupool.store.db import Database
 from gpupool.store.orm import Base
 from gpupool.usecases.projects import views
-from tests.store.helpers import upgrade_to
-from tests.store.test_store_migrations import schema_diff
+from tests.support.store import schema_diff, upgrade_to
 
 # (id, project, owner) of the jobs a head at 0008 holds; "ghost" has no user row (a token made by
 # hand before users existed would have one; a name typed into a script would not).

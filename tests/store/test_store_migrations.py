@@ -6,7 +6,6 @@ from datetime import datetime
 
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Connection, Integer, MetaData, inspect, select, text
@@ -15,12 +14,7 @@ from gpupool.domain.jobs import JobSpec
 from gpupool.store import jobs
 from gpupool.store.db import Database, alembic_config
 from gpupool.store.orm import Base, JobRow
-
-
-def schema_diff(db: Database, metadata: MetaData) -> list[object]:
-    with db.engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
-        return list(compare_metadata(context, metadata))
+from tests.support.store import schema_diff
 
 
 def test_migrations_produce_exactly_the_orm_schema(db: Database) -> None:

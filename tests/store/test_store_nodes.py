@@ -7,43 +7,19 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 
 from gpupool.domain.jobs import JobSpec, Placement
-from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import NodeRecord
 from gpupool.store import nodes, workers
 from gpupool.store.db import Database
 from gpupool.store.jobs import insert_job
 from gpupool.store.orm import EventRow
-
-
-def make_node(name: str, gpus: int = 2, *, model: str = "A100", cpus: int = 32) -> Node:
-    return Node(
-        name=name,
-        state=NodeState.UP,
-        address=f"10.0.0.{len(name)}:7000",
-        gpus=tuple(
-            GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model=model, memory_mib=81_920, simulated=True)
-            for i in range(gpus)
-        ),
-        cpus=cpus,
-        memory_mib=256_000,
-        labels={"rack": "r1", "zone": name},
-    )
-
-
-def states(db: Database) -> dict[str, NodeState]:
-    with db.tx() as session:
-        return {n.name: n.state for n in nodes.load_nodes(session)}
+from tests.support.store import make_node, register, states
 
 
 def node_events(db: Database) -> list[tuple[str, str | None]]:
     with db.tx() as session:
         rows = session.scalars(select(EventRow).where(EventRow.job_id.is_(None)).order_by(EventRow.id))
         return [(r.kind, r.node) for r in rows]
-
-
-def register(db: Database, now: datetime, *served: Node) -> None:
-    with db.tx() as session:
-        nodes.register_nodes(session, served, now)
 
 
 def test_registered_nodes_round_trip(db: Database, now: datetime) -> None:

@@ -12,7 +12,7 @@ from gpupool.domain.projects import Project
 from gpupool.store import jobs, projects, workers
 from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
-from tests.store.helpers import move
+from tests.support.store import move
 
 
 def test_set_list_and_update_projects(db: Database, now: datetime) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import pytest
-
 from gpupool.domain.errors import Conflict, GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.projects import Project
@@ -19,11 +17,6 @@ from gpupool.usecases import projects as project_service
 from gpupool.usecases.context import HeadContext
 
 ADMIN = Principal("admin", "admin")
-
-
-@pytest.fixture
-def ctx(services: HeadContext) -> HeadContext:
-    return services
 
 
 def _together(n: int, call: Callable[[int], object]) -> list[object]:

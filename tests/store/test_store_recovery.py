@@ -9,7 +9,7 @@ from gpupool.domain.launch import WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.store import jobs, nodes, recovery, workers
 from gpupool.store.db import Database
-from tests.store.helpers import move
+from tests.support.store import move
 
 HANDLE = WorkerHandle(31337, "/data/runs/job-1/attempt-1/worker-0")
 

@@ -7,32 +7,20 @@ from datetime import datetime, timedelta
 import pytest
 
 from gpupool.domain.errors import Conflict
-from gpupool.domain.jobs import JobSpec, JobState, Placement
+from gpupool.domain.jobs import JobState, Placement
 from gpupool.domain.launch import WorkerHandle
-from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.records import WorkerStatus
 from gpupool.domain.snapshot import PendingJob, RunningJob
-from gpupool.store import jobs, nodes, workers
+from gpupool.store import jobs, workers
 from gpupool.store.db import Database
 from gpupool.store.snapshot import load_snapshot
-from tests.store.helpers import move
+from tests.support.store import move, node, submit
 
 GANG = (
     Placement(worker=1, node="n2", gpus=(0, 1), cpus=(0, 1, 2, 3), memory_mib=4096),
     Placement(worker=0, node="n1", gpus=(2, 3), cpus=(4, 5, 6, 7), memory_mib=4096),
 )
 SHARE = (Placement(worker=0, node="n1", gpus=(1,), gpu_share=0.25),)
-
-
-def node(name: str) -> Node:
-    gpus = tuple(GpuInfo(index=i, uuid=f"{name}-{i}", model="L4", memory_mib=24_000, simulated=True) for i in range(4))
-    return Node(name=name, state=NodeState.UP, address=name, gpus=gpus, cpus=16, memory_mib=64_000)
-
-
-def submit(db: Database, now: datetime, **spec: object) -> int:
-    with db.tx() as session:
-        nodes.register_nodes(session, [node("n1"), node("n2")], now)
-        return jobs.insert_job(session, JobSpec.create(command=["train"], **spec), "alice", now).id  # type: ignore[arg-type]
 
 
 def test_begin_start_writes_placements_before_launch(db: Database, now: datetime) -> None:

@@ -2,7 +2,7 @@
 
 The controller decides and a node's runtime does; these are the words they share, so the
 controller, the executors and the node import them from here and the controller never imports
-the node (``tests/unit/test_layers.py``). A worker's GPUs travel as a field, the node's own
+the node (``tests/architecture/test_layers.py``). A worker's GPUs travel as a field, the node's own
 indices: the node alone writes ``CUDA_VISIBLE_DEVICES`` when it starts the worker (renumbered
 where it walls device files), so nothing is flattened into the environment and parsed back.
 

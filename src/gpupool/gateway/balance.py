@@ -2,7 +2,7 @@
 no replica can take, whether a failed request is tried again, how long a failing replica rests.
 
 Kept apart from the sockets (as Ray Serve keeps its router's "choose replicas" apart from its
-transport) so that each rule is one function with a table of cases in ``tests/unit``.
+transport) so that each rule is one function with a table of cases in ``tests/gateway/test_gateway_rules.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ differ in any way (one joined, drained, went down, a GPU turned unhealthy) rebui
 
 The invariant that makes this sound: after a cycle the index holds exactly the running jobs it
 was given plus the jobs the cycle started, because every action that tries something (a gang
-that does not fit, a reservation, victims) restores what it tried. ``tests/unit/test_incremental.py``
+that does not fit, a reservation, victims) restores what it tried. ``tests/scheduler/test_incremental.py``
 checks it against a fresh index after every cycle of random traces. A cycle that raises forgets
 everything, and the next one rebuilds.
 """

@@ -27,7 +27,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 logger = logging.getLogger("gpupool.store")
 
 # One open transaction, as repo functions take it. Code outside the store names the type so and
-# never imports SQLAlchemy itself (``tests/unit/test_layers.py``).
+# never imports SQLAlchemy itself (``tests/architecture/test_layers.py``).
 Tx: TypeAlias = Session
 
 

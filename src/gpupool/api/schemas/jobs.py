@@ -12,7 +12,7 @@ from gpupool.domain.records import Event, JobRecord, WorkerUsage
 
 class SubmitRequest(BaseModel):
     """``domain.jobs.Submission`` as the API documents and checks it: the same names
-    (tests/unit/test_jobspec.py keeps them equal); ``JobSpec.create`` does the rest."""
+    (tests/domain/test_jobspec.py keeps them equal); ``JobSpec.create`` does the rest."""
 
     model_config = ConfigDict(extra="forbid")
 

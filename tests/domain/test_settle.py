@@ -1,0 +1,96 @@
+"""The one rule of how a job stops: (job, its workers' exits, the stop reason) -> next moves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpupool.domain.jobs import JobState, StopReason, may_replace
+from gpupool.domain.outcome import JobFacts, settle
+from tests.support.builders import E, L, R, workers
+
+C, T, P, IDLE = StopReason.CANCEL, StopReason.TIMEOUT, StopReason.PREEMPT, StopReason.IDLE
+S = JobState
+
+
+@pytest.mark.parametrize(
+    ("current", "new", "replaces"),
+    [
+        (None, C, True),
+        (None, P, True),
+        (P, C, True),  # ending a job outranks requeueing it
+        (IDLE, T, True),
+        (C, T, False),  # a cancelled job is not turned into a timed-out one
+        (T, C, False),
+        (P, IDLE, False),  # nor a job being preempted preempted twice
+        (P, P, False),
+        (C, P, False),
+    ],
+)
+def test_which_stop_outranks_which(current: StopReason | None, new: StopReason, replaces: bool) -> None:
+    assert may_replace(current, new) is replaces
+
+
+def facts(
+    state: JobState = S.RUNNING, stop: StopReason | None = None, restarts: int = 0, max_restarts: int = 0
+) -> JobFacts:
+    return JobFacts(1, state, stop, restarts, max_restarts, max_runtime_s=60, exit_code=None)
+
+
+@pytest.mark.parametrize(
+    ("job", "states", "steps", "restarts", "exit_code"),
+    [
+        (facts(), [(E, 0), (E, 0)], [S.SUCCEEDED], 0, 0),
+        (facts(S.STARTING), [(E, 0)], [S.RUNNING, S.SUCCEEDED], 0, 0),
+        (facts(), [(E, 3)], [S.FAILED], 0, 3),
+        (facts(max_restarts=2), [(E, 3)], [S.PENDING], 1, None),
+        (facts(max_restarts=2), [(L, None)], [S.LOST, S.PENDING], 1, None),
+        (facts(), [(L, None)], [S.LOST, S.FAILED], 0, None),
+        (facts(stop=C), [(E, 143)], [S.CANCELLED], 0, 143),
+        (facts(stop=T), [(E, 143)], [S.FAILED], 0, 143),
+        (facts(stop=P, restarts=1, max_restarts=3), [(E, 143)], [S.PREEMPTED, S.PENDING], 1, 143),
+        (facts(stop=IDLE), [(E, 143), (E, 143)], [S.PREEMPTED, S.PENDING], 0, 143),
+    ],
+)
+def test_settle_walks_the_transitions(
+    job: JobFacts, states: list, steps: list[JobState], restarts: int, exit_code: int | None
+) -> None:
+    plan = settle(job, workers(*states))
+    assert plan is not None and plan.stop_workers == ()
+    assert [s.state for s in plan.steps] == steps
+    assert (plan.restarts, plan.exit_code) == (restarts, exit_code)
+
+
+def test_timeout_and_requeue_say_why() -> None:
+    timed_out = settle(facts(stop=T), workers((E, 143)))
+    assert timed_out is not None and timed_out.steps[-1].message == "stopped after its max runtime of 60s"
+    preempted = settle(facts(stop=P, restarts=1, max_restarts=3), workers((E, 143)))
+    assert preempted is not None and [s.kind for s in preempted.steps] == [None, "requeued"]
+    assert "restarts stay 1 of 3" in preempted.steps[-1].message
+
+
+@pytest.mark.parametrize("stop", [None, C, T, P, IDLE])
+def test_live_workers_are_stopped_first_whatever_the_reason(stop: StopReason | None) -> None:
+    gang = workers((E, 1) if stop is None else (R, None), (R, None))
+    plan = settle(facts(stop=stop), gang)
+    assert plan is not None and plan.steps == ()
+    assert [w.placement.worker for w in plan.stop_workers] == ([1] if stop is None else [0, 1])
+
+
+def test_a_running_job_with_no_stop_and_live_workers_is_left_alone() -> None:
+    assert settle(facts(), workers((R, None), (E, 0))) is None
+
+
+def test_an_out_of_memory_kill_is_the_reason_the_job_gives_and_a_requeue_forgets_it() -> None:
+    """The node says why a worker was killed (``oom``): the job that fails of it says so, a
+    requeued one keeps the reason of its last end until it ends again, another failure has none."""
+    oom = [replace(w, exit_reason="oom") if w.placement.worker == 1 else w for w in workers((E, 0), (E, 137))]
+    failed = settle(facts(), oom)
+    assert failed is not None and (failed.exit_code, failed.exit_reason) == (137, "oom")
+    assert "out of memory" in failed.steps[-1].message
+    requeued = settle(replace(facts(max_restarts=1), exit_code=1, exit_reason=None), oom)
+    assert requeued is not None and requeued.steps[-1].state is S.PENDING
+    assert (requeued.exit_code, requeued.exit_reason) == (1, None)
+    plain = settle(facts(), workers((E, 3)))
+    assert plain is not None and plain.exit_reason is None and "memory" not in plain.steps[-1].message

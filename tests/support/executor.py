@@ -1,0 +1,113 @@
+"""A fake executor: it serves fixed nodes and launches nothing, and a worker runs until the test
+says it exited. The controller tests drive a real controller and store through it; the API tests
+register its nodes. Also the two people most tests act as.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+
+from gpupool.clock import Clock
+from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.nodes import Node
+from gpupool.domain.telemetry import GpuSample
+from gpupool.domain.worker_env import Rendezvous
+from gpupool.node.gpu.simulated import SimulatedSensors
+from gpupool.store.tokens import Principal
+
+ADMIN = Principal("admin", "admin")
+USER = Principal("alice", "user")
+KILLED = -15  # what a worker stopped by SIGTERM reports
+
+
+class FakeExecutor:
+    """Serves fixed nodes and launches nothing: a worker runs until the test says it exited."""
+
+    def __init__(self, nodes: Iterable[Node], clock: Clock | None = None) -> None:
+        self._nodes = list(nodes)
+        self.launched: list[tuple[str, LaunchRequest]] = []
+        self._exits: dict[tuple[int, int, int], WorkerExit] = {}
+        self.clock = clock  # with a clock, telemetry is simulated readings at its time; without, none
+        self.sensors = SimulatedSensors()
+        self.sampled: list[tuple[str, frozenset[int]]] = []
+        self.forgotten: list[tuple[str, tuple[int, ...]]] = []
+        self.protected: dict[str, tuple[tuple[str, int, int], ...]] = {}  # the ports walled from each node
+        self.taken_ports: set[int] = set()
+        self.logs: dict[str, dict[int, int]] = {}  # node -> job id -> bytes of its logs there (the test sets them)
+        self.emptied: list[tuple[str, tuple[int, ...], str]] = []  # ports something else listens on: no node walls them
+        self.started_at: dict[str, float] = {}  # run dir -> when its worker was launched (its CPU time)
+
+    def exit(self, job_id: int, exit_code: int) -> None:
+        """Every worker of the job's latest attempt exits with ``exit_code``."""
+        attempt = max(r.attempt for _, r in self.launched if r.job_id == job_id)
+        for _, r in self.launched:
+            if (r.job_id, r.attempt) == (job_id, attempt):
+                self._exits[(r.job_id, r.attempt, r.worker)] = WorkerExit(exit_code)
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def rendezvous(self, node: str) -> Rendezvous:
+        return Rendezvous(master_addr=node, master_port=29500)
+
+    @staticmethod
+    def key(handle: WorkerHandle) -> tuple[int, int, int]:
+        """(job id, attempt, worker) of a handle this executor gave: its run dir says them, as a
+        node's does (``.../job-J/attempt-A/worker-W``)."""
+        job, attempt, worker = (int(p.split("-")[1]) for p in handle.run_dir.split("/")[-3:])
+        return job, attempt, worker
+
+    def launch(self, node: str, request: LaunchRequest) -> WorkerHandle:
+        self.launched.append((node, request))
+        run_dir = f"fake/job-{request.job_id}/attempt-{request.attempt}/worker-{request.worker}"
+        self.started_at[run_dir] = self.clock.now().timestamp() if self.clock is not None else 0.0
+        # A port is said as a node's runtime says one it walled for the job.
+        port = request.port if request.port and request.port not in self.taken_ports else None
+        return WorkerHandle(0, run_dir, job=request.job_id if port else None, port=port)
+
+    def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
+        return None
+
+    def poll(self, node: str, handle: WorkerHandle) -> WorkerExit | None:
+        return self._exits.get(self.key(handle))
+
+    def kill(self, node: str, handle: WorkerHandle) -> None:
+        pass  # the test reports a victim's exit itself: the simulator stops victims at once
+
+    def read_log(self, node: str, job_id: int, worker: int, offset: int) -> bytes:
+        return b""
+
+    def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
+        self.sampled.append((node, frozenset(busy)))
+        if self.clock is None:
+            return []
+        gpus = next((n.gpus for n in self.nodes() if n.name == node), ())
+        return self.sensors.read(node, gpus, busy, self.clock.now())
+
+    def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
+        """With a clock: each worker holds 256 MiB (512 at its peak) and keeps one core busy."""
+        if self.clock is None:
+            return [None] * len(handles)
+        now = self.clock.now().timestamp()
+        return [Stats(256 * 2**20, 512 * 2**20, now - self.started_at.get(h.run_dir, now)) for h in handles]
+
+    def log_sizes(self, node: str) -> dict[int, int]:
+        return dict(self.logs.get(node, {}))
+
+    def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
+        kept = self.logs.setdefault(node, {})
+        freed = sum(max(0, kept.get(j, 0) - len(note)) for j in job_ids if j in kept)
+        kept.update({j: min(kept[j], len(note)) for j in job_ids if j in kept})
+        self.emptied.append((node, tuple(job_ids), note))
+        return freed
+
+    def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
+        self.protected[node] = tuple(endpoints)
+        return True
+
+    def forget(self, node: str, job_ids: Sequence[int]) -> int:
+        self.forgotten.append((node, tuple(job_ids)))
+        return len(job_ids)
+
+    def close(self) -> None:
+        pass
