@@ -152,6 +152,8 @@ def test_a_link_to_a_host_path_is_followed_inside_the_root_only(tmp_path: Path, 
         ({"dev/sda": Node("blk")}, "device or FIFO"),
         ({"dev/null": Node("chr")}, "device or FIFO"),
         ({"fifo": Node("fifo")}, "device or FIFO"),
+        ({".wh...": b""}, "names no file"),  # would remove the image's own directory
+        ({"first/.wh..": b""}, "names no file"),
         ({"big": b"x" * (3 * MB)}, "larger than"),
     ],
 )

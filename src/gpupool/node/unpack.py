@@ -120,6 +120,7 @@ class _Layer:
             return
         if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
             raise ImageError(f"layer member {member.name!r} is a device or FIFO node, which an image may not hold")
+        self.budget.take(512)  # an inode, whatever it holds: a layer of a million empty files is large too
         pfd = self._parent(tuple(above))
         key = "/".join(parts)
         self.written.add(key)
@@ -187,6 +188,9 @@ class _Layer:
             os.close(spfd)
 
     def _whiteout(self, above: tuple[str, ...], name: str) -> None:
+        hidden = name[len(WHITEOUT) :]
+        if name != OPAQUE and hidden in ("", ".", ".."):  # ".wh..." would remove the directory above
+            raise ImageError(f"layer whiteout {'/'.join((*above, name))!r} names no file")
         try:
             pfd = self._parent(above, create=False)
         except FileNotFoundError:
@@ -194,7 +198,7 @@ class _Layer:
         if name == OPAQUE:
             _clear(pfd, "/".join(above), self.written)
         else:
-            self._remove(pfd, name[len(WHITEOUT) :], _lstat(pfd, name[len(WHITEOUT) :]))
+            self._remove(pfd, hidden, _lstat(pfd, hidden))
 
     def _remove(self, pfd: int, name: str, old: os.stat_result | None) -> None:
         # Only children of the kept parent are ever removed or replaced: the parent itself, and so
