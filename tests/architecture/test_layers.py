@@ -67,11 +67,13 @@ ONLY_GPUPOOL = {"gateway/": ("gpupool.gateway", "gpupool.domain")}
 STDLIB_ONLY = {
     "node/supervisor.py": frozenset(
         {"gpupool.node.rundir", "gpupool.node.cgroups", "gpupool.node.accounts", "gpupool.node.jobns"}
-        | {"gpupool.node.container"}
+        | {"gpupool.node.container", "gpupool.node.image_start", "gpupool.node.images"}
     ),
     "node/rundir.py": frozenset(
         {"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns", "gpupool.node.container"}
+        | {"gpupool.node.image_start"}
     ),
+    "node/image_start.py": frozenset({"gpupool.node.container", "gpupool.node.images"}),
     "node/container.py": frozenset({"gpupool.node.bpf", "gpupool.node.jobns"}),  # C library calls through bpf.libc
     "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles", "gpupool.domain.launch"}),
     "node/cgfiles.py": frozenset(),

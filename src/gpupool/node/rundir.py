@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from gpupool.node import cgroups
 from gpupool.node.accounts import Account
 from gpupool.node.container import ContainerSpec
+from gpupool.node.image_start import ImageJob
 from gpupool.node.jobns import Scratch
 
 SPEC = "spec.json"  # written by the runtime before the supervisor starts
@@ -75,6 +76,7 @@ class RunSpec(NamedTuple):
     device_program: bool = False  # with a cgroup: the node walls devices with a cgroup2 BPF program too
     scratch: Scratch | None = None  # the job's private /tmp, /dev/shm and /proc; None: the host's
     container: ContainerSpec | None = None  # the image's root the worker runs in; None: the node's own
+    image: ImageJob | None = None  # the image to get first (its root then fills ``container.root``)
 
     def group(self, layout: cgroups.Layout | None = None) -> cgroups.WorkerGroup:
         """The worker's cgroup (``cgroup`` must be set), in ``layout`` (the node runtime's, found
@@ -112,6 +114,8 @@ class RunSpec(NamedTuple):
             data["scratch"] = self.scratch.to_json()
         if self.container is not None:  # only with an image: a spec without one reads as before
             data["container"] = self.container.to_json()
+        if self.image is not None:
+            data["image"] = self.image.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -140,6 +144,7 @@ class RunSpec(NamedTuple):
             device_program=bool(data.get("device_program")),
             scratch=Scratch.from_json(data["scratch"]) if data.get("scratch") else None,
             container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
+            image=ImageJob.from_json(data["image"]) if data.get("image") else None,
         )
 
 
@@ -152,6 +157,7 @@ class ExitRecord(NamedTuple):
     note: str | None = None
     finished_at: str | None = None  # ISO 8601, UTC
     reason: str | None = None  # why it was killed, when the node knows: "oom" (its memory limit)
+    image_digest: str | None = None  # with an image: the manifest digest it ran in
 
     @property
     def lost(self) -> bool:
@@ -167,6 +173,8 @@ class ExitRecord(NamedTuple):
             data["note"] = self.note
         if self.reason is not None:
             data["reason"] = self.reason
+        if self.image_digest is not None:
+            data["image_digest"] = self.image_digest
         return json.dumps(data)
 
     @classmethod
@@ -179,6 +187,7 @@ class ExitRecord(NamedTuple):
             note=data.get("note"),
             finished_at=data.get("finished_at"),
             reason=data.get("reason"),
+            image_digest=data.get("image_digest"),
         )
 
 

@@ -19,13 +19,15 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node import accounts, gpu_share, leftovers, log_cap, private, rundir, zygote
+from gpupool.node import accounts, container, gpu_share, image_start, leftovers, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
+from gpupool.node.jobns import Scratch
 from gpupool.node.walls import NodeWalls, confinement
 
 DEFAULT_IMAGE_CACHE_BYTES = 200 * 2**30  # gpupool up --image-cache
@@ -78,6 +80,7 @@ class NodeRuntime:
         self._gpu_watch = gpu_share.GpuShareWatch(probe, self.layout)
         self._log_cap = log_cap.LogCap(max_log_bytes)
         self.image_cache_bytes = image_cache_bytes  # its images' cache (images/ in its data dir) stays under this
+        self._driver_files = container.driver_files()  # bound into every image's root (NVIDIA's CDI rule)
         digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:8]
         self.walls = NodeWalls(self.layout, f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:100]}.{digest}", device_dir)
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
@@ -117,6 +120,31 @@ class NodeRuntime:
     def run_dir(self, job_id: int, attempt: int, worker: int) -> Path:
         return rundir.run_dir(self.data_dir, job_id, attempt, worker)
 
+    def _image(
+        self,
+        req: LaunchRequest,
+        env: dict[str, str],
+        confined: dict[str, Any],
+        account: accounts.Account | None,
+        scratch: Scratch | None,
+    ) -> dict[str, Any]:
+        """The image part of a worker's spec (``node/image_start.py``): the supervisor gets the
+        image, then starts the worker in a container of it that holds its GPUs' and the driver's
+        device files, the paths it keeps, and the node's driver files. Inside, CUDA counts only the
+        devices there: the worker's GPUs are 0..n-1, whatever the node walls."""
+        assert req.image is not None
+        gpus = [str(self.walls.device_dir / f"nvidia{g}") for g in req.gpus]
+        devices = tuple(confined.get("devices_allow") or gpus) + tuple(confined.get("devices_keep") or ())
+        if req.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(req.gpus)))
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        kept = (req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR"), env.get("CUDA_MPS_PIPE_DIRECTORY"))
+        upper = req.memory_mib * 2**20 or (scratch.size_bytes if scratch is not None else 1 << 30)
+        box = image_start.container_for(account, devices, kept, self._driver_files, upper)
+        node_keys = tuple(k for k in self._base_env if k not in req.env)
+        job = image_start.ImageJob(req.image, str(self.data_dir / "images"), self.image_cache_bytes, node_keys)
+        return {"container": box, "image": job}
+
     def find(self, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
         return self.find_in(self.run_dir(job_id, attempt, worker))
@@ -131,10 +159,6 @@ class NodeRuntime:
         private.private_file(log)
         env = dict(self._base_env)
         account = None
-        if req.image is not None:
-            why = f"node {self.name} cannot run jobs in images yet (--image {req.image})"
-            rundir.refuse(run_dir, log, req.header, why, IMAGE)
-            return WorkerHandle(0, str(run_dir))
         if req.run_as is not None and self.as_owners:
             account = accounts.lookup(req.run_as)
             if account is None:
@@ -159,6 +183,7 @@ class NodeRuntime:
         scratch = self.walls.scratch(run_dir.parent, req.memory_mib, kept, account, self._base_env)
         if scratch is not None and "TMPDIR" not in req.env:
             env.pop("TMPDIR", None)  # the head's, elsewhere: the job's temporary files belong in its own /tmp
+        image = self._image(req, env, confined, account, scratch) if req.image is not None else {}
         spec = rundir.RunSpec(
             argv=req.argv,
             env=env,
@@ -173,6 +198,7 @@ class NodeRuntime:
             account=account,
             scratch=scratch,
             **confined,
+            **image,
         )
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
@@ -356,4 +382,9 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
     stopped = rundir.read_stop(run_dir)  # the runtime stopped it (over its GPU memory): that is why
     reason = stopped.reason if stopped else record.reason
     # The note is the node's sentence on why; the head shows it where the reason alone says too little.
-    return WorkerExit(exit_code=record.exit_code, reason=reason, note=record.note if reason == IMAGE else None)
+    return WorkerExit(
+        exit_code=record.exit_code,
+        reason=reason,
+        note=record.note if reason == IMAGE else None,
+        image_digest=record.image_digest,
+    )

@@ -31,8 +31,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from gpupool.node import cgroups, container, jobns, rundir
+from gpupool.node import cgroups, container, image_start, jobns, rundir
 from gpupool.node.accounts import Account
+from gpupool.node.images import ImageError
 
 
 def main(spec_path: str) -> int:
@@ -42,6 +43,19 @@ def main(spec_path: str) -> int:
         rundir.write_pid(run, os.getpid())
     with open(spec.log, "ab", buffering=0) as log:
         log.write((spec.header + "\n").encode())
+        hold, digest = None, None
+        if spec.image is not None and spec.container is not None:
+            try:
+                started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, log)
+            except ImageError as exc:  # the worker never starts: the head reads why in its events
+                log.write(f"gpupool: {exc}; not starting the worker\n".encode())
+                note = str(exc)
+                rundir.write_exit(run, rundir.ExitRecord(125, note=note, finished_at=_now(), reason="image"))
+                rundir.ring(run)
+                return 0
+            hold, digest = started.hold, started.digest
+            box = spec.container._replace(root=started.root)
+            spec = spec._replace(argv=started.argv, env=started.env, cwd=started.cwd, container=box)
         group = _group(spec, log)
         reason = None
         try:
@@ -49,10 +63,16 @@ def main(spec_path: str) -> int:
         finally:
             if group:
                 reason = _teardown(group, spec, log)
-    record = rundir.ExitRecord(code, fenced=fenced, finished_at=datetime.now(UTC).isoformat(), reason=reason)
+    record = rundir.ExitRecord(code, fenced=fenced, finished_at=_now(), reason=reason, image_digest=digest)
+    if hold is not None:
+        os.close(hold)  # the image may be evicted once no worker runs in it
     rundir.write_exit(run, record)
     rundir.ring(run)
     return 0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 def _group(spec: rundir.RunSpec, log: Any) -> cgroups.WorkerGroup | Literal[False] | None:
@@ -97,7 +117,7 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
     if cwd is None and spec.account is not None:
         # Not the head's working directory, which its owner may not even enter: their home.
         cwd = spec.account.home if os.path.isdir(spec.account.home) else "/"
-    if cwd and not os.path.isdir(cwd):
+    if cwd and spec.container is None and not os.path.isdir(cwd):  # in an image: checked inside its root
         log.write(f"gpupool: working directory {cwd} does not exist on this node\n".encode())
         return 126, False
     lease = None if spec.lease is None else _Lease(spec.lease)
@@ -111,7 +131,7 @@ def _run(spec: rundir.RunSpec, run: Path, log: Any, group: cgroups.WorkerGroup |
         child = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
-            cwd=cwd,
+            cwd=cwd if spec.container is None else None,  # in an image, entered inside its root (_limits)
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

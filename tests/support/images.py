@@ -1,0 +1,34 @@
+"""A runnable OCI image made from this machine's own files (no network, no registry): the root
+``tests/support/rootfs.py`` builds (python3, sh, a few tools, their libraries), as one layer of an
+OCI layout or archive, with an ``ENV``, ``Cmd`` and ``WorkingDir`` the tests check."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from tests.support import oci, rootfs
+
+ENV = ("IMAGE_VAR=from-image", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8")
+CMD = ("sh", "-c", "echo CMD=image-default")
+
+
+def python_layer(root: Path) -> bytes:
+    """The root ``rootfs.build`` made at ``root``, as an uncompressed layer."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(root.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+    return buffer.getvalue()
+
+
+def python_image(workdir: Path, *, archive: bool = False, tag: str = "latest") -> str:
+    """A python image under ``workdir``: the ``--image`` reference to give (``oci:`` or ``oci-archive:``)."""
+    layer = python_layer(rootfs.build(workdir / "rootfs"))
+    if archive:
+        path = workdir / "python.tar"
+        oci.write_archive(path, [layer], env=ENV, cmd=CMD, workdir="/")
+        return f"oci-archive:{path}"
+    oci.write_layout(workdir / "layout", [layer], env=ENV, cmd=CMD, workdir="/", tag=tag)
+    return f"oci:{workdir / 'layout'}:{tag}"
