@@ -73,7 +73,10 @@ STDLIB_ONLY = {
         {"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns", "gpupool.node.container"}
         | {"gpupool.node.image_start"}
     ),
-    "node/image_start.py": frozenset({"gpupool.node.container", "gpupool.node.images"}),
+    "node/image_start.py": frozenset(
+        {"gpupool.node.container", "gpupool.node.images", "gpupool.node.accounts", "gpupool.node.jobns"}
+        | {"gpupool.domain.launch"}
+    ),
     "node/container.py": frozenset({"gpupool.node.bpf", "gpupool.node.jobns"}),  # C library calls through bpf.libc
     "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles", "gpupool.domain.launch"}),
     "node/cgfiles.py": frozenset(),

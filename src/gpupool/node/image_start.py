@@ -18,10 +18,14 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpupool.domain.launch import LaunchRequest
+from gpupool.node.accounts import Account
 from gpupool.node.container import ContainerSpec
 from gpupool.node.images import ImageCache, ImageError
+from gpupool.node.jobns import Scratch
 
 
 class ImageJob(NamedTuple):
@@ -29,6 +33,7 @@ class ImageJob(NamedTuple):
     cache_dir: str  # the node's image cache
     cache_bytes: int  # its bound (gpupool up --image-cache)
     node_keys: tuple[str, ...] = ()  # variables that are only the node's defaults: the image's own win
+    authfile: str | None = None  # the node's registry credentials (skopeo's --authfile), root's alone
 
     def to_json(self) -> dict[str, Any]:
         return {**self._asdict(), "node_keys": list(self.node_keys)}
@@ -40,6 +45,7 @@ class ImageJob(NamedTuple):
             cache_dir=str(data["cache_dir"]),
             cache_bytes=int(data["cache_bytes"]),
             node_keys=tuple(str(k) for k in data.get("node_keys") or ()),
+            authfile=data.get("authfile") or None,
         )
 
 
@@ -60,7 +66,7 @@ def start(job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | 
     def progress(line: str) -> None:
         log.write(f"gpupool: {line}\n".encode())
 
-    cache = ImageCache(job.cache_dir, job.cache_bytes)
+    cache = ImageCache(job.cache_dir, job.cache_bytes, authfile=job.authfile)
     try:
         progress(f"getting image {job.ref}")
         image = cache.get(job.ref, progress)
@@ -121,3 +127,45 @@ def container_for(
         group="\n".join(lines),
         upper_bytes=upper_bytes,
     )
+
+
+REGISTRY_AUTH = "registry-auth.json"  # in a node's data dir: skopeo's --authfile for pulls (containers-auth.json)
+
+
+class NodePlace(NamedTuple):
+    """What of its node a worker's image part is made from."""
+
+    device_dir: Path  # where the GPUs' device files are
+    driver_files: tuple[str, ...]  # the node's NVIDIA driver files (container.driver_files)
+    data_dir: Path  # the node's data dir: images/ and the registry credentials are there
+    cache_bytes: int
+    base_keys: tuple[str, ...]  # the variables of the node's base environment
+
+
+def spec_part(
+    req: LaunchRequest,
+    env: dict[str, str],
+    confined: dict[str, Any],
+    account: Account | None,
+    scratch: Scratch | None,
+    node: NodePlace,
+) -> dict[str, Any]:
+    """The image part of a worker's spec: the supervisor gets the image, then starts the worker in
+    a container of it that holds its GPUs' and the driver's device files, the paths it keeps, and
+    the node's driver files. Inside, CUDA counts only the devices there: the worker's GPUs are
+    0..n-1, whatever the node walls (``env`` is updated so)."""
+    assert req.image is not None
+    gpus = [str(node.device_dir / f"nvidia{g}") for g in req.gpus]
+    devices = tuple(confined.get("devices_allow") or gpus) + tuple(confined.get("devices_keep") or ())
+    if req.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(req.gpus)))
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    kept = (req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR"), env.get("CUDA_MPS_PIPE_DIRECTORY"))
+    upper = req.memory_mib * 2**20 or (scratch.size_bytes if scratch is not None else 1 << 30)
+    box = container_for(account, devices, kept, node.driver_files, upper)
+    node_keys = tuple(k for k in node.base_keys if k not in req.env)
+    auth = node.data_dir / REGISTRY_AUTH  # the node's registry credentials, where an admin put them
+    job = ImageJob(
+        req.image, str(node.data_dir / "images"), node.cache_bytes, node_keys, str(auth) if auth.exists() else None
+    )
+    return {"container": box, "image": job}

@@ -128,22 +128,11 @@ class NodeRuntime:
         account: accounts.Account | None,
         scratch: Scratch | None,
     ) -> dict[str, Any]:
-        """The image part of a worker's spec (``node/image_start.py``): the supervisor gets the
-        image, then starts the worker in a container of it that holds its GPUs' and the driver's
-        device files, the paths it keeps, and the node's driver files. Inside, CUDA counts only the
-        devices there: the worker's GPUs are 0..n-1, whatever the node walls."""
-        assert req.image is not None
-        gpus = [str(self.walls.device_dir / f"nvidia{g}") for g in req.gpus]
-        devices = tuple(confined.get("devices_allow") or gpus) + tuple(confined.get("devices_keep") or ())
-        if req.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(req.gpus)))
-            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        kept = (req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR"), env.get("CUDA_MPS_PIPE_DIRECTORY"))
-        upper = req.memory_mib * 2**20 or (scratch.size_bytes if scratch is not None else 1 << 30)
-        box = image_start.container_for(account, devices, kept, self._driver_files, upper)
-        node_keys = tuple(k for k in self._base_env if k not in req.env)
-        job = image_start.ImageJob(req.image, str(self.data_dir / "images"), self.image_cache_bytes, node_keys)
-        return {"container": box, "image": job}
+        """The image part of a worker's spec (``image_start.spec_part``)."""
+        place = image_start.NodePlace(
+            self.walls.device_dir, self._driver_files, self.data_dir, self.image_cache_bytes, tuple(self._base_env)
+        )
+        return image_start.spec_part(req, env, confined, account, scratch, place)
 
     def find(self, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
