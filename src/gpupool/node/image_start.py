@@ -64,7 +64,8 @@ def start(job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | 
     """Get the image and say how the worker runs in it; ImageError (one sentence) when it cannot."""
 
     def progress(line: str) -> None:
-        log.write(f"gpupool: {line}\n".encode())
+        said = line if line.startswith("gpupool: ") else f"gpupool: {line}"  # the cache's own lines say it
+        log.write(f"{said}\n".encode())
 
     cache = ImageCache(job.cache_dir, job.cache_bytes, authfile=job.authfile)
     try:
