@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -97,14 +99,15 @@ def test_a_layout_is_unpacked_with_its_owners_links_and_config_and_no_setuid(tmp
     assert os.readlink(root / "lib") == "usr/lib" and os.readlink(root / "etc/alternatives/py") == "/usr/bin/python3"
     assert (root / "usr/lib/libx.so").stat().st_ino == (root / "usr/lib/libx.so.1").stat().st_ino
     notes = (root / "home/ann/notes").stat()
-    assert (notes.st_uid, notes.st_gid, stat.S_IMODE(notes.st_mode)) == (1000, 1000, 0o600)
+    owner = (1000, 1000) if os.geteuid() == 0 else (os.geteuid(), os.getegid())  # only root can give files away
+    assert (notes.st_uid, notes.st_gid, stat.S_IMODE(notes.st_mode)) == (*owner, 0o600)
     assert stat.S_IMODE((root / "home/ann").stat().st_mode) == 0o700
     assert stat.S_IMODE((root / "bin/su").stat().st_mode) == 0o755  # setuid dropped
     assert stat.S_IMODE((root / "bin/wall").stat().st_mode) == 0o755  # setgid dropped
     assert stat.S_IMODE((root / "tmp").stat().st_mode) == 0o1777  # sticky kept
     assert stat.S_IMODE(os.stat(cache.directory).st_mode) == 0o711
     assert stat.S_IMODE(os.stat(Path(image.root).parent).st_mode) == 0o700
-    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root"]
+    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root", "unpack.lock"]
 
 
 def test_archives_by_both_forms_give_the_same_image(tmp_path: Path, cache: ImageCache) -> None:
@@ -165,7 +168,9 @@ def test_a_hostile_layer_is_refused_and_leaves_nothing(tmp_path: Path, entries: 
         cache.get(bad)
     assert image_dirs(cache) != [] and Path(good.root, "ok").read_bytes() == b"ok"
     leftovers = [d for d in image_dirs(cache) if d != good.digest.split(":")[1]]
-    assert all(os.listdir(Path(cache.directory, d)) == ["lock"] for d in leftovers)  # no root, no meta
+    assert all(
+        sorted(os.listdir(Path(cache.directory, d))) == ["lock", "unpack.lock"] for d in leftovers
+    )  # no root, no meta
     assert [c.digest for c in cache.listing()] == [good.digest]
     assert not (tmp_path / "escape").exists() and not (tmp_path / "bad" / "escape").exists()
 
@@ -218,6 +223,18 @@ def test_concurrent_gets_of_one_image_unpack_it_once(tmp_path: Path) -> None:
         t.join()
     assert len(images) == 4 and len({i.digest for i in images}) == 1
     assert [s.split(" (")[0] for s in said] == ["gpupool: unpacking layer 1/2", "gpupool: unpacking layer 2/2"]
+
+
+def test_concurrent_processes_unpack_one_image_once(tmp_path: Path) -> None:
+    ref = _layout(tmp_path, [BASE, layer({"more": b"m" * MB})])
+    code = (
+        "import sys; from gpupool.node.images import ImageCache; "
+        f"print(ImageCache({str(tmp_path / 'cache')!r}, 1 << 30, skopeo=None).get({ref!r}, print).digest)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=60)[0].splitlines() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and len({out[-1] for out in outs}) == 1
+    assert sum(line.startswith("gpupool: unpacking layer") for out in outs for line in out) == 2
 
 
 def test_a_crashed_unpack_is_redone(tmp_path: Path, cache: ImageCache) -> None:
