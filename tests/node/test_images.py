@@ -4,7 +4,9 @@ layers refused with nothing left behind, least-recently-used eviction that spare
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import stat
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.node.images import ImageCache, ImageConfig, ImageError, Ref, parse_ref
-from tests.support.oci import Dir, File, Hardlink, Node, Symlink, layer, write_archive, write_layout
+from tests.support.oci import Dir, File, Hardlink, Node, Symlink, digest_of, layer, write_archive, write_layout
 
 MB = 1 << 20
 BASE = layer(
@@ -115,6 +117,27 @@ def test_archives_by_both_forms_give_the_same_image(tmp_path: Path, cache: Image
     assert cache.get(f"oci-archive:{tmp_path}/img.tar:v1").digest == digest
     assert cache.get(f"{tmp_path}/img.tar").digest == digest  # its only image
     assert image_dirs(cache) == [digest.split(":")[1]]
+
+
+def test_an_index_of_platforms_gives_this_machines_image(tmp_path: Path, cache: ImageCache) -> None:
+    """As skopeo writes a multi-platform image: index.json names an image index, which names one
+    manifest per platform."""
+    other = write_layout(tmp_path / "img", [layer({"arch": b"other"})], tag="other")
+    mine = write_layout(tmp_path / "img", [layer({"arch": b"mine"})], tag="mine")
+    index_path = tmp_path / "img/index.json"
+    entries = {
+        m["annotations"]["org.opencontainers.image.ref.name"]: m
+        for m in json.loads(index_path.read_text())["manifests"]
+    }
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    entries["other"]["platform"] = {"os": "linux", "architecture": "riscv-none"}
+    entries["mine"]["platform"] = {"os": "linux", "architecture": machine}
+    nested = json.dumps({"schemaVersion": 2, "manifests": [entries["other"], entries["mine"]]}).encode()
+    (tmp_path / "img/blobs/sha256" / digest_of(nested).split(":")[1]).write_bytes(nested)
+    top = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": digest_of(nested), "size": len(nested)}
+    index_path.write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
+    image = cache.get(str(tmp_path / "img"))
+    assert image.digest == mine != other and Path(image.root, "arch").read_bytes() == b"mine"
 
 
 def test_whiteouts_hide_what_lower_layers_put_there(tmp_path: Path, cache: ImageCache) -> None:

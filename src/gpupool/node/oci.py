@@ -166,11 +166,14 @@ def read_manifest(source: Source, tag: str) -> Manifest:
         what = f"no image tagged {tag!r}" if tag else f"{len(entries)} images and none tagged 'latest'"
         raise ImageError(f"{where} holds {what}")
     desc = chosen[0]
-    for _ in range(2):  # an index names one manifest per platform
-        if desc.get("mediaType") not in OCI_INDEX:
-            break
-        desc = _platform(_json(read_blob(source, desc), where), where)
     manifest = _json(read_blob(source, desc), where)
+    for _ in range(2):  # an index names one manifest per platform (its descriptor may not say it is one)
+        if desc.get("mediaType") not in OCI_INDEX and "manifests" not in manifest:
+            break
+        desc = _platform(manifest, where)
+        manifest = _json(read_blob(source, desc), where)
+    if not isinstance(manifest.get("layers"), list):
+        raise ImageError(f"not an OCI image: {where} names a manifest without layers")
     digest = _digest_of(desc)
     config = _json(read_blob(source, manifest.get("config") or {}), where).get("config") or {}
     layers = tuple(
@@ -221,7 +224,7 @@ def _json(data: bytes, where: str) -> dict[str, Any]:
 def _platform(index: dict[str, Any], where: str) -> dict[str, Any]:
     arch = _ARCH.get(platform.machine(), platform.machine())
     for desc in index.get("manifests") or ():
-        p = desc.get("platform") or {}
+        p = (desc.get("platform") if isinstance(desc, dict) else None) or {}
         if p.get("os", "linux") == "linux" and p.get("architecture", arch) == arch:
             return dict(desc)
     raise ImageError(f"{where} has no image for linux/{arch}")
