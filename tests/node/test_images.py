@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from gpupool.node.accounts import Account
 from gpupool.node.images import ImageCache, ImageConfig, ImageError, Ref, parse_ref
 from tests.support.oci import Dir, File, Hardlink, Node, Symlink, digest_of, layer, write_archive, write_layout
 
@@ -138,6 +141,31 @@ def test_an_index_of_platforms_gives_this_machines_image(tmp_path: Path, cache: 
     index_path.write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
     image = cache.get(str(tmp_path / "img"))
     assert image.digest == mine != other and Path(image.root, "arch").read_bytes() == b"mine"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another account needs root")
+def test_a_path_is_read_as_the_jobs_owner(tmp_path: Path, cache: ImageCache) -> None:
+    nobody = Account("nobody", 65534, 65534, (65534,), "/", "/bin/sh")
+    shared = Path(tempfile.mkdtemp(dir="/var/tmp"))  # tmp_path's parents are root's alone
+    try:
+        shared.chmod(0o755)
+        write_layout(shared / "img", [BASE])
+        write_archive(shared / "img.tar", [BASE])
+        for path in shared.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        assert (
+            cache.get(str(shared / "img"), reader=nobody).digest
+            == cache.get(str(shared / "img.tar"), reader=nobody).digest
+        )
+        (shared / "img").chmod(0o700)
+        (shared / "img.tar").chmod(0o600)
+        for ref in (str(shared / "img"), str(shared / "img.tar")):
+            with pytest.raises(ImageError, match=r"not readable|Permission denied"):
+                cache.get(ref, reader=nobody)
+            assert cache.get(ref).digest  # root itself may
+        assert os.geteuid() == 0 and os.getegid() == 0
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_whiteouts_hide_what_lower_layers_put_there(tmp_path: Path, cache: ImageCache) -> None:

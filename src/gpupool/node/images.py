@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpupool.node.accounts import Account
 from gpupool.node.oci import ImageConfig, ImageError, Manifest, Ref, Source, blob_path, parse_ref, read_manifest
 from gpupool.node.unpack import Budget, apply_layer
 
@@ -89,11 +90,12 @@ class ImageCache:
         self._held: dict[str, int] = {}  # digest -> its lock's descriptor, SHARED, taken by get for hold
         os.makedirs(directory, mode=0o711, exist_ok=True)
 
-    def get(self, ref: str, progress: Callable[[str], None] = _quiet) -> Image:
-        """The image ``ref`` names, pulled and unpacked if this node has not got it. Raises ImageError."""
+    def get(self, ref: str, progress: Callable[[str], None] = _quiet, *, reader: Account | None = None) -> Image:
+        """The image ``ref`` names, pulled and unpacked if this node has not got it; a path read as
+        ``reader`` (the job's owner: none of root's files through a job's reference). Raises ImageError."""
         parsed = parse_ref(ref)
         if parsed.kind != "registry":
-            with Source(parsed) as source:
+            with Source(parsed, reader) as source:
                 return self._install(source, parsed.tag, parsed.text, progress, keep=True)
         found = self._named(parsed.text)
         if found is not None:
