@@ -107,7 +107,9 @@ class ImageCache:
             )
 
     def hold(self, image: Image) -> int:
-        """A descriptor holding ``image`` SHARED: it is not evicted until the descriptor is closed."""
+        """A descriptor holding ``image`` SHARED: it is not evicted until the descriptor is closed.
+        ``get`` took it already (no eviction can slip in between); this hands it over, so call it
+        once per ``get``, or ``close`` the cache to let go of what no one took."""
         fd = self._held.pop(image.digest, None)
         if fd is not None:
             return fd
