@@ -288,6 +288,30 @@ def test_concurrent_processes_unpack_one_image_once(tmp_path: Path) -> None:
     assert sum(line.startswith("gpupool: unpacking layer") for out in outs for line in out) == 2
 
 
+def test_an_unpack_killed_halfway_leaves_no_image_and_the_next_get_redoes_it(tmp_path: Path) -> None:
+    many = layer({f"d{i // 100}/f{i}": os.urandom(16 << 10) for i in range(3000)}, compress=False)
+    ref = _layout(tmp_path, [BASE, many])
+    cache_dir = str(tmp_path / "cache")
+    code = (
+        "from gpupool.node.images import ImageCache; "
+        f"ImageCache({cache_dir!r}, 1 << 30, skopeo=None).get({ref!r}, lambda s: print(s, flush=True))"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout or ():
+            if line.startswith("gpupool: unpacking layer 2/2"):
+                proc.kill()  # SIGKILL in the middle of the second layer
+                break
+    assert proc.returncode == -9
+    cache = ImageCache(cache_dir, 1 << 30, skopeo=None)
+    (half,) = image_dirs(cache)
+    assert sorted(os.listdir(Path(cache_dir, half))) == [".root-tmp", "lock", "unpack.lock"]  # half made, unnamed
+    assert cache.listing() == []
+    said: list[str] = []
+    image = cache.get(ref, said.append)
+    assert len(said) == 2 and len(list(Path(image.root).rglob("f*"))) == 3000
+    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root", "unpack.lock"]
+
+
 def test_a_crashed_unpack_is_redone(tmp_path: Path, cache: ImageCache) -> None:
     ref = _layout(tmp_path, [BASE])
     first = cache.get(ref)
