@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import tarfile
 from collections.abc import Iterator
@@ -263,7 +262,8 @@ def _json(data: bytes, where: str) -> dict[str, Any]:
 
 
 def _platform(index: dict[str, Any], where: str) -> dict[str, Any]:
-    arch = _ARCH.get(platform.machine(), platform.machine())
+    machine = os.uname().machine
+    arch = _ARCH.get(machine, machine)
     for desc in index.get("manifests") or ():
         p = (desc.get("platform") if isinstance(desc, dict) else None) or {}
         if p.get("os", "linux") == "linux" and p.get("architecture", arch) == arch:
