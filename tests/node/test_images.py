@@ -4,15 +4,22 @@ layers refused with nothing left behind, least-recently-used eviction that spare
 
 from __future__ import annotations
 
+import json
 import os
+import platform
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from gpupool.node.accounts import Account
 from gpupool.node.images import ImageCache, ImageConfig, ImageError, Ref, parse_ref
-from tests.support.oci import Dir, File, Hardlink, Node, Symlink, layer, write_archive, write_layout
+from tests.support.oci import Dir, File, Hardlink, Node, Symlink, digest_of, layer, write_archive, write_layout
 
 MB = 1 << 20
 BASE = layer(
@@ -97,14 +104,15 @@ def test_a_layout_is_unpacked_with_its_owners_links_and_config_and_no_setuid(tmp
     assert os.readlink(root / "lib") == "usr/lib" and os.readlink(root / "etc/alternatives/py") == "/usr/bin/python3"
     assert (root / "usr/lib/libx.so").stat().st_ino == (root / "usr/lib/libx.so.1").stat().st_ino
     notes = (root / "home/ann/notes").stat()
-    assert (notes.st_uid, notes.st_gid, stat.S_IMODE(notes.st_mode)) == (1000, 1000, 0o600)
+    owner = (1000, 1000) if os.geteuid() == 0 else (os.geteuid(), os.getegid())  # only root can give files away
+    assert (notes.st_uid, notes.st_gid, stat.S_IMODE(notes.st_mode)) == (*owner, 0o600)
     assert stat.S_IMODE((root / "home/ann").stat().st_mode) == 0o700
     assert stat.S_IMODE((root / "bin/su").stat().st_mode) == 0o755  # setuid dropped
     assert stat.S_IMODE((root / "bin/wall").stat().st_mode) == 0o755  # setgid dropped
     assert stat.S_IMODE((root / "tmp").stat().st_mode) == 0o1777  # sticky kept
     assert stat.S_IMODE(os.stat(cache.directory).st_mode) == 0o711
     assert stat.S_IMODE(os.stat(Path(image.root).parent).st_mode) == 0o700
-    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root"]
+    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root", "unpack.lock"]
 
 
 def test_archives_by_both_forms_give_the_same_image(tmp_path: Path, cache: ImageCache) -> None:
@@ -112,6 +120,52 @@ def test_archives_by_both_forms_give_the_same_image(tmp_path: Path, cache: Image
     assert cache.get(f"oci-archive:{tmp_path}/img.tar:v1").digest == digest
     assert cache.get(f"{tmp_path}/img.tar").digest == digest  # its only image
     assert image_dirs(cache) == [digest.split(":")[1]]
+
+
+def test_an_index_of_platforms_gives_this_machines_image(tmp_path: Path, cache: ImageCache) -> None:
+    """As skopeo writes a multi-platform image: index.json names an image index, which names one
+    manifest per platform."""
+    other = write_layout(tmp_path / "img", [layer({"arch": b"other"})], tag="other")
+    mine = write_layout(tmp_path / "img", [layer({"arch": b"mine"})], tag="mine")
+    index_path = tmp_path / "img/index.json"
+    entries = {
+        m["annotations"]["org.opencontainers.image.ref.name"]: m
+        for m in json.loads(index_path.read_text())["manifests"]
+    }
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    entries["other"]["platform"] = {"os": "linux", "architecture": "riscv-none"}
+    entries["mine"]["platform"] = {"os": "linux", "architecture": machine}
+    nested = json.dumps({"schemaVersion": 2, "manifests": [entries["other"], entries["mine"]]}).encode()
+    (tmp_path / "img/blobs/sha256" / digest_of(nested).split(":")[1]).write_bytes(nested)
+    top = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": digest_of(nested), "size": len(nested)}
+    index_path.write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
+    image = cache.get(str(tmp_path / "img"))
+    assert image.digest == mine != other and Path(image.root, "arch").read_bytes() == b"mine"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another account needs root")
+def test_a_path_is_read_as_the_jobs_owner(tmp_path: Path, cache: ImageCache) -> None:
+    nobody = Account("nobody", 65534, 65534, (65534,), "/", "/bin/sh")
+    shared = Path(tempfile.mkdtemp(dir="/var/tmp"))  # tmp_path's parents are root's alone
+    try:
+        shared.chmod(0o755)
+        write_layout(shared / "img", [BASE])
+        write_archive(shared / "img.tar", [BASE])
+        for path in shared.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        assert (
+            cache.get(str(shared / "img"), reader=nobody).digest
+            == cache.get(str(shared / "img.tar"), reader=nobody).digest
+        )
+        (shared / "img").chmod(0o700)
+        (shared / "img.tar").chmod(0o600)
+        for ref in (str(shared / "img"), str(shared / "img.tar")):
+            with pytest.raises(ImageError, match=r"not readable|Permission denied"):
+                cache.get(ref, reader=nobody)
+            assert cache.get(ref).digest  # root itself may
+        assert os.geteuid() == 0 and os.getegid() == 0
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_whiteouts_hide_what_lower_layers_put_there(tmp_path: Path, cache: ImageCache) -> None:
@@ -165,7 +219,9 @@ def test_a_hostile_layer_is_refused_and_leaves_nothing(tmp_path: Path, entries: 
         cache.get(bad)
     assert image_dirs(cache) != [] and Path(good.root, "ok").read_bytes() == b"ok"
     leftovers = [d for d in image_dirs(cache) if d != good.digest.split(":")[1]]
-    assert all(os.listdir(Path(cache.directory, d)) == ["lock"] for d in leftovers)  # no root, no meta
+    assert all(
+        sorted(os.listdir(Path(cache.directory, d))) == ["lock", "unpack.lock"] for d in leftovers
+    )  # no root, no meta
     assert [c.digest for c in cache.listing()] == [good.digest]
     assert not (tmp_path / "escape").exists() and not (tmp_path / "bad" / "escape").exists()
 
@@ -218,6 +274,42 @@ def test_concurrent_gets_of_one_image_unpack_it_once(tmp_path: Path) -> None:
         t.join()
     assert len(images) == 4 and len({i.digest for i in images}) == 1
     assert [s.split(" (")[0] for s in said] == ["gpupool: unpacking layer 1/2", "gpupool: unpacking layer 2/2"]
+
+
+def test_concurrent_processes_unpack_one_image_once(tmp_path: Path) -> None:
+    ref = _layout(tmp_path, [BASE, layer({"more": b"m" * MB})])
+    code = (
+        "import sys; from gpupool.node.images import ImageCache; "
+        f"print(ImageCache({str(tmp_path / 'cache')!r}, 1 << 30, skopeo=None).get({ref!r}, print).digest)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=60)[0].splitlines() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and len({out[-1] for out in outs}) == 1
+    assert sum(line.startswith("gpupool: unpacking layer") for out in outs for line in out) == 2
+
+
+def test_an_unpack_killed_halfway_leaves_no_image_and_the_next_get_redoes_it(tmp_path: Path) -> None:
+    many = layer({f"d{i // 100}/f{i}": os.urandom(16 << 10) for i in range(3000)}, compress=False)
+    ref = _layout(tmp_path, [BASE, many])
+    cache_dir = str(tmp_path / "cache")
+    code = (
+        "from gpupool.node.images import ImageCache; "
+        f"ImageCache({cache_dir!r}, 1 << 30, skopeo=None).get({ref!r}, lambda s: print(s, flush=True))"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout or ():
+            if line.startswith("gpupool: unpacking layer 2/2"):
+                proc.kill()  # SIGKILL in the middle of the second layer
+                break
+    assert proc.returncode == -9
+    cache = ImageCache(cache_dir, 1 << 30, skopeo=None)
+    (half,) = image_dirs(cache)
+    assert sorted(os.listdir(Path(cache_dir, half))) == [".root-tmp", "lock", "unpack.lock"]  # half made, unnamed
+    assert cache.listing() == []
+    said: list[str] = []
+    image = cache.get(ref, said.append)
+    assert len(said) == 2 and len(list(Path(image.root).rglob("f*"))) == 3000
+    assert sorted(os.listdir(Path(image.root).parent)) == ["lock", "meta.json", "root", "unpack.lock"]
 
 
 def test_a_crashed_unpack_is_redone(tmp_path: Path, cache: ImageCache) -> None:

@@ -6,13 +6,15 @@ blocks the head or another job. The cache directory (root's, 0711) holds one dir
 digest (0700: only root reaches the shared root; a job sees it through its container's overlay)::
 
     DIR/.lock            the cache's own lock: meta.json updates, eviction
-    DIR/<hex>/lock       the image's lock: EXCLUSIVE while it is unpacked or evicted, SHARED while a job uses it
+    DIR/<hex>/lock       SHARED by each job that uses the image (and by its unpacker), EXCLUSIVE to evict it
+    DIR/<hex>/unpack.lock  EXCLUSIVE while the image is unpacked: the next caller waits, then finds it done
     DIR/<hex>/root       the unpacked root file system (0755), never written once it is named
     DIR/<hex>/meta.json  digest, names, size, last_used, config: its presence says the image is complete
 
-An image is unpacked into ``DIR/<hex>/.root-tmp`` under its EXCLUSIVE lock, renamed ``root`` when
+An image is unpacked into ``DIR/<hex>/.root-tmp`` under ``unpack.lock``, renamed ``root`` when
 whole, and only then gets its ``meta.json``: a crash leaves no half image, and the next ``get``
-removes the leftover. A second caller of the same digest waits on the lock and finds it done.
+removes the leftover. Two locks, not one: a job holding the image SHARED for hours must not keep
+another caller, waiting to unpack it EXCLUSIVE, from finding it already done.
 Eviction (least recently used first) takes an image's lock EXCLUSIVE without waiting, so an image
 a job holds (``hold``) is never removed from under it.
 
@@ -38,12 +40,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpupool.node.accounts import Account
 from gpupool.node.oci import ImageConfig, ImageError, Manifest, Ref, Source, blob_path, parse_ref, read_manifest
 from gpupool.node.unpack import Budget, apply_layer
 
 __all__ = ["CachedImage", "Image", "ImageCache", "ImageConfig", "ImageError", "Ref", "parse_ref"]
 
-META, LOCK, ROOT, TMP_ROOT = "meta.json", "lock", "root", ".root-tmp"
+META, LOCK, UNPACK_LOCK, ROOT, TMP_ROOT = "meta.json", "lock", "unpack.lock", "root", ".root-tmp"
 CACHE_LOCK = ".lock"
 
 
@@ -87,11 +90,12 @@ class ImageCache:
         self._held: dict[str, int] = {}  # digest -> its lock's descriptor, SHARED, taken by get for hold
         os.makedirs(directory, mode=0o711, exist_ok=True)
 
-    def get(self, ref: str, progress: Callable[[str], None] = _quiet) -> Image:
-        """The image ``ref`` names, pulled and unpacked if this node has not got it. Raises ImageError."""
+    def get(self, ref: str, progress: Callable[[str], None] = _quiet, *, reader: Account | None = None) -> Image:
+        """The image ``ref`` names, pulled and unpacked if this node has not got it; a path read as
+        ``reader`` (the job's owner: none of root's files through a job's reference). Raises ImageError."""
         parsed = parse_ref(ref)
         if parsed.kind != "registry":
-            with Source(parsed) as source:
+            with Source(parsed, reader) as source:
                 return self._install(source, parsed.tag, parsed.text, progress, keep=True)
         found = self._named(parsed.text)
         if found is not None:
@@ -103,7 +107,9 @@ class ImageCache:
             )
 
     def hold(self, image: Image) -> int:
-        """A descriptor holding ``image`` SHARED: it is not evicted until the descriptor is closed."""
+        """A descriptor holding ``image`` SHARED: it is not evicted until the descriptor is closed.
+        ``get`` took it already (no eviction can slip in between); this hands it over, so call it
+        once per ``get``, or ``close`` the cache to let go of what no one took."""
         fd = self._held.pop(image.digest, None)
         if fd is not None:
             return fd
@@ -195,26 +201,22 @@ class ImageCache:
         """The image of ``source``'s manifest, unpacked unless it is already; named ``name``."""
         manifest = read_manifest(source, tag)
         hexd = manifest.digest.partition(":")[2]
-        fd = self._lock(hexd, fcntl.LOCK_SH)  # SHARED first: the common case, and one this process may hold already
-        if self._meta(hexd) is not None:
-            return self._finish(hexd, fd, name, keep)
-        os.close(fd)
-        fd = self._lock(hexd, fcntl.LOCK_EX)
+        fd = self._lock(hexd, fcntl.LOCK_SH)  # from here on it cannot be evicted
         try:
             if self._meta(hexd) is None:
-                self._build(hexd, source, manifest, progress)
+                with self._flock(os.path.join(hexd, UNPACK_LOCK)):  # one unpacks; the others wait, then find it
+                    if self._meta(hexd) is None:
+                        self._build(hexd, source, manifest, progress)
         except BaseException:
             os.close(fd)
             raise
         return self._finish(hexd, fd, name, keep)
 
     def _finish(self, hexd: str, fd: int, name: str, keep: bool) -> Image:
-        """Name the image and mark it used; its lock becomes SHARED (under the cache's lock, so no
-        eviction sees it unlocked between the two), and is kept for ``hold`` where ``keep``."""
+        """Name the image and mark it used; its SHARED lock ``fd`` is kept for ``hold`` where ``keep``."""
         try:
             with self._flock(CACHE_LOCK):
                 meta = self._touch(hexd, name)
-                fcntl.flock(fd, fcntl.LOCK_SH)
             self.evict()  # back under the bound, now that this one is in (and held: it stays)
         except BaseException:
             os.close(fd)

@@ -14,14 +14,17 @@ Standard library only: the supervisor imports it, and ``parse_ref`` (pure) is us
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
+
+from gpupool.node.accounts import Account
 
 OCI_INDEX = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -113,43 +116,80 @@ def _absolute(path: str, text: str) -> str:
     return path.rstrip("/") or "/"
 
 
-class Source:
-    """The files of one layout: a directory, or an archive read in place (one tar scan, then seeks)."""
+@contextlib.contextmanager
+def as_reader(reader: Account | None) -> Iterator[None]:
+    """Open files as ``reader`` would: the supervisor is root, and a job must not get an image from
+    a path its owner cannot read. The effective ids change around each ``open`` only (so the kernel
+    checks the owner's rights on the open itself, with no race between a check and the open), and
+    back: the supervisor is single-threaded here."""
+    if reader is None or reader.uid == 0 or os.geteuid() != 0:
+        yield
+        return
+    groups, egid = os.getgroups(), os.getegid()
+    os.setgroups(list(reader.groups))
+    os.setegid(reader.gid)
+    os.seteuid(reader.uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(egid)
+        os.setgroups(groups)
 
-    def __init__(self, ref: Ref) -> None:
-        self.ref = ref
+
+class Source:
+    """The files of one layout: a directory, or an archive read in place (one tar scan, then seeks),
+    each file opened as ``reader`` (the job's owner; None: as this process)."""
+
+    def __init__(self, ref: Ref, reader: Account | None = None) -> None:
+        self.ref, self.reader = ref, reader
         self._tar: tarfile.TarFile | None = None
+        self._raw: IO[bytes] | None = None
         self._members: dict[str, tarfile.TarInfo] = {}
         if ref.kind == "archive":
             try:
-                self._tar = tarfile.open(ref.location, "r:")  # noqa: SIM115 (closed by close())
+                with as_reader(reader):
+                    self._raw = open(ref.location, "rb")  # noqa: SIM115 (closed by close())
+                self._tar = tarfile.open(fileobj=self._raw, mode="r:")  # noqa: SIM115 (closed by close())
                 self._members = {m.name.removeprefix("./"): m for m in self._tar.getmembers() if m.isreg()}
             except (OSError, tarfile.TarError) as exc:
+                self.close()
                 raise ImageError(f"cannot read the OCI archive {ref.location}: {_why(exc)}") from exc
-        elif not os.path.isdir(ref.location):
+        elif not _isdir(ref.location, reader):
             raise ImageError(f"{ref.location} is not an OCI layout directory (or it is not readable)")
 
     def open(self, name: str) -> IO[bytes]:
         try:
             if self._tar is None:
-                return open(os.path.join(self.ref.location, name), "rb")
+                with as_reader(self.reader):
+                    return open(os.path.join(self.ref.location, name), "rb")
             member = self._members.get(name)
             handle = self._tar.extractfile(member) if member is not None else None
             if handle is None:
                 raise FileNotFoundError(name)
             return handle
+        except PermissionError as exc:
+            who = self.reader.name if self.reader is not None else "this node"
+            raise ImageError(f"{self.ref.location}/{name} is not readable by {who}") from exc
         except OSError as exc:
             raise ImageError(f"{self.ref.location} is not an OCI image: it has no readable {name}") from exc
 
     def close(self) -> None:
         if self._tar is not None:
             self._tar.close()
+        if self._raw is not None:
+            self._raw.close()
 
     def __enter__(self) -> Source:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _isdir(path: str, reader: Account | None) -> bool:
+    with as_reader(reader):
+        return os.path.isdir(path)
 
 
 def read_manifest(source: Source, tag: str) -> Manifest:
@@ -166,11 +206,14 @@ def read_manifest(source: Source, tag: str) -> Manifest:
         what = f"no image tagged {tag!r}" if tag else f"{len(entries)} images and none tagged 'latest'"
         raise ImageError(f"{where} holds {what}")
     desc = chosen[0]
-    for _ in range(2):  # an index names one manifest per platform
-        if desc.get("mediaType") not in OCI_INDEX:
-            break
-        desc = _platform(_json(read_blob(source, desc), where), where)
     manifest = _json(read_blob(source, desc), where)
+    for _ in range(2):  # an index names one manifest per platform (its descriptor may not say it is one)
+        if desc.get("mediaType") not in OCI_INDEX and "manifests" not in manifest:
+            break
+        desc = _platform(manifest, where)
+        manifest = _json(read_blob(source, desc), where)
+    if not isinstance(manifest.get("layers"), list):
+        raise ImageError(f"not an OCI image: {where} names a manifest without layers")
     digest = _digest_of(desc)
     config = _json(read_blob(source, manifest.get("config") or {}), where).get("config") or {}
     layers = tuple(
@@ -219,9 +262,10 @@ def _json(data: bytes, where: str) -> dict[str, Any]:
 
 
 def _platform(index: dict[str, Any], where: str) -> dict[str, Any]:
-    arch = _ARCH.get(platform.machine(), platform.machine())
+    machine = os.uname().machine
+    arch = _ARCH.get(machine, machine)
     for desc in index.get("manifests") or ():
-        p = desc.get("platform") or {}
+        p = (desc.get("platform") if isinstance(desc, dict) else None) or {}
         if p.get("os", "linux") == "linux" and p.get("architecture", arch) == arch:
             return dict(desc)
     raise ImageError(f"{where} has no image for linux/{arch}")
