@@ -71,11 +71,12 @@ STDLIB_ONLY = {
     ),
     "node/rundir.py": frozenset(
         {"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns", "gpupool.node.container"}
-        | {"gpupool.node.image_start"}
+        | {"gpupool.node.image_job"}
     ),
+    "node/image_job.py": frozenset(),
     "node/image_start.py": frozenset(
         {"gpupool.node.container", "gpupool.node.images", "gpupool.node.accounts", "gpupool.node.jobns"}
-        | {"gpupool.domain.launch"}
+        | {"gpupool.domain.launch", "gpupool.node.image_job"}
     ),
     "node/container.py": frozenset({"gpupool.node.bpf", "gpupool.node.jobns"}),  # C library calls through bpf.libc
     "node/cgroups.py": frozenset({"gpupool.node.devices", "gpupool.node.cgfiles", "gpupool.domain.launch"}),

@@ -24,29 +24,9 @@ from typing import Any, NamedTuple
 from gpupool.domain.launch import LaunchRequest
 from gpupool.node.accounts import Account
 from gpupool.node.container import ContainerSpec
+from gpupool.node.image_job import ImageJob
 from gpupool.node.images import ImageCache, ImageError
 from gpupool.node.jobns import Scratch
-
-
-class ImageJob(NamedTuple):
-    ref: str  # as the job asked (domain/images.py's forms)
-    cache_dir: str  # the node's image cache
-    cache_bytes: int  # its bound (gpupool up --image-cache)
-    node_keys: tuple[str, ...] = ()  # variables that are only the node's defaults: the image's own win
-    authfile: str | None = None  # the node's registry credentials (skopeo's --authfile), root's alone
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self._asdict(), "node_keys": list(self.node_keys)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ImageJob:
-        return cls(
-            ref=str(data["ref"]),
-            cache_dir=str(data["cache_dir"]),
-            cache_bytes=int(data["cache_bytes"]),
-            node_keys=tuple(str(k) for k in data.get("node_keys") or ()),
-            authfile=data.get("authfile") or None,
-        )
 
 
 class Started(NamedTuple):
@@ -60,7 +40,9 @@ class Started(NamedTuple):
     hold: int  # a descriptor holding the image against eviction: closed when the worker is done
 
 
-def start(job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, log: Any) -> Started:
+def start(
+    job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, account: Account | None, log: Any
+) -> Started:
     """Get the image and say how the worker runs in it; ImageError (one sentence) when it cannot."""
 
     def progress(line: str) -> None:
@@ -70,7 +52,7 @@ def start(job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | 
     cache = ImageCache(job.cache_dir, job.cache_bytes, authfile=job.authfile)
     try:
         progress(f"getting image {job.ref}")
-        image = cache.get(job.ref, progress)
+        image = cache.get(job.ref, progress, reader=account)  # a path is read as the job's owner
         hold = cache.hold(image)
     finally:
         cache.close()

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from gpupool.node import cgroups
 from gpupool.node.accounts import Account
 from gpupool.node.container import ContainerSpec
-from gpupool.node.image_start import ImageJob
+from gpupool.node.image_job import ImageJob
 from gpupool.node.jobns import Scratch
 
 SPEC = "spec.json"  # written by the runtime before the supervisor starts

@@ -31,9 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from gpupool.node import cgroups, container, image_start, jobns, rundir
+from gpupool.node import cgroups, container, jobns, rundir
 from gpupool.node.accounts import Account
-from gpupool.node.images import ImageError
 
 
 def main(spec_path: str) -> int:
@@ -45,8 +44,12 @@ def main(spec_path: str) -> int:
         log.write((spec.header + "\n").encode())
         hold, digest = None, None
         if spec.image is not None and spec.container is not None:
+            # Only now: the image cache costs ~20 ms of imports that a worker without an image never pays.
+            from gpupool.node import image_start
+            from gpupool.node.images import ImageError
+
             try:
-                started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, log)
+                started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, spec.account, log)
             except ImageError as exc:  # the worker never starts: the head reads why in its events
                 log.write(f"gpupool: {exc}; not starting the worker\n".encode())
                 note = str(exc)
