@@ -73,7 +73,7 @@ STDLIB_ONLY = {
         {"gpupool.node.accounts", "gpupool.node.cgroups", "gpupool.node.jobns", "gpupool.node.container"}
         | {"gpupool.node.image_job"}
     ),
-    "node/image_job.py": frozenset(),
+    "node/image_job.py": frozenset({"gpupool.domain.launch"}),
     "node/image_start.py": frozenset(
         {"gpupool.node.container", "gpupool.node.images", "gpupool.node.accounts", "gpupool.node.jobns"}
         | {"gpupool.domain.launch", "gpupool.node.image_job"}

@@ -337,3 +337,31 @@ def test_with_no_job_on_it_the_ray_head_is_stopped_with_the_gpupool_head(
     kept = head_ray.after_head(tmp_path / "ray", 2)
     assert "keeps running for 2 running worker(s)" in kept and f"gpupool down --data-dir {tmp_path}" in kept
     assert stopped == [tmp_path / "ray"]
+
+
+def test_on_ray_a_gang_runs_in_an_image_on_two_nodes(cluster: RayCluster, unix_accounts: TestAccounts) -> None:
+    """Issue 32: the Ray node runtime gets the image from its own cache and starts the worker in it,
+    as the local one does; the job's JSON says the digest it ran."""
+    if os.geteuid() != 0:
+        pytest.skip("jobs in images need the node runtime to run as root; this is not root")
+    from tests.support.images import python_image
+
+    place = Path(f"/var/tmp/gpupool-ray-image-{os.getpid()}")  # not /tmp: a worker's /tmp is its own
+    place.mkdir(mode=0o755, exist_ok=True)
+    try:
+        ref = python_image(place)
+        account = unix_accounts.make("ivy")
+        with cluster.head.client() as admin:
+            token = str(admin.add_user("ivy", unix_user=account)["token"])
+        script = "echo RANK=$RANK; echo VAR=$IMAGE_VAR; echo WHO=$(id -un)"
+        with GpupoolClient(cluster.head.url, token) as c:
+            job_id = int(c.submit(command=["sh", "-c", script], workers=2, gpus=1, env=ENV, image=ref)["id"])
+            job = wait_state(c, job_id, ("succeeded", "failed"), timeout=120)
+            logs = [log_text(c, job_id, w) for w in (0, 1)]
+        assert job["state"] == "succeeded", logs
+        assert job["image"] == ref and str(job["image_digest"]).startswith("sha256:"), job
+        assert {p["node"] for p in job["placements"]} == {"w1", "w2"}
+        for worker, log in enumerate(logs):
+            assert f"RANK={worker}" in log and "VAR=from-image" in log and f"WHO={account}" in log, log
+    finally:
+        subprocess.run(["rm", "-rf", str(place)], check=False)

@@ -70,9 +70,12 @@ def test_a_job_runs_in_its_image_as_its_owner_with_the_images_env_under_its_own(
         " echo CG=$(cut -d: -f3 /proc/self/cgroup | head -1)"
     )
     req = request(1, script, account=ann, workdir=str(work), image=image, env={"MINE": "job", "LANG": "en_GB"})
-    ended = finish(rt, rt.launch(req))
+    handle = rt.launch(req)
+    ended = finish(rt, handle)
     assert ended.exit_code == 0, log(rt, 1)
     assert ended.image_digest is not None and ended.image_digest.startswith("sha256:")
+    phase = rt.image_phases([handle])[0]  # what the head's images step reads while the worker runs
+    assert phase is not None and phase.digest == ended.image_digest and phase.line.startswith("running in image")
     assert said(rt, 1, "ID") == ann and said(rt, 1, "CWD") == str(work)
     assert said(rt, 1, "VAR") == "from-image" and said(rt, 1, "MINE") == "job"
     assert said(rt, 1, "PATHS") == "/usr/local/bin:/usr/bin:/bin"  # the image's, over the node's default

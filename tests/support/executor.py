@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 
 from gpupool.clock import Clock
-from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -36,6 +36,7 @@ class FakeExecutor:
         self.logs: dict[str, dict[int, int]] = {}  # node -> job id -> bytes of its logs there (the test sets them)
         self.emptied: list[tuple[str, tuple[int, ...], str]] = []  # ports something else listens on: no node walls them
         self.started_at: dict[str, float] = {}  # run dir -> when its worker was launched (its CPU time)
+        self.phases: dict[int, ImagePhase] = {}  # job id -> what its workers' supervisors say of its image
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -90,6 +91,9 @@ class FakeExecutor:
             return [None] * len(handles)
         now = self.clock.now().timestamp()
         return [Stats(256 * 2**20, 512 * 2**20, now - self.started_at.get(h.run_dir, now)) for h in handles]
+
+    def image_phases(self, node: str, handles: Sequence[WorkerHandle]) -> list[ImagePhase | None]:
+        return [self.phases.get(self.key(h)[0]) for h in handles]
 
     def log_sizes(self, node: str) -> dict[int, int]:
         return dict(self.logs.get(node, {}))

@@ -102,3 +102,13 @@ class Stats:
     memory_bytes: int | None
     memory_peak_bytes: int | None
     cpu_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePhase:
+    """Where a worker's supervisor is with its image (issue 32): the last thing it said ("pulling
+    image ...", "unpacking layer 2/5 (120 MB)", "running in image REF (sha256:...)"), and the
+    digest once it has the image. The head turns each new one into an event of the job."""
+
+    line: str
+    digest: str | None = None

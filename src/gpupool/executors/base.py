@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -52,6 +52,11 @@ class Executor(Protocol):
 
     def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         """What each live worker's cgroup says it uses, in the order of ``handles`` (None: no cgroup)."""
+        ...
+
+    def image_phases(self, node: str, handles: Sequence[WorkerHandle]) -> list[ImagePhase | None]:
+        """Where each worker's supervisor is with its image, in the order of ``handles`` (None: no
+        image, or nothing said yet)."""
         ...
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from gpupool.domain.errors import NotFound
-from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -57,6 +57,9 @@ class LocalExecutor:
 
     def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         return self._runtime(node).usage(handles)
+
+    def image_phases(self, node: str, handles: Sequence[WorkerHandle]) -> list[ImagePhase | None]:
+        return self._runtime(node).image_phases(handles)
 
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         return self._runtime(node).forget(job_ids)

@@ -31,7 +31,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayEr
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gpupool.domain.errors import NotFound, Unavailable
-from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -114,6 +114,9 @@ class NodeAgent:
     def usage(self, handles: list[dict[str, Any]]) -> list[Stats | None]:
         return self.runtime.usage([WorkerHandle.from_json(h) for h in handles])
 
+    def image_phases(self, handles: list[dict[str, Any]]) -> list[ImagePhase | None]:
+        return self.runtime.image_phases([WorkerHandle.from_json(h) for h in handles])
+
     def forget(self, job_ids: list[int]) -> int:
         return self.runtime.forget(job_ids)
 
@@ -123,8 +126,9 @@ class NodeAgent:
     def empty_logs(self, job_ids: list[int], note: str) -> int:
         return self.runtime.empty_logs(job_ids, note)
 
-    def protect(self, endpoints: list[tuple[str, int, int]]) -> None:
+    def protect(self, endpoints: list[tuple[str, int, int]]) -> bool:
         self.runtime.protect(endpoints)
+        return True
 
     def _keep_lease(self) -> None:
         while True:
@@ -262,50 +266,47 @@ class RayExecutor:
 
     def telemetry(self, node: str, busy: Collection[int]) -> list[GpuSample]:
         """A down node has nothing to read and a silent one would only cost a timeout."""
-        agent = self._answering(node)
-        if agent is None:
-            return []
-        samples: list[GpuSample] = self._call(node, agent.sample.remote(sorted(busy)))
+        samples: list[GpuSample] = self._ask(node, [], "sample", sorted(busy))
         return samples
 
     def usage(self, node: str, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
-        agent = self._answering(node)
-        if agent is None:
-            return [None] * len(handles)
-        stats: list[Stats | None] = self._call(node, agent.usage.remote([h.to_json() for h in handles]))
+        stats: list[Stats | None] = self._ask(node, [None] * len(handles), "usage", [h.to_json() for h in handles])
         return stats
 
+    def image_phases(self, node: str, handles: Sequence[WorkerHandle]) -> list[ImagePhase | None]:
+        none: list[ImagePhase | None] = [None] * len(handles)
+        phases: list[ImagePhase | None] = self._ask(node, none, "image_phases", [h.to_json() for h in handles])
+        return phases
+
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
-        agent = self._answering(node)
-        if agent is None:
-            return 0  # a node that comes back cleans nothing up: its data dir keeps the files
-        removed: int = self._call(node, agent.forget.remote(list(job_ids)))
+        # A node that comes back cleans nothing up: its data dir keeps the files.
+        removed: int = self._ask(node, 0, "forget", list(job_ids))
         return removed
 
     def log_sizes(self, node: str) -> dict[int, int]:
-        agent = self._answering(node)
-        if agent is None:
-            return {}  # counted again once it answers
-        sizes: dict[int, int] = self._call(node, agent.log_sizes.remote())
+        sizes: dict[int, int] = self._ask(node, {}, "log_sizes")  # a silent node's are counted once it answers
         return sizes
 
     def empty_logs(self, node: str, job_ids: Sequence[int], note: str) -> int:
-        agent = self._answering(node)
-        if agent is None:
-            return 0
-        freed: int = self._call(node, agent.empty_logs.remote(list(job_ids), note))
+        freed: int = self._ask(node, 0, "empty_logs", list(job_ids), note)
         return freed
 
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
-        agent = self._answering(node)
-        if agent is None:
-            return False  # told once it answers: the controller tries again
-        self._call(node, agent.protect.remote(list(endpoints)))
-        return True
+        # False: silent, told once it answers. An agent of an earlier head answers None: told.
+        told: bool = self._ask(node, False, "protect", list(endpoints)) is not False
+        return told
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""
         ray.shutdown()
+
+    def _ask(self, node: str, silent: Any, method: str, *args: Any) -> Any:
+        """The node agent's answer to ``method(*args)``; ``silent`` for a node that is down or
+        silent, without a call: it would only cost a timeout."""
+        agent = self._answering(node)
+        if agent is None:
+            return silent
+        return self._call(node, getattr(agent, method).remote(*args))
 
     def _answering(self, node: str) -> Any:
         """The node's agent, or None for a node that is down or silent: a call would only cost a timeout."""

@@ -7,7 +7,14 @@ Standard library only: the supervisor reads it.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any, NamedTuple
+
+from gpupool.domain.launch import ImagePhase
+
+PHASE = "image.json"  # in the worker's run dir: where its supervisor is with the image (ImagePhase)
 
 
 class ImageJob(NamedTuple):
@@ -29,3 +36,19 @@ class ImageJob(NamedTuple):
             node_keys=tuple(str(k) for k in data.get("node_keys") or ()),
             authfile=data.get("authfile") or None,
         )
+
+
+def write_phase(run: Path, line: str, digest: str | None = None) -> None:
+    """Say where the supervisor is with the image; replaced whole, so a reader never sees half."""
+    tmp = run / f".{PHASE}.tmp"
+    tmp.write_text(json.dumps({"line": line, "digest": digest}))
+    os.replace(tmp, run / PHASE)
+
+
+def read_phase(run: Path) -> ImagePhase | None:
+    """None for a worker without an image, or before its supervisor said anything."""
+    try:
+        data = json.loads((run / PHASE).read_text())
+        return ImagePhase(str(data["line"]), data.get("digest") or None)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from gpupool.domain.launch import LaunchRequest
 from gpupool.node.accounts import Account
 from gpupool.node.container import ContainerSpec
-from gpupool.node.image_job import ImageJob
+from gpupool.node.image_job import ImageJob, write_phase
 from gpupool.node.images import ImageCache, ImageError
 from gpupool.node.jobns import Scratch
 
@@ -41,13 +41,20 @@ class Started(NamedTuple):
 
 
 def start(
-    job: ImageJob, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, account: Account | None, log: Any
+    job: ImageJob,
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    cwd: str | None,
+    account: Account | None,
+    log: Any,
+    run: Path,
 ) -> Started:
     """Get the image and say how the worker runs in it; ImageError (one sentence) when it cannot."""
 
     def progress(line: str) -> None:
         said = line if line.startswith("gpupool: ") else f"gpupool: {line}"  # the cache's own lines say it
         log.write(f"{said}\n".encode())
+        write_phase(run, said.removeprefix("gpupool: "))  # the head reads it into the job's events
 
     cache = ImageCache(job.cache_dir, job.cache_bytes, authfile=job.authfile)
     try:
@@ -66,7 +73,9 @@ def start(
         key, sep, value = item.partition("=")
         if sep and (key not in env or key in job.node_keys):
             merged[key] = value
-    progress(f"running in image {job.ref} ({image.digest})")
+    said = f"running in image {job.ref} ({image.digest})"
+    log.write(f"gpupool: {said}\n".encode())
+    write_phase(run, said, image.digest)
     return Started(command, merged, image.root, cwd or config.workdir or None, image.digest, hold)
 
 

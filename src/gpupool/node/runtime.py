@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain.launch import LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.node import accounts, container, gpu_share, image_start, leftovers, log_cap, private, rundir, zygote
 from gpupool.node.gpu.probe import GpuProbe
+from gpupool.node.image_job import read_phase
 from gpupool.node.jobns import Scratch
 from gpupool.node.walls import NodeWalls, confinement
 
@@ -169,6 +170,8 @@ class NodeRuntime:
         confined = self.walls.cgroup(req.job_id, req.attempt, req.worker, gpus)
         env.update(self.walls.cuda_env(confined, gpus, env))
         kept = [req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR")]
+        if req.image is not None:  # its root is found there after the private /tmp hid the host's (a node under /tmp)
+            kept.append(str(self.data_dir / "images"))
         scratch = self.walls.scratch(run_dir.parent, req.memory_mib, kept, account, self._base_env)
         if scratch is not None and "TMPDIR" not in req.env:
             env.pop("TMPDIR", None)  # the head's, elsewhere: the job's temporary files belong in its own /tmp
@@ -277,6 +280,10 @@ class NodeRuntime:
     def usage(self, handles: Sequence[WorkerHandle]) -> list[Stats | None]:
         """What each worker's cgroup says it uses (None for one without a cgroup)."""
         return [gpu_share.worker_stats(Path(h.run_dir), self.layout) for h in handles]
+
+    def image_phases(self, handles: Sequence[WorkerHandle]) -> list[ImagePhase | None]:
+        """Where each worker's supervisor is with its image (``node/image_job.py``)."""
+        return [read_phase(Path(h.run_dir)) for h in handles]
 
     def forget(self, job_ids: Sequence[int]) -> int:
         """Delete the run directories and logs of jobs the head pruned; how many had any here."""

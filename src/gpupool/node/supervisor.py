@@ -49,7 +49,7 @@ def main(spec_path: str) -> int:
             from gpupool.node.images import ImageError
 
             try:
-                started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, spec.account, log)
+                started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, spec.account, log, run)
             except ImageError as exc:  # the worker never starts: the head reads why in its events
                 log.write(f"gpupool: {exc}; not starting the worker\n".encode())
                 note = str(exc)

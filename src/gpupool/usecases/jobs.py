@@ -12,6 +12,7 @@ from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.store import jobs as job_repo
+from gpupool.store.images import IMAGE_EVENT
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
 from gpupool.usecases.access import Visibility, require_job
@@ -119,12 +120,23 @@ def why(ctx: HeadContext, job_id: int) -> Why:
         where = "; ".join(
             f"worker {p.worker} on {p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in job.placements
         )
-        return Why(job, job.state.value, f"it is {job.state.value}: {where}")
+        return Why(job, job.state.value, f"it is {job.state.value}: {where}{_image_phase(ctx, job)}")
     return Why(
         job,
         job.state.value,
         f"it is {job.state.value}" + (f" (exit code {job.exit_code})" if job.exit_code is not None else ""),
     )
+
+
+def _image_phase(ctx: HeadContext, job: JobRecord) -> str:
+    """Where a job starting in an image is with it, from the latest image event of this attempt."""
+    if job.spec.image is None or job.started_at is None:
+        return ""
+    with ctx.db.read() as s:
+        said = [e for e in job_repo.job_events(s, job.id) if e.kind == IMAGE_EVENT and e.time >= job.started_at]
+    if not said or "running in image" in said[-1].message:
+        return ""
+    return f"; getting its image: {said[-1].message}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpupool.controller.runner import Step
 from gpupool.controller.steps.cycle import ScheduleCycle
+from gpupool.controller.steps.images import WatchImages
 from gpupool.controller.steps.nodes import SyncNodes, WatchNodeAlerts
 from gpupool.controller.steps.parts import Parts, Shared
 from gpupool.controller.steps.pruning import PruneAudit, PruneFinished
@@ -34,6 +35,7 @@ class Steps:
             self.reap,
             PushPorts(parts),  # after settling: ended jobs' ports are unwalled
             CapUserLogs(parts),  # after settling: ended jobs read finished
+            WatchImages(parts),  # every second: workers starting in an image say where they are
             AccrueUsage(parts),  # every usage_every_s (10 s)
             PruneAudit(parts),  # every audit_prune_every_s (1 h)
             PruneFinished(parts),  # every audit_prune_every_s, at once while batches are full
