@@ -25,42 +25,12 @@ import pytest
 from tests.gpu.conftest import GPUS
 from tests.support import DIAL
 from tests.support.dial import dialed
-from tests.support.headproc import HeadProcess, free_port, wait_for, wait_state
+from tests.support.gpu_jobs import ended, job, log, said, submit
+from tests.support.headproc import HeadProcess, free_port, wait_for
 from tests.support.unix_accounts import TestAccounts
 
 PY = sys.executable
 GIB = 2**30
-
-
-def submit(head: HeadProcess, *args: str, token: str | None = None) -> int:
-    out = head.cli("submit", *args, token=token)
-    assert out.returncode == 0, out.stderr
-    return int(out.stdout.split()[-1])
-
-
-def job(head: HeadProcess, job_id: int) -> dict[str, Any]:
-    with head.client() as c:
-        return c.job(job_id)
-
-
-def ended(head: HeadProcess, job_id: int, timeout: float = 180) -> dict[str, Any]:
-    with head.client() as c:
-        return wait_state(c, job_id, ("succeeded", "failed", "cancelled"), timeout=timeout)
-
-
-def log(head: HeadProcess, job_id: int, worker: int = 0) -> str:
-    with head.client() as c:
-        return c.logs(job_id, worker=worker).data.decode(errors="replace")
-
-
-def said(head: HeadProcess, job_id: int, key: str, timeout: float = 120) -> str:
-    """The value of the job's ``KEY=value`` line, once it printed one."""
-
-    def found() -> tuple[str] | None:  # a tuple: an empty value is still an answer
-        lines = log(head, job_id).splitlines()
-        return next(((ln.split("=", 1)[1],) for ln in lines if ln.startswith(key + "=")), None)
-
-    return str(wait_for(found, timeout, interval=0.2, what=f"job {job_id} to say {key}")[0])
 
 
 def energy_j(index: int = 0) -> float:
