@@ -358,7 +358,7 @@ def test_on_ray_a_gang_runs_in_an_image_on_two_nodes(cluster: RayCluster, unix_a
             job_id = int(c.submit(command=["sh", "-c", script], workers=2, gpus=1, env=ENV, image=ref)["id"])
             job = wait_state(c, job_id, ("succeeded", "failed"), timeout=120)
             logs = [log_text(c, job_id, w) for w in (0, 1)]
-        assert job["state"] == "succeeded", logs
+        assert job["state"] == "succeeded", "\n".join([*logs, *(e["message"] for e in job["events"])])
         assert job["image"] == ref and str(job["image_digest"]).startswith("sha256:"), job
         assert {p["node"] for p in job["placements"]} == {"w1", "w2"}
         for worker, log in enumerate(logs):

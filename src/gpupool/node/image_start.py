@@ -149,6 +149,7 @@ def spec_part(
     assert req.image is not None
     gpus = [str(node.device_dir / f"nvidia{g}") for g in req.gpus]
     devices = tuple(confined.get("devices_allow") or gpus) + tuple(confined.get("devices_keep") or ())
+    devices = tuple(d for d in devices if os.path.exists(d))  # simulated GPUs have no device file
     if req.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(req.gpus)))
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

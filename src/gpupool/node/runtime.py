@@ -171,6 +171,7 @@ class NodeRuntime:
         env.update(self.walls.cuda_env(confined, gpus, env))
         kept = [req.workdir, req.env.get("GPUPOOL_CHECKPOINT_DIR")]
         if req.image is not None:  # its root is found there after the private /tmp hid the host's (a node under /tmp)
+            os.makedirs(self.data_dir / "images", mode=0o711, exist_ok=True)  # a path kept must exist
             kept.append(str(self.data_dir / "images"))
         scratch = self.walls.scratch(run_dir.parent, req.memory_mib, kept, account, self._base_env)
         if scratch is not None and "TMPDIR" not in req.env:
