@@ -4,7 +4,9 @@ OCI layout or archive, with an ``ENV``, ``Cmd`` and ``WorkingDir`` the tests che
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -32,3 +34,20 @@ def python_image(workdir: Path, *, archive: bool = False, tag: str = "latest") -
         return f"oci-archive:{path}"
     oci.write_layout(workdir / "layout", [layer], env=ENV, cmd=CMD, workdir="/", tag=tag)
     return f"oci:{workdir / 'layout'}:{tag}"
+
+
+def padding_layer(megabytes: int, files: int = 16) -> bytes:
+    """A gzip'd layer of ``files`` random files under /pad, ``megabytes`` MB in all: an image made
+    bigger with content nothing compresses, as model weights or a CUDA stack would be, to measure
+    an unpack by its size (benchmarks/image_start.py)."""
+    each = megabytes * 1_000_000 // files
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        pad = tarfile.TarInfo("pad")
+        pad.type, pad.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(pad)
+        for index in range(files):
+            member = tarfile.TarInfo(f"pad/blob-{index:02d}")
+            member.size, member.mode = each, 0o644
+            tar.addfile(member, io.BytesIO(os.urandom(each)))
+    return gzip.compress(buffer.getvalue(), compresslevel=1, mtime=0)

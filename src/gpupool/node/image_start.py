@@ -110,7 +110,7 @@ def container_for(
             lines.append(f"{grp.getgrgid(number).gr_name}:x:{number}:{name}")
         except KeyError:
             continue
-    kept = tuple(dict.fromkeys(p for p in (*binds, home, *driver) if p and os.path.exists(p)))
+    kept = tuple(dict.fromkeys(p for p in (*binds, home, *driver) if p and p != "/" and os.path.exists(p)))
     return ContainerSpec(
         root="",
         devices=devices,
