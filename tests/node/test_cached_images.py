@@ -50,21 +50,19 @@ def test_a_file_that_is_no_oci_image_is_refused_with_the_nodes_sentence(rt: Node
         rt.image_cache.import_archive(str(junk), "junk")
     assert refused.value.code == "bad_image"
     assert str(junk) in refused.value.message and "\n" not in refused.value.message
-    with pytest.raises(InvalidInput, match="does not exist|cannot read|not an OCI"):
+    with pytest.raises(InvalidInput, match=r"cannot read the OCI archive .*missing.tar: No such file"):
         rt.image_cache.import_archive(str(tmp_path / "missing.tar"), "missing")
     assert rt.image_cache.listing() == []
 
 
-def test_the_node_says_whether_it_runs_images_and_how(rt: NodeRuntime, tmp_path: Path) -> None:
+def test_the_node_says_whether_it_runs_images_and_how(rt: NodeRuntime) -> None:
     said = rt.describe().isolation["images"]
     why_not = rt.image_cache.why_not
     if why_not is not None:
         assert said.startswith("none (") and why_not in said
         return
-    assert said.startswith("OCI, overlay root, cache 200G (0 images, 0B); ")
-    write_archive(tmp_path / "a.tar", [layer({"a": File(b"a" * 5000)})])
-    rt.image_cache.import_archive(str(tmp_path / "a.tar"), "a")
-    assert "(1 image, " in rt.describe().isolation["images"]
+    assert said.startswith("OCI, overlay root, cache 200G (gpupool images lists it); ")
+    assert ("skopeo is not installed" in said) == (rt.image_cache.skopeo is None)
 
 
 def test_why_a_node_runs_no_images() -> None:

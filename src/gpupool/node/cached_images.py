@@ -48,17 +48,17 @@ class CachedImages:
         return held or NodeImage(self.node, image.digest, (name,), image.size, "", False)
 
     def isolation(self) -> dict[str, str]:
-        """The node's ``images`` line: how a job with ``--image`` runs here, or why it cannot."""
+        """The node's ``images`` line: how a job with ``--image`` runs here, or why it cannot.
+        Fixed for the node's life, as its walls are (the head records a node's description when
+        it joins or changes): what the cache holds now is ``gpupool images``'s to say."""
         if self.why_not is not None:
             return {"images": f"none ({self.why_not}: a job with --image fails here)"}
-        held = self.listing()
-        count = f"{len(held)} image{'' if len(held) == 1 else 's'}, {format_bytes(sum(i.size for i in held))}"
         pulls = (
             "registry pulls with skopeo"
             if self.skopeo
             else "no registry pulls (skopeo is not installed): OCI archives, layouts and imported names"
         )
-        return {"images": f"OCI, overlay root, cache {format_bytes(self.limit)} ({count}); {pulls}"}
+        return {"images": f"OCI, overlay root, cache {format_bytes(self.limit)} (gpupool images lists it); {pulls}"}
 
     def _cache(self) -> ImageCache:
         return ImageCache(str(self.directory), self.limit, skopeo=self.skopeo)
