@@ -74,7 +74,7 @@ FileArg = Annotated[
     ),
 ]
 NameOpt = Annotated[
-    str | None, typer.Option("--name", help="what jobs give as --image: NAME or NAME:TAG [default: FILE's stem]")
+    str | None, typer.Option("--name", help="what jobs give as --image: NAME or NAME:TAG (default: the file's stem)")
 ]
 
 
