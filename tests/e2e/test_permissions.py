@@ -153,6 +153,7 @@ def _target(w: World, method: str, path: str) -> tuple[str, object]:
         ("POST", "/api/v1/services"): {"name": f"new{n}", "command": ["true"], "project": "lab", "replicas": 0},
         ("POST", "/api/v1/services/{name}/scale"): {"replicas": 0},
         ("POST", "/api/v1/gateway/stats"): {"window_s": 1, "replicas": []},
+        ("POST", "/api/v1/images"): {"path": f"/nonexistent/image{n}.tar", "name": f"image{n}"},  # nodes: 400
     }
     if path.startswith("/api/v1/services/"):
         params["name"] = w.max_service()
@@ -201,6 +202,8 @@ def test_the_table_says_what_the_issue_says() -> None:
         ("DELETE", "/api/v1/services/{name}"): Who.OWNER,
         ("GET", "/api/v1/gateway/routes"): Who.GATEWAY,
         ("POST", "/api/v1/gateway/stats"): Who.GATEWAY,
+        ("GET", "/api/v1/images"): Who.ANYONE,
+        ("POST", "/api/v1/images"): Who.ADMIN,
     }
     assert {key: TABLE[key].who for key in named} == named
 

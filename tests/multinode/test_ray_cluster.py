@@ -27,6 +27,7 @@ from tests.multinode.conftest import RayCluster
 from tests.support import DIAL, REPLICA_SERVER
 from tests.support.dial import dialed
 from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
+from tests.support.oci import File, layer, write_archive
 from tests.support.unix_accounts import TestAccounts
 
 # Generous: the first test also pays for starting the shared Ray cluster on a slow 2-core machine.
@@ -74,6 +75,28 @@ def test_secrets_are_private_and_a_join_token_only_joins(cluster: RayCluster) ->
     done = subprocess.run([ray, "status", f"--address={address}"], env=env, capture_output=True, timeout=120)
     assert done.returncode != 0
     assert b"auth" in (done.stdout + done.stderr).lower()
+
+
+def test_an_image_imported_through_the_head_is_held_by_every_joined_node(cluster: RayCluster) -> None:
+    """Issue 32 on Ray: each node's agent unpacks the archive from the shared path into its own
+    cache and lists it; an archive no node can use is refused with a node's sentence."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as shared:
+        archive = Path(shared) / "stack.tar"
+        digest = write_archive(archive, [layer({"hello.txt": File(b"hi\n")})], cmd=("cat", "/hello.txt"))
+        (Path(shared) / "junk.tar").write_bytes(b"junk" * 100)
+        with cluster.head.client() as c:
+            done = c.import_image(str(archive), "stack:ray")
+            results = {n["node"]: n["result"] for n in done["nodes"]}
+            assert {"w1", "w2"} <= set(results) and set(results.values()) == {"imported"}, done
+            held = c.images()
+            assert held["skipped"] == []
+            assert sorted((i["node"], i["digest"], i["names"][0]) for i in held["images"]) == [
+                (node, digest, "stack:ray") for node in sorted(results)
+            ]
+            with pytest.raises(ClientError) as refused:
+                c.import_image(str(Path(shared) / "junk.tar"), "junk")
+            assert (refused.value.status, refused.value.code) == (400, "bad_image")
+            assert "junk.tar" in refused.value.message
 
 
 def test_gang_runs_one_worker_per_node_with_the_rendezvous(cluster: RayCluster) -> None:

@@ -5,9 +5,13 @@ register its nodes. Also the two people most tests act as.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 
 from gpupool.clock import Clock
+from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.domain.images import NodeImage
 from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
@@ -37,6 +41,9 @@ class FakeExecutor:
         self.emptied: list[tuple[str, tuple[int, ...], str]] = []  # ports something else listens on: no node walls them
         self.started_at: dict[str, float] = {}  # run dir -> when its worker was launched (its CPU time)
         self.phases: dict[int, ImagePhase] = {}  # job id -> what its workers' supervisors say of its image
+        self.held_images: dict[str, list[NodeImage]] = {}  # node -> the images its cache holds
+        self.bad_archives: dict[str, str] = {}  # path -> the node's sentence refusing to import it
+        self.silent: set[str] = set()  # nodes that answer no image call (a Ray node not answering)
 
     def exit(self, job_id: int, exit_code: int) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code``."""
@@ -112,6 +119,26 @@ class FakeExecutor:
     def forget(self, node: str, job_ids: Sequence[int]) -> int:
         self.forgotten.append((node, tuple(job_ids)))
         return len(job_ids)
+
+    def images(self, node: str) -> list[NodeImage]:
+        return [] if node in self.silent else list(self.held_images.get(node, []))
+
+    def import_image(self, node: str, path: str, name: str) -> NodeImage:
+        """An archive's digest is its path's hash; ``bad_archives`` says which a node refuses."""
+        if node in self.silent:
+            raise Unavailable(f"node {node} did not answer", code="node_unreachable")
+        if path in self.bad_archives:
+            raise InvalidInput(self.bad_archives[path], code="bad_image")
+        digest = "sha256:" + hashlib.sha256(path.encode()).hexdigest()
+        existing = self.held_images.get(node, [])
+        before = next((i.names for i in existing if i.digest == digest), ())
+        full = name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+        image = NodeImage(
+            node, digest, (*(n for n in before if n != full), full), 1 << 20, "2030-01-01T00:00:00Z", False
+        )
+        others = [replace(i, names=tuple(n for n in i.names if n != full)) for i in existing if i.digest != digest]
+        self.held_images[node] = [image, *others]
+        return image
 
     def close(self) -> None:
         pass

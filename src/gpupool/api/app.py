@@ -18,6 +18,7 @@ from gpupool.api.routers import (
     cluster,
     dashboard,
     gateway_auth,
+    images,
     jobs,
     metrics,
     nodes,
@@ -75,6 +76,7 @@ def create_app(
     app.include_router(gateway_auth.router)
     app.include_router(services.router)
     app.include_router(services.gateway_router)
+    app.include_router(images.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

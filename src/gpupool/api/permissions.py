@@ -86,6 +86,10 @@ TABLE: dict[tuple[str, str], Rule] = {
     # the gateway (its own identity, which no user token can revoke): replicas' endpoints out, their load in
     ("GET", "/api/v1/gateway/routes"): Rule(Who.GATEWAY),
     ("POST", "/api/v1/gateway/stats"): Rule(Who.GATEWAY),
+    # images in the nodes' caches: anyone may see what there is to run in; only an admin imports
+    # (an imported name stands in for a registry's image on every node)
+    ("GET", "/api/v1/images"): ANYONE,
+    ("POST", "/api/v1/images"): ADMIN,
     # who changed what (api/auditing.py records it)
     ("GET", "/api/v1/audit"): ADMIN,
 }

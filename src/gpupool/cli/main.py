@@ -47,6 +47,7 @@ COMMANDS = (
     _Entry("nodes", "nodes", "nodes"),
     _Entry("drain", "nodes", "drain"),
     _Entry("undrain", "nodes", "undrain"),
+    _Entry("images", "images", "images"),
     _Entry("top", "top", "top"),
     _Entry("dashboard", "dashboard", "dashboard"),
     _Entry("report", "report", "report"),
@@ -64,6 +65,7 @@ COMMANDS = (
     _Entry("plan", "simulate", "plan"),
     # Typer lists groups of subcommands after the commands.
     _Entry("project", "projects", "project_app", group=True),
+    _Entry("image", "images", "image_app", group=True),
     _Entry("service", "services", "service_app", group=True),
     _Entry("user", "users", "user_app", group=True),
     _Entry("token", "users", "token_app", group=True),

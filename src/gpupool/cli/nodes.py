@@ -23,7 +23,7 @@ def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABL
         print_json(listing)
     else:
         console.print(nodes_table(listing))
-        for line in walls(listing):
+        for line in walls(listing) + image_lines(listing):
             console.print(line)
 
 
@@ -32,14 +32,26 @@ def walls(listing: list[dict[str, Any]]) -> list[str]:
     wall that is not there."""
     by_walls: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for n in listing:
-        if n.get("isolation"):
-            by_walls.setdefault(tuple(sorted(n["isolation"].items())), []).append(n["name"])
+        said = {k: v for k, v in (n.get("isolation") or {}).items() if k != "images"}  # a line of its own
+        if said:
+            by_walls.setdefault(tuple(sorted(said.items())), []).append(n["name"])
     order = ("users", "memory", "cpus", "cpu quota", "devices", "kill", "tmp", "proc", "network")
     return [
         f"walls on {', '.join(names)}: "
         + "; ".join(f"{k} {dict(w)[k]}" if k in dict(w) else f"{k} none (not reported by this node)" for k in order)
         for w, names in by_walls.items()
     ]
+
+
+def image_lines(listing: list[dict[str, Any]]) -> list[str]:
+    """Whether each node runs jobs in images (``--image``) and how, or why not: one line per
+    distinct answer (its cache's count and size differ from node to node more than its walls do)."""
+    by_answer: dict[str, list[str]] = {}
+    for n in listing:
+        said = (n.get("isolation") or {}).get("images")
+        if said:
+            by_answer.setdefault(said, []).append(n["name"])
+    return [f"images on {', '.join(names)}: {said}" for said, names in by_answer.items()]
 
 
 def drain(

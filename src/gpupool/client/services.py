@@ -1,5 +1,5 @@
-"""The client's service calls, apart from ``http.py`` so that each module stays small; mixed into
-``GpupoolClient``, which supplies ``_call`` and ``_send``."""
+"""The client's service (and image) calls, apart from ``http.py`` so that each module stays small;
+mixed into ``GpupoolClient``, which supplies ``_call`` and ``_send``."""
 
 from __future__ import annotations
 
@@ -34,3 +34,11 @@ class ServiceCalls:
 
     def gateway_stats(self, window_s: float, replicas: list[dict[str, Any]]) -> dict[str, Any]:
         return dict(self._call("POST", "/api/v1/gateway/stats", json={"window_s": window_s, "replicas": replicas}))
+
+    def images(self) -> dict[str, Any]:
+        """What each node's image cache holds: ``{"images": [...], "skipped": [...]}``."""
+        return dict(self._call("GET", "/api/v1/images"))
+
+    def import_image(self, path: str, name: str) -> dict[str, Any]:
+        """Import the OCI archive at ``path`` (on the nodes' shared file system) as ``name`` on every node."""
+        return dict(self._call("POST", "/api/v1/images", json={"path": path, "name": name}))

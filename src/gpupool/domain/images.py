@@ -19,6 +19,7 @@ Standard library only: the node's supervisor reads references with this module t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 MAX_REF = 512
@@ -98,3 +99,16 @@ def _path_ref(rest: str, kind: Kind, tagged: bool = True) -> ImageRef:
 def _looks_like_host(first: str) -> bool:
     """Docker's rule: a first component with a dot or a port, or ``localhost``, is a registry."""
     return "." in first or ":" in first or first == "localhost" or first.startswith("[")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImage:
+    """One image a node holds in its cache, as ``gpupool images`` lists it: the executors carry it
+    from each node's cache (``node/images.py``) to the head in these words."""
+
+    node: str
+    digest: str  # "sha256:<hex>", its manifest's
+    names: tuple[str, ...]  # the names it was imported or pulled as ("mystack:latest", "python:3.11")
+    size: int  # bytes on the node's disk, unpacked
+    last_used: str  # ISO 8601, UTC
+    busy: bool  # a job runs in it (or it is being unpacked): it is not evicted

@@ -3,8 +3,9 @@
 Every call names a node and a worker: launch one (``launch``), find one a dead head launched
 (``find``), ask whether it ended (``poll``), stop it (``kill``), read its log (``read_log``); and
 for the cluster: which nodes there are (``nodes``), where a gang meets (``rendezvous``), GPU
-readings (``telemetry``). The words of the contract (``LaunchRequest``, ``WorkerHandle``,
-``WorkerExit``, ``Stats``) are the domain's (``domain/launch.py``); a handle is kept in the store
+readings (``telemetry``), the images each node holds (``images``, ``import_image``). The words of
+the contract (``LaunchRequest``, ``WorkerHandle``, ``WorkerExit``, ``Stats``, ``NodeImage``) are
+the domain's (``domain/launch.py``, ``domain/images.py``); a handle is kept in the store
 (``WorkerHandle.to_json``), so a restarted head can hand it back to a new executor and re-adopt
 the worker. What a backend can do beyond that
 (several machines, nodes joining, self-fencing) it declares in ``capabilities``.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from gpupool.domain.images import NodeImage
 from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
@@ -75,6 +77,17 @@ class Executor(Protocol):
         """The ports jobs on other nodes serve, as (address, port, job id), walled from ``node``'s
         other jobs (``node/netwall.py``); the set replaces the last one given. False where the
         node could not be told now (silent): the caller tries again."""
+        ...
+
+    def images(self, node: str) -> list[NodeImage]:
+        """The images ``node``'s cache holds (``gpupool images``). Empty for a node that is down or
+        silent, as telemetry is."""
+        ...
+
+    def import_image(self, node: str, path: str, name: str) -> NodeImage:
+        """Unpack the OCI archive or layout at ``path`` (a file system ``node`` sees) into its
+        cache as ``name``. InvalidInput (code ``bad_image``) with the node's sentence where it is no
+        usable image; Unavailable where the node cannot be asked now."""
         ...
 
     def close(self) -> None: ...

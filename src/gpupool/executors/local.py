@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from gpupool.domain.errors import NotFound
+from gpupool.domain.images import NodeImage
 from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
@@ -73,6 +74,12 @@ class LocalExecutor:
     def protect(self, node: str, endpoints: Sequence[tuple[str, int, int]]) -> bool:
         self._runtime(node).protect(endpoints)
         return True
+
+    def images(self, node: str) -> list[NodeImage]:
+        return self._runtime(node).image_cache.listing()
+
+    def import_image(self, node: str, path: str, name: str) -> NodeImage:
+        return self._runtime(node).image_cache.import_archive(path, name)
 
     def close(self) -> None:
         for watch in self._watches:

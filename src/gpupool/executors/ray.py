@@ -36,6 +36,7 @@ from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import RAY
+from gpupool.executors.ray_images import AgentImages, ExecutorImages
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
 from gpupool.node.gpu.nvml import NvmlProbe
@@ -47,7 +48,7 @@ log = logging.getLogger("gpupool.ray")
 NAMESPACE = "gpupool"
 
 
-class NodeAgent:
+class NodeAgent(AgentImages):
     """Runs inside the actor, on its node. Everything it knows of the node comes from the
     environment ``gpupool join`` (or the head's own ``ray start``) gave the raylet."""
 
@@ -147,7 +148,7 @@ class NodeAgent:
 _Agent: Any = ray.remote(NodeAgent)
 
 
-class RayExecutor:
+class RayExecutor(ExecutorImages):
     """The head's side: which nodes are alive, and one actor call per operation."""
 
     capabilities = RAY
@@ -389,8 +390,8 @@ class RayExecutor:
                 raise NotFound(f"node {node} is not an up node of this Ray cluster", code="node_not_found")
             return self._agents[node]
 
-    def _call(self, node: str, ref: Any) -> Any:
+    def _call(self, node: str, ref: Any, timeout_s: float | None = None) -> Any:
         try:
-            return ray.get(ref, timeout=self._call_s)
+            return ray.get(ref, timeout=timeout_s or self._call_s)
         except (GetTimeoutError, RayActorError) as exc:
             raise Unavailable(f"node {node} did not answer: {type(exc).__name__}", code="node_unreachable") from None

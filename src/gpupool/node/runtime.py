@@ -26,6 +26,7 @@ from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, 
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.node import accounts, container, gpu_share, image_start, leftovers, log_cap, private, rundir, zygote
+from gpupool.node.cached_images import CachedImages
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.image_job import read_phase
 from gpupool.node.jobns import Scratch
@@ -87,6 +88,7 @@ class NodeRuntime:
         self.as_owners = self.walls.as_owners  # root runs each job as its owner's account
         self.scratch_why = self.walls.scratch_why  # None: each job gets a private /tmp, /dev/shm, /proc
         self.netwall = self.walls.netwall  # None: jobs may connect to each other's ports
+        self.image_cache = CachedImages(name, data_dir / "images", image_cache_bytes, self.walls)  # gpupool images
         self._uid_min = accounts.uid_min()  # the machine's UID_MIN, read once, not on every launch
 
     def describe(self) -> Node:
@@ -97,7 +99,7 @@ class NodeRuntime:
             tuple(self._gpu_list()),
             self._cpus,
             self._memory_mib,
-            isolation=self.walls.isolation(),
+            isolation={**self.walls.isolation(), **self.image_cache.isolation()},
         )
 
     def _gpu_list(self) -> list[GpuInfo]:  # the probe is asked once

@@ -113,7 +113,7 @@ function nodeCard(node, data, selected, onClick) {
 // What the node enforces around each job, as it says: no wall is shown that is not there.
 function walls(node) {
   const isolation = node.isolation || {};
-  const kinds = ["users", "memory", "cpus", "devices", "kill", "tmp", "proc", "network"].filter((k) => k in isolation);
+  const kinds = ["users", "memory", "cpus", "devices", "kill", "tmp", "proc", "network", "images"].filter((k) => k in isolation);
   if (!kinds.length) return null;
   return h(
     "p",
