@@ -114,3 +114,15 @@ def test_an_image_the_node_cannot_get_ends_the_worker_with_reason_image(
     assert "NEVER" not in log(rt, 5) and "not starting the worker" in log(rt, 5)
     registry = finish(rt, rt.launch(request(6, "true", account=ann, image="registry.invalid/team/img:1")))
     assert registry.reason == "image" and registry.note, registry
+
+
+def test_an_image_whose_root_cannot_be_entered_ends_the_worker_with_reason_image(
+    rt: NodeRuntime, place: Path, unix_accounts: TestAccounts
+) -> None:
+    """Its WorkingDir is not in it: the worker cannot enter its root there; the image's fault,
+    said as such (reason image, the step in the note), not a job's exit 126 with no why."""
+    ann = unix_accounts.make("ann")
+    broken = python_image(place / "broken", tag="nowhere", inside="/no/such/dir")
+    ended = finish(rt, rt.launch(request(7, "echo NEVER=1", account=ann, image=broken)))
+    assert (ended.exit_code, ended.reason) == (126, "image"), log(rt, 7)
+    assert ended.note and "entering its image's root" in ended.note and "/no/such/dir" in ended.note, ended.note

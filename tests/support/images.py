@@ -25,14 +25,15 @@ def python_layer(root: Path) -> bytes:
     return buffer.getvalue()
 
 
-def python_image(workdir: Path, *, archive: bool = False, tag: str = "latest") -> str:
-    """A python image under ``workdir``: the ``--image`` reference to give (``oci:`` or ``oci-archive:``)."""
+def python_image(workdir: Path, *, archive: bool = False, tag: str = "latest", inside: str = "/") -> str:
+    """A python image under ``workdir``: the ``--image`` reference to give (``oci:`` or ``oci-archive:``).
+    ``inside``: its WorkingDir."""
     layer = python_layer(rootfs.build(workdir / "rootfs"))
     if archive:
         path = workdir / "python.tar"
-        oci.write_archive(path, [layer], env=ENV, cmd=CMD, workdir="/")
+        oci.write_archive(path, [layer], env=ENV, cmd=CMD, workdir=inside)
         return f"oci-archive:{path}"
-    oci.write_layout(workdir / "layout", [layer], env=ENV, cmd=CMD, workdir="/", tag=tag)
+    oci.write_layout(workdir / "layout", [layer], env=ENV, cmd=CMD, workdir=inside, tag=tag)
     return f"oci:{workdir / 'layout'}:{tag}"
 
 

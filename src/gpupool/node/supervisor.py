@@ -66,12 +66,29 @@ def main(spec_path: str) -> int:
         finally:
             if group:
                 reason = _teardown(group, spec, log)
-    record = rundir.ExitRecord(code, fenced=fenced, finished_at=_now(), reason=reason, image_digest=digest)
+    unentered = _image_failure(spec) if code == 126 and spec.container is not None else None
+    reason = "image" if unentered else reason  # its image's root could not be entered: the image's fault
+    record = rundir.ExitRecord(
+        code, fenced=fenced, note=unentered, finished_at=_now(), reason=reason, image_digest=digest
+    )
     if hold is not None:
         os.close(hold)  # the image may be evicted once no worker runs in it
     rundir.write_exit(run, record)
     rundir.ring(run)
     return 0
+
+
+def _image_failure(spec: rundir.RunSpec) -> str | None:
+    """What the worker said when it could not enter its image's root (the child writes the step
+    that failed to the log, then exits), or None when something else stopped it."""
+    try:
+        with open(spec.log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            tail = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    said = [line for line in tail if "entering its image's root" in line]
+    return said[-1].removeprefix("gpupool: ") if said else None
 
 
 def _now() -> str:
