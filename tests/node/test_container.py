@@ -26,12 +26,11 @@ import pytest
 
 from gpupool.node import container, private, rundir
 from gpupool.node.container import ContainerSpec
-from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.rundir import RunSpec
 from gpupool.node.runtime import NodeRuntime
 from tests.support import rootfs
 from tests.support.unix_accounts import TestAccounts
-from tests.support.workers import finish, log, namespace_alive, request, said
+from tests.support.workers import finish, log, namespace_alive, request, said, walled_runtime
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="entering a root file system needs root")
 
@@ -95,21 +94,8 @@ def dev() -> Iterator[Path]:
 
 @pytest.fixture
 def rt(tmp_path: Path, dev: Path) -> Iterator[NodeRuntime]:
-    runtime = NodeRuntime(
-        name="box1",
-        address="127.0.0.1",
-        probe=FakeProbe("box1", 3),
-        data_dir=tmp_path / "node",
-        base_env={"PATH": "/usr/bin:/bin"},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=sorted(os.sched_getaffinity(0)),
-        device_dir=dev,
-    )
-    if runtime.scratch_why is not None:
-        pytest.skip(f"this node cannot give jobs a private namespace: {runtime.scratch_why}")
-    yield runtime
-    runtime.close()
+    with walled_runtime("box1", tmp_path / "node", 3, base_env={"PATH": "/usr/bin:/bin"}, device_dir=dev) as runtime:
+        yield runtime
 
 
 @pytest.fixture

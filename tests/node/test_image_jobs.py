@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
 from tests.support.images import python_image
 from tests.support.unix_accounts import TestAccounts
-from tests.support.workers import finish, log, request, said
+from tests.support.workers import finish, log, request, said, walled_runtime
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs in images need root (mounts, accounts)")
 
@@ -40,20 +39,8 @@ def image(place: Path) -> str:
 @pytest.fixture
 def rt(place: Path) -> Iterator[NodeRuntime]:
     data = place / f"node-{os.urandom(4).hex()}"
-    runtime = NodeRuntime(
-        name="img1",
-        address="127.0.0.1",
-        probe=FakeProbe("img1", 1),
-        data_dir=data,
-        base_env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=sorted(os.sched_getaffinity(0)),
-    )
-    if runtime.scratch_why is not None:
-        pytest.skip(f"this node cannot give jobs a private namespace: {runtime.scratch_why}")
-    yield runtime
-    runtime.close()
+    with walled_runtime("img1", data, 1, base_env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}) as runtime:
+        yield runtime
     shutil.rmtree(data, ignore_errors=True)
 
 

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.runtime import NodeRuntime
 from tests.support.headproc import wait_for
 from tests.support.unix_accounts import TestAccounts
-from tests.support.workers import finish, log, namespace_alive, request, said
+from tests.support.workers import finish, log, namespace_alive, request, said, walled_runtime
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a job's private namespace and accounts need root")
 
@@ -44,21 +43,9 @@ def dev() -> Iterator[Path]:
 
 @pytest.fixture
 def rt(tmp_path: Path, dev: Path) -> Iterator[NodeRuntime]:
-    runtime = NodeRuntime(
-        name="ns1",
-        address="127.0.0.1",
-        probe=FakeProbe("ns1", 3),
-        data_dir=tmp_path / "node",
-        base_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        cpus=1,
-        memory_mib=0,
-        host_cpus=sorted(os.sched_getaffinity(0)),
-        device_dir=dev,
-    )
-    if runtime.scratch_why is not None:
-        pytest.skip(f"this node cannot give jobs a private namespace: {runtime.scratch_why}")
-    yield runtime
-    runtime.close()
+    path = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    with walled_runtime("ns1", tmp_path / "node", 3, base_env=path, device_dir=dev) as runtime:
+        yield runtime
 
 
 def shmem_mib() -> float:

@@ -3,7 +3,9 @@ private namespace, images' roots): a request builder, and reading a worker's exi
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +58,33 @@ def namespace_alive(inode: str) -> bool:
             except OSError:
                 continue
     return False
+
+
+@contextlib.contextmanager
+def walled_runtime(
+    name: str, data_dir: Path, gpus: int, *, base_env: dict[str, str], **kw: Any
+) -> Iterator[NodeRuntime]:
+    """A node runtime with real walls (cgroups, the private namespace), for one test; skipped, with
+    why, where this machine cannot give a job its private namespace."""
+    import pytest
+
+    from gpupool.node.gpu.fake import FakeProbe
+
+    runtime = NodeRuntime(
+        name=name,
+        address="127.0.0.1",
+        probe=FakeProbe(name, gpus),
+        data_dir=data_dir,
+        base_env=base_env,
+        cpus=1,
+        memory_mib=0,
+        host_cpus=sorted(os.sched_getaffinity(0)),
+        **kw,
+    )
+    if runtime.scratch_why is not None:
+        runtime.close()
+        pytest.skip(f"this node cannot give jobs a private namespace: {runtime.scratch_why}")
+    try:
+        yield runtime
+    finally:
+        runtime.close()
