@@ -53,6 +53,8 @@ def test_each_new_phase_is_an_event_the_digest_is_kept_and_a_running_worker_is_l
         with db.read() as s:
             return [e.message for e in job_repo.job_events(s, job) if e.kind == "image"]
 
+    assert job_service.get(ctx, job).state.value == "starting"  # launched: its clock waits for its image
+    assert job_service.get(ctx, bare).state.value == "running"
     step.run(0.0)
     assert said() == [] and executor.asked == 1  # nothing said yet; the job without an image is never asked
     executor.phases[job] = ImagePhase("unpacking layer 1/3 (12.0 MB)")
@@ -67,5 +69,6 @@ def test_each_new_phase_is_an_event_the_digest_is_kept_and_a_running_worker_is_l
     assert executor.asked == asked  # it runs in its image: not asked again
     assert said()[-1].startswith("worker 0 on node-1: running in image")
     assert job_service.get(ctx, job).image_digest == DIGEST
+    assert job_service.get(ctx, job).state.value == "running"  # it runs in its image: its clock starts
     assert "getting its image" not in job_service.why(ctx, job).message
     assert job_service.get(ctx, bare).image_digest is None

@@ -126,7 +126,7 @@ class Applier:
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
-        self._finish_start(job_id, attempt, launched, failed)
+        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None)
         return attempt
 
     def preempt_all(self, victims: Iterable[Preempt]) -> int:
@@ -171,8 +171,11 @@ class Applier:
         attempt: int,
         launched: list[tuple[int, WorkerHandle, int | None]],
         failed: list[tuple[int, str]],
+        in_image: bool = False,
     ) -> None:
-        """Record handles and failed launches, then starting -> running, in one commit. The job
+        """Record handles and failed launches, then starting -> running, in one commit; a job in
+        an image stays starting until its nodes have the image (the images step moves it: its
+        clock, ``--max-runtime`` included, starts once it runs in its image). The job
         may have been asked to stop meanwhile: that leaves its state alone (only the controller
         moves a starting job), and the monitor stops what was launched. The handles must never
         be lost: should the state have moved after all, they are written on their own."""
@@ -181,7 +184,7 @@ class Applier:
             with self._db.tx() as s:
                 self._record_launches(s, job_id, launched, failed, now)
                 row = job_repo.job_row(s, job_id, lock=True)
-                if row.state == JobState.STARTING.value:
+                if row.state == JobState.STARTING.value and not (in_image and not failed):
                     transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
         except Stale as exc:  # moved by someone else: keep the handles; the monitor settles it
             log.info("job %s changed while it started: %s", job_id, exc)

@@ -10,10 +10,11 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpupool.domain.jobs import JobState
 from gpupool.domain.launch import ImagePhase, WorkerHandle
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.store.orm import JobRow, WorkerRow
-from gpupool.store.transitions import add_event
+from gpupool.store.transitions import add_event, transition_job
 
 IMAGE_EVENT = "image"  # an event saying where a worker is with its image (and the kind of an image failure)
 
@@ -39,6 +40,27 @@ def live_image_workers(session: Session, skip: Collection[int]) -> list[ImageWor
         for wid, job_id, worker, node, handle in rows
         if wid not in skip
     ]
+
+
+def running_in_images(session: Session, now: datetime, job_ids: Collection[int], ready: Collection[int]) -> list[int]:
+    """Move each starting job whose current attempt's live workers are all ``ready`` (they run in
+    their image) to running; the jobs moved. Its clock starts now, after its image was got."""
+    moved = []
+    for job_id in sorted(job_ids):
+        row = session.get(JobRow, job_id)
+        if row is None or row.state != JobState.STARTING.value:
+            continue
+        workers = session.scalars(
+            select(WorkerRow.id).where(
+                WorkerRow.job_id == job_id,
+                WorkerRow.attempt == row.starts,
+                WorkerRow.status.in_(LIVE_WORKER_STATES),
+            )
+        ).all()
+        if workers and all(w in ready for w in workers):
+            transition_job(session, row, JobState.RUNNING, now, f"running in its image (attempt {row.starts})")
+            moved.append(job_id)
+    return moved
 
 
 def record_phase(session: Session, now: datetime, worker: ImageWorker, phase: ImagePhase) -> None:

@@ -130,10 +130,12 @@ def why(ctx: HeadContext, job_id: int) -> Why:
 
 def _image_phase(ctx: HeadContext, job: JobRecord) -> str:
     """Where a job starting in an image is with it, from the latest image event of this attempt."""
-    if job.spec.image is None or job.started_at is None:
+    if job.spec.image is None:
         return ""
     with ctx.db.read() as s:
-        said = [e for e in job_repo.job_events(s, job.id) if e.kind == IMAGE_EVENT and e.time >= job.started_at]
+        events = job_repo.job_events(s, job.id)
+    attempt = max((i for i, e in enumerate(events) if e.kind == JobState.STARTING.value), default=-1)
+    said = [e for e in events[attempt + 1 :] if e.kind == IMAGE_EVENT]
     if not said or "running in image" in said[-1].message:
         return ""
     return f"; getting its image: {said[-1].message}"

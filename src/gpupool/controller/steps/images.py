@@ -1,7 +1,9 @@
 """Images: where each worker starting in an image is with it (issue 32). Every second, the nodes
 are asked what the supervisors of such workers last said (pulling, unpacking layer 2/5, running
 in it); each new thing becomes an event of the job (so ``gpupool show`` and ``gpupool why`` say
-it), and the digest the job's ``image_digest``. A worker is left alone once it runs in its image."""
+it), and the digest the job's ``image_digest``. A job in an image stays ``starting`` until every
+worker runs in it, then it is ``running``: its clock (``--max-runtime`` too) starts once it has
+its image. A worker is left alone once it runs in its image."""
 
 from __future__ import annotations
 
@@ -46,9 +48,13 @@ class WatchImages(PartsStep):
                 if phase.digest is not None:
                     self._running.add(worker.worker_id)
         if news:
+            ready = {w.job_id for w, phase in news if phase.digest is not None}
             with p.db.tx() as s:
                 for worker, phase in news:
                     image_repo.record_phase(s, p.clock.now(), worker, phase)
+                moved = image_repo.running_in_images(s, p.clock.now(), ready, self._running)
+            if moved:
+                p.shared.dirty = True
         ids = {w.worker_id for w in live}
         self._said = {k: v for k, v in self._said.items() if k in ids}
         self._running &= ids
