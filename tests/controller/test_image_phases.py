@@ -17,6 +17,7 @@ from gpupool.sim.cluster import uniform
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.store.snapshot import load_snapshot
 from gpupool.usecases import jobs as job_service
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
@@ -72,3 +73,24 @@ def test_each_new_phase_is_an_event_the_digest_is_kept_and_a_running_worker_is_l
     assert job_service.get(ctx, job).state.value == "running"  # it runs in its image: its clock starts
     assert "getting its image" not in job_service.why(ctx, job).message
     assert job_service.get(ctx, bare).image_digest is None
+
+
+def test_the_nodes_a_job_ran_its_image_on_reach_the_next_snapshot(db: Database) -> None:
+    clock = FakeClock()
+    nodes = uniform(2, 1)
+    executor = FakeExecutor(nodes, clock)
+    controller = Controller(db, executor, clock, SchedulerConfig(), ControllerSettings(usage_every_s=math.inf))
+    ctx = HeadContext(db, clock, executor, controller.wake)
+    with db.tx() as s:
+        node_repo.register_nodes(s, nodes, clock.now())
+    image = "python:3.11"
+    first = GroupCommit(ctx).submit(JobSpec.create(command=["x"], gpus=1, image=image), USER, "k1")[0].id
+    controller.tick()
+    executor.phases[first] = ImagePhase("running in image python:3.11 (sha256:abab...)", DIGEST)
+    WatchImages(controller._parts).run(0.0)
+    where = job_service.get(ctx, first).placements[0].node
+    GroupCommit(ctx).submit(JobSpec.create(command=["y"], gpus=1, image=image), USER, "k2")
+    GroupCommit(ctx).submit(JobSpec.create(command=["z"], gpus=1, image="other:1"), USER, "k3")
+    with db.read() as s:
+        snap = load_snapshot(s, clock.now())
+    assert snap.image_nodes == {image: frozenset({where})}  # "other:1" never ran anywhere

@@ -59,3 +59,6 @@ class Snapshot:
     recent_usage: Mapping[str, float] = field(default_factory=dict)  # GPUs held on average lately, by project
     # The same per (project, user): within a project, whoever used less lately goes first.
     user_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # An image, as pending jobs name it -> the nodes a job already ran in it (issue 32): where its
+    # unpacked root is likely cached. Between two nodes the placement scores alike, one of these wins.
+    image_nodes: Mapping[str, frozenset[str]] = field(default_factory=dict)

@@ -184,14 +184,15 @@ class Session:
         plugin = self.placement()
         statement = Statement(self.cluster)
         shunned = self._shunned(job)
+        cached = self.snapshot.image_nodes.get(job.spec.image, frozenset()) if job.spec.image else frozenset()
         for worker in range(job.spec.workers):
             chosen = None
             for avoid in shunned:  # the least penalised nodes first (``hooks.NodePenalty``)
-                chosen = self._best_node(demand, plugin, avoid, only)
+                chosen = self._best_node(demand, plugin, avoid, only, cached)
                 if chosen is not None:
                     break
             if chosen is None:
-                chosen = self._best_node(demand, plugin, only=only)
+                chosen = self._best_node(demand, plugin, only=only, prefer=cached)
             if chosen is None:
                 statement.discard()
                 self._failed[shape] = self.cluster.generation
@@ -227,9 +228,31 @@ class Session:
         plugin: PlacementPlugin,
         avoid: frozenset[str] = frozenset(),
         only: frozenset[str] | None = None,
+        prefer: frozenset[str] = frozenset(),
     ) -> NodeFree | None:
         """The best node for one worker, by the plugin's score, looking only where it could fit
-        (and, for a project with its own nodes, ``only`` there).
+        (and, for a project with its own nodes, ``only`` there). Between nodes the plugin scores
+        alike, one in ``prefer`` (it holds the job's image) wins over the name order."""
+        found = self._scored_best(demand, plugin, avoid, only)
+        if found is None or not prefer or found.name in prefer:
+            return found
+        target = plugin.score(found, demand)
+        for name in sorted(prefer):
+            free = self.cluster.nodes.get(name)
+            if free is None or name in avoid or (only is not None and name not in only):
+                continue
+            if can_fit(free, demand) and plugin.score(free, demand) == target:
+                return free
+        return found
+
+    def _scored_best(
+        self,
+        demand: WorkerDemand,
+        plugin: PlacementPlugin,
+        avoid: frozenset[str],
+        only: frozenset[str] | None,
+    ) -> NodeFree | None:
+        """The best node by the plugin's score alone, the name breaking ties.
 
         Phases of buckets are scanned in order; a phase may end the search once it found a fit
         (``stop_after``) or even at its first bucket with one (``first_wins``), where the plugin's

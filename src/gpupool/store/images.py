@@ -42,6 +42,24 @@ def live_image_workers(session: Session, skip: Collection[int]) -> list[ImageWor
     ]
 
 
+def image_nodes(session: Session, images: Collection[str]) -> dict[str, frozenset[str]]:
+    """For each of ``images`` (as jobs name them), the nodes a job ran in it on: the scheduler's
+    tie-breaker between nodes its placement scores alike (their caches likely hold it)."""
+    if not images:
+        return {}
+    rows = session.execute(
+        select(JobRow.image, WorkerRow.node)
+        .distinct()
+        .join(WorkerRow, WorkerRow.job_id == JobRow.id)
+        .where(JobRow.image.in_(sorted(images)), JobRow.image_digest.is_not(None), WorkerRow.started_at.is_not(None))
+    )
+    found: dict[str, set[str]] = {}
+    for image, node in rows:
+        if image is not None:
+            found.setdefault(image, set()).add(node)
+    return {image: frozenset(nodes) for image, nodes in found.items()}
+
+
 def running_in_images(session: Session, now: datetime, job_ids: Collection[int], ready: Collection[int]) -> list[int]:
     """Move each starting job whose current attempt's live workers are all ``ready`` (they run in
     their image) to running; the jobs moved. Its clock starts now, after its image was got."""

@@ -17,6 +17,7 @@ from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.attained import NONE, Attained, earlier_attained
 from gpupool.store.convert import placement_of, spec_of
+from gpupool.store.images import image_nodes
 from gpupool.store.nodes import load_nodes
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
@@ -154,4 +155,5 @@ def load_snapshot(
         projects=tuple(list_projects(session)),
         recent_usage=recent_usage(session),
         user_usage=recent_user_usage(session),
+        image_nodes=image_nodes(session, {job.spec.image for job in pending if job.spec.image}),
     )
