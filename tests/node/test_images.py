@@ -391,10 +391,12 @@ def test_a_registry_pull_goes_through_skopeo_once(tmp_path: Path) -> None:
     said: list[str] = []
     image = cache.get("registry.example.com/team/img:v3", said.append)
     assert cache.get("registry.example.com/team/img:v3").digest == image.digest  # cached: no second pull
-    assert calls.read_text().split()[:3] == [
+    assert calls.read_text().split()[:5] == [
+        "--command-timeout",  # a registry that stops answering does not keep the job starting for ever
+        "1h",
         "copy",
         "docker://registry.example.com/team/img:v3",
-        calls.read_text().split()[2],
+        calls.read_text().split()[4],
     ]
     assert len(calls.read_text().splitlines()) == 1
     assert said[:2] == ["gpupool: pulling image registry.example.com/team/img:v3", "gpupool: Copying blob sha256:abc"]

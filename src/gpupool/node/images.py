@@ -48,6 +48,7 @@ __all__ = ["CachedImage", "Image", "ImageCache", "ImageConfig", "ImageError", "R
 
 META, LOCK, UNPACK_LOCK, ROOT, TMP_ROOT = "meta.json", "lock", "unpack.lock", "root", ".root-tmp"
 CACHE_LOCK = ".lock"
+PULL_TIMEOUT = "1h"  # the longest one pull may take (skopeo's --command-timeout)
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,16 @@ class ImageCache:
         remote = f"{ref.location}@{ref.digest}" if ref.digest else f"{ref.location}:{ref.tag or 'latest'}"
         auth = ["--authfile", self.authfile] if self.authfile else []
         progress(f"gpupool: pulling image {ref.text}")
-        argv = [self.skopeo, "copy", *auth, f"docker://{remote}", f"oci:{tmp}:latest"]
+        # A registry that stops answering must not keep the job starting for ever: skopeo gives up.
+        argv = [
+            self.skopeo,
+            "--command-timeout",
+            PULL_TIMEOUT,
+            "copy",
+            *auth,
+            f"docker://{remote}",
+            f"oci:{tmp}:latest",
+        ]
         try:
             lines: list[str] = []
             with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
