@@ -86,7 +86,10 @@ STDLIB_ONLY = {
     "node/jobns.py": frozenset({"gpupool.node.bpf"}),  # its C library calls go through bpf.libc
     "node/accounts.py": frozenset(),
     # the image cache: the supervisor gets a job's image before it starts the worker
-    "node/images.py": frozenset({"gpupool.node.oci", "gpupool.node.unpack", "gpupool.node.accounts"}),
+    "node/images.py": frozenset(
+        {"gpupool.node.oci", "gpupool.node.unpack", "gpupool.node.accounts", "gpupool.node.pull"}
+    ),
+    "node/pull.py": frozenset({"gpupool.node.oci"}),
     "node/oci.py": frozenset({"gpupool.node.accounts"}),  # its parse_ref is the head's too
     "node/unpack.py": frozenset({"gpupool.node.oci"}),
     # forks supervisors: what it imports, every supervisor has

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState, StopReason, may_replace
 from gpupool.domain.outcome import JobFacts, settle
 from tests.support.builders import E, L, R, workers
@@ -94,3 +95,17 @@ def test_an_out_of_memory_kill_is_the_reason_the_job_gives_and_a_requeue_forgets
     assert (requeued.exit_code, requeued.exit_reason) == (1, None)
     plain = settle(facts(), workers((E, 3)))
     assert plain is not None and plain.exit_reason is None and "memory" not in plain.steps[-1].message
+
+
+@pytest.mark.parametrize(("restarts", "max_restarts"), [(0, 0), (2, 2), (0, 3)])
+def test_a_job_whose_image_a_node_cannot_get_now_waits_without_using_a_restart(
+    restarts: int, max_restarts: int
+) -> None:
+    unavailable = [replace(w, exit_reason=exit_reasons.IMAGE_UNAVAILABLE) for w in workers((E, 125))]
+    plan = settle(facts(S.STARTING, restarts=restarts, max_restarts=max_restarts), unavailable)
+    assert plan is not None and plan.waits_for_image
+    assert [s.state for s in plan.steps] == [S.RUNNING, S.PENDING] and plan.restarts == restarts
+    assert plan.steps[-1].message.endswith("it waits for its image")
+    broken = [replace(w, exit_reason=exit_reasons.IMAGE) for w in workers((E, 125))]
+    failed = settle(facts(S.STARTING), broken)  # a broken image: the job fails, as any failure with no restarts
+    assert failed is not None and not failed.waits_for_image and failed.steps[-1].state is S.FAILED

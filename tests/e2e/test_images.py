@@ -137,17 +137,37 @@ def test_a_malformed_image_is_refused_in_one_line_and_with_a_400(head: HeadProce
     assert served.returncode == 2 and len(served.stderr.strip().splitlines()) == 1, served
 
 
-def test_an_image_the_node_cannot_get_fails_the_job_with_reason_image_and_says_why(
+def test_an_image_the_node_cannot_get_now_makes_the_job_wait_with_reason_image(
     head: HeadProcess, client: GpupoolClient, place: Path
 ) -> None:
+    """A path not there (a shared file system not mounted yet): not the image's fault; the job goes
+    back to waiting, reason image, without using a restart, and its events say why."""
     missing = f"oci:{place / 'no-such-layout'}"
     job_id = _submit(head, "--image", missing, "--", "python3", "-c", "print('NEVER=1')")
+    job = wait_for(
+        lambda: (j := client.job(job_id))["reason_code"] == "image" and j,
+        timeout=60,
+        what="the job to wait for its image",
+    )
+    assert job["state"] == "pending" and job["restarts"] == 0, job
+    said = [e for e in client.events(job_id) if e["kind"] == "image"]
+    assert said and "no-such-layout" in said[0]["message"], said
+    assert "NEVER" not in _log(client, job_id)
+    client.cancel(job_id)
+    assert wait_state(client, job_id, ("cancelled",))["image_digest"] is None  # nothing ran
+
+
+def test_a_broken_image_fails_the_job_with_reason_image_and_says_why(
+    head: HeadProcess, client: GpupoolClient, place: Path
+) -> None:
+    broken = place / "broken.tar"
+    broken.write_bytes(b"this is not a tar archive, nor an OCI image" * 100)
+    job_id = _submit(head, "--image", f"oci-archive:{broken}", "--", "python3", "-c", "print('NEVER=1')")
     job = _ended(client, job_id)
     assert (job["state"], job["exit_reason"]) == ("failed", "image"), job
     (said,) = [e for e in client.events(job_id) if e["kind"] == "image"]
-    assert "no-such-layout" in said["message"], said
+    assert "broken.tar" in said["message"], said
     assert "NEVER" not in _log(client, job_id)
-    assert job["image_digest"] is None  # nothing ran
 
 
 def test_a_job_in_an_image_is_held_to_its_memory(head: HeadProcess, client: GpupoolClient, image: str) -> None:

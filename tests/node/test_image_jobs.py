@@ -90,17 +90,17 @@ def test_two_jobs_of_one_image_unpack_it_once(rt: NodeRuntime, image: str, unix_
     assert len(digests) == 1, digests
 
 
-def test_an_image_the_node_cannot_get_ends_the_worker_with_reason_image(
+def test_an_image_the_node_cannot_get_now_ends_the_worker_with_reason_image_unavailable(
     rt: NodeRuntime, place: Path, unix_accounts: TestAccounts
 ) -> None:
     ann = unix_accounts.make("ann")
     missing = f"oci:{place / 'no-such-layout'}"
     ended = finish(rt, rt.launch(request(5, "echo NEVER=1", account=ann, image=missing)))
-    assert (ended.exit_code, ended.reason) == (125, "image")
+    assert (ended.exit_code, ended.reason) == (125, "image_unavailable")  # not there now: the job waits
     assert ended.note and "no-such-layout" in ended.note, ended.note
     assert "NEVER" not in log(rt, 5) and "not starting the worker" in log(rt, 5)
     registry = finish(rt, rt.launch(request(6, "true", account=ann, image="registry.invalid/team/img:1")))
-    assert registry.reason == "image" and registry.note, registry
+    assert registry.reason == "image_unavailable" and registry.note, registry  # no skopeo here: it waits
 
 
 def test_an_image_whose_root_cannot_be_entered_ends_the_worker_with_reason_image(

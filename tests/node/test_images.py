@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.node.accounts import Account
-from gpupool.node.images import ImageCache, ImageConfig, ImageError, Ref, parse_ref
+from gpupool.node.images import ImageCache, ImageConfig, ImageError, ImageUnavailable, Ref, parse_ref
 from tests.support.oci import Dir, File, Hardlink, Node, Symlink, digest_of, layer, write_archive, write_layout
 
 MB = 1 << 20
@@ -408,9 +408,21 @@ def test_a_refused_pull_says_what_the_registry_said(tmp_path: Path) -> None:
     fake.write_text('#!/bin/sh\necho "FATA[0001] unauthorized: authentication required" >&2\nexit 1\n')
     fake.chmod(0o755)
     cache = ImageCache(str(tmp_path / "cache"), 64 * MB, skopeo=str(fake), authfile="/nonexistent/auth.json")
-    with pytest.raises(ImageError, match="unauthorized: authentication required"):
+    with pytest.raises(ImageError, match="unauthorized: authentication required") as refused:
         cache.get("private/img")
+    assert not isinstance(refused.value, ImageUnavailable)  # the registry said no: the job fails
     assert cache.listing() == []
+
+
+def test_a_registry_that_does_not_answer_makes_the_job_wait(tmp_path: Path) -> None:
+    fake = tmp_path / "skopeo"
+    fake.write_text('#!/bin/sh\necho "dial tcp 10.0.0.9:443: connect: connection refused" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    cache = ImageCache(str(tmp_path / "cache"), 64 * MB, skopeo=str(fake))
+    with pytest.raises(ImageUnavailable, match="connection refused"):
+        cache.get("registry.example.com/team/img:v3")
+    with pytest.raises(ImageUnavailable, match="skopeo is not installed"):
+        ImageCache(str(tmp_path / "cache2"), 64 * MB, skopeo=None).get("registry.example.com/team/img:v3")
 
 
 def _layout(tmp_path: Path, layers: list[bytes]) -> str:

@@ -34,6 +34,7 @@ class ReasonCode(enum.StrEnum):
     IDLE_HOLD = "idle_hold"  # preempted for sitting idle: the jobs that waited go first
     BACKOFF = "backoff"  # failed and requeued: it waits a growing while before its next attempt
     ARRAY_LIMIT = "array_limit"  # its array already runs as many tasks as its %N allows
+    IMAGE = "image"  # a node could not get its image (--image) now: it waits, and is tried again
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,15 @@ OOM = "oom"  # killed by its cgroup at its --memory limit
 GPU_OOM = "gpu_oom"  # stopped for using more GPU memory than its share of a shared GPU
 NO_UNIX_ACCOUNT = "no_unix_account"  # its owner has no Unix account on the node: never started
 IMAGE = "image"  # its --image could not be got or used on the node (the reason in its events): never started
+# The node could not get its image now (a path not there, a registry not answering): it waits, requeued
+IMAGE_UNAVAILABLE = "image_unavailable"
 
 MEANING = {
     OOM: "out of memory: its --memory limit",
     GPU_OOM: "over its share of GPU memory: its --gpu-memory",
     NO_UNIX_ACCOUNT: "its owner has no Unix account on the node",
     IMAGE: "its image could not be got or used on the node",
+    IMAGE_UNAVAILABLE: "its image could not be got on the node now: it waits for it",
 }
 KILLED = (OOM, GPU_OOM)  # reasons the node ended a worker that ran: counted by gpupool_worker_kills_total
 

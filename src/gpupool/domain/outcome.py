@@ -40,6 +40,7 @@ class Outcome:
     message: str
     lost: str = ""  # set when a lost worker ends the attempt: the job is ``lost`` before requeue or failure
     exit_reason: str | None = None  # of the first worker that failed, when its node knows why
+    waits_for_image: bool = False  # requeued because a node could not get its image now: no restart counted
 
 
 def judge(
@@ -74,6 +75,10 @@ def judge(
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
         lost = what if first_bad.status is WorkerStatus.LOST else ""
+        if why == exit_reasons.IMAGE_UNAVAILABLE:  # not the job's failure: it waits, however many restarts
+            return Outcome(
+                Verdict.REQUEUE, code, f"{what}; it waits for its image", exit_reason=why, waits_for_image=True
+            )
         if restarts < max_restarts:
             requeued = f"{what}; requeued (restart {restarts + 1} of {max_restarts})"
             return Outcome(Verdict.REQUEUE, code, requeued, lost, exit_reason=why)
@@ -119,6 +124,7 @@ class Settlement:
     restarts: int = 0
     exit_code: int | None = None
     exit_reason: str | None = None
+    waits_for_image: bool = False  # requeued until a node can get its image (``store.jobs`` defers it)
 
 
 _VERDICT_STATE = {
@@ -148,7 +154,7 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
     if outcome.verdict is Verdict.CANCELLED and job.stop is StopReason.TIMEOUT:
         target = JobState.FAILED
         message = f"stopped after its max runtime of {job.max_runtime_s}s"
-    restarts = job.restarts + 1 if outcome.verdict is Verdict.REQUEUE else job.restarts
+    restarts = job.restarts + 1 if outcome.verdict is Verdict.REQUEUE and not outcome.waits_for_image else job.restarts
     exit_code = job.exit_code if target is JobState.PENDING else outcome.exit_code
     exit_reason = job.exit_reason if target is JobState.PENDING else outcome.exit_reason
     if outcome.lost:  # its node died or its supervisor vanished: lost, then requeued or failed
@@ -159,7 +165,13 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
             f"requeued after preemption (restarts stay {restarts} of {job.max_restarts}: a preemption does not count)"
         )
         steps.append(Step(JobState.PENDING, requeued, "requeued"))
-    return Settlement(steps=tuple(steps), restarts=restarts, exit_code=exit_code, exit_reason=exit_reason)
+    return Settlement(
+        steps=tuple(steps),
+        restarts=restarts,
+        exit_code=exit_code,
+        exit_reason=exit_reason,
+        waits_for_image=outcome.waits_for_image,
+    )
 
 
 RESTART_BACKOFF_CAP_S = 300.0  # the longest a failed job waits before its next attempt (Kubernetes' 5 minutes)

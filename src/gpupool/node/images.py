@@ -34,21 +34,30 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gpupool.node.accounts import Account
-from gpupool.node.oci import ImageConfig, ImageError, Manifest, Ref, Source, blob_path, parse_ref, read_manifest
+from gpupool.node.oci import (
+    ImageConfig,
+    ImageError,
+    ImageUnavailable,
+    Manifest,
+    Ref,
+    Source,
+    blob_path,
+    parse_ref,
+    read_manifest,
+)
+from gpupool.node.pull import skopeo_copy
 from gpupool.node.unpack import Budget, apply_layer
 
-__all__ = ["CachedImage", "Image", "ImageCache", "ImageConfig", "ImageError", "Ref", "parse_ref"]
+__all__ = ["CachedImage", "Image", "ImageCache", "ImageConfig", "ImageError", "ImageUnavailable", "Ref", "parse_ref"]
 
 META, LOCK, UNPACK_LOCK, ROOT, TMP_ROOT = "meta.json", "lock", "unpack.lock", "root", ".root-tmp"
 CACHE_LOCK = ".lock"
-PULL_TIMEOUT = "1h"  # the longest one pull may take (skopeo's --command-timeout)
 
 
 @dataclass(frozen=True)
@@ -175,35 +184,15 @@ class ImageCache:
 
     def _pull(self, ref: Ref, tmp: str, progress: Callable[[str], None]) -> Image:
         if not self.skopeo:
-            raise ImageError(f"cannot pull {ref.text}: skopeo is not installed on this node")
+            raise ImageUnavailable(f"cannot pull {ref.text}: skopeo is not installed on this node")
         shutil.rmtree(tmp, ignore_errors=True)  # a crashed pull's (we hold the pull's lock)
-        remote = f"{ref.location}@{ref.digest}" if ref.digest else f"{ref.location}:{ref.tag or 'latest'}"
-        auth = ["--authfile", self.authfile] if self.authfile else []
         progress(f"gpupool: pulling image {ref.text}")
-        # A registry that stops answering must not keep the job starting for ever: skopeo gives up.
-        argv = [
-            self.skopeo,
-            "--command-timeout",
-            PULL_TIMEOUT,
-            "copy",
-            *auth,
-            f"docker://{remote}",
-            f"oci:{tmp}:latest",
-        ]
         try:
-            lines: list[str] = []
-            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-                for line in proc.stdout or ():
-                    if line.strip():
-                        lines.append(line.strip())
-                        progress(f"gpupool: {lines[-1]}")
-            if proc.returncode != 0:
-                why = lines[-1] if lines else f"skopeo exited {proc.returncode}"
-                raise ImageError(f"cannot pull {ref.text}: {why}")
+            skopeo_copy(self.skopeo, self.authfile, ref, tmp, progress)
             with Source(Ref("layout", tmp, "latest")) as source:
                 return self._install(source, "latest", ref.text, progress, keep=True)
         except OSError as exc:
-            raise ImageError(f"cannot pull {ref.text}: {exc.strerror or exc}") from exc
+            raise ImageUnavailable(f"cannot pull {ref.text}: {exc.strerror or exc}") from exc
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

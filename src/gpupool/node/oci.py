@@ -41,6 +41,11 @@ class ImageError(Exception):
     """The image cannot be used: ``str(exc)`` is one sentence for the job's events."""
 
 
+class ImageUnavailable(ImageError):
+    """The node cannot get the image now (its path is not there, the registry does not answer, no
+    skopeo): not the image's fault, so the job waits and is tried again, where a broken image fails it."""
+
+
 class Ref(NamedTuple):
     """A parsed image reference. ``kind``: "layout" (a directory), "archive" (a tar of one) or
     "registry" (also a name imported on the node, which the cache looks up before pulling)."""
@@ -154,7 +159,11 @@ class Source:
                 self._members = {m.name.removeprefix("./"): m for m in self._tar.getmembers() if m.isreg()}
             except (OSError, tarfile.TarError) as exc:
                 self.close()
+                if isinstance(exc, FileNotFoundError):
+                    raise ImageUnavailable(f"the OCI archive {ref.location} is not on this node") from exc
                 raise ImageError(f"cannot read the OCI archive {ref.location}: {_why(exc)}") from exc
+        elif not os.path.lexists(ref.location):
+            raise ImageUnavailable(f"the OCI layout {ref.location} is not on this node")
         elif not _isdir(ref.location, reader):
             raise ImageError(f"{ref.location} is not an OCI layout directory (or it is not readable)")
 

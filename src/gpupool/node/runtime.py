@@ -367,6 +367,7 @@ class NodeRuntime:
 
 
 NO_ACCOUNT = "no_unix_account"  # exit reason of a worker whose owner has no account on its node
+IMAGE_UNAVAILABLE = "image_unavailable"  # the node could not get its image now: the job waits (exit_reasons.py)
 IMAGE = "image"  # exit reason of a worker whose image the node could not get or use (domain/exit_reasons.py)
 SYSTEM_ACCOUNT = "system_account"  # exit reason of a worker that would have run as root or a system account
 
@@ -384,6 +385,6 @@ def _read_exit(run_dir: Path) -> WorkerExit | None:
     return WorkerExit(
         exit_code=record.exit_code,
         reason=reason,
-        note=record.note if reason == IMAGE else None,
+        note=record.note if reason in (IMAGE, IMAGE_UNAVAILABLE) else None,
         image_digest=record.image_digest,
     )

@@ -46,14 +46,15 @@ def main(spec_path: str) -> int:
         if spec.image is not None and spec.container is not None:
             # Only now: the image cache costs ~20 ms of imports that a worker without an image never pays.
             from gpupool.node import image_start
-            from gpupool.node.images import ImageError
+            from gpupool.node.images import ImageError, ImageUnavailable
 
             try:
                 started = image_start.start(spec.image, spec.argv, dict(spec.env), spec.cwd, spec.account, log, run)
             except ImageError as exc:  # the worker never starts: the head reads why in its events
                 log.write(f"gpupool: {exc}; not starting the worker\n".encode())
                 note = str(exc)
-                rundir.write_exit(run, rundir.ExitRecord(125, note=note, finished_at=_now(), reason="image"))
+                why = "image_unavailable" if isinstance(exc, ImageUnavailable) else "image"  # it waits, or fails
+                rundir.write_exit(run, rundir.ExitRecord(125, note=note, finished_at=_now(), reason=why))
                 rundir.ring(run)
                 return 0
             hold, digest = started.hold, started.digest

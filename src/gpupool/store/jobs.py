@@ -201,7 +201,17 @@ def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 
         row.not_before = now + timedelta(seconds=delay)
         row.reason_code, row.reason = backoff_reason(row.not_before, delay, row.restarts)
         add_event(session, now, kind="backoff", job_id=job_id, message=row.reason)
+    if plan.waits_for_image and row.state == JobState.PENDING.value:
+        row.not_before = now + timedelta(seconds=IMAGE_RETRY_S)  # not a tight loop on a registry that is down
+        row.reason_code = ReasonCode.IMAGE.value
+        row.reason = (
+            f"a node could not get its image now (its events say why); tried again from {row.not_before:%H:%M:%S} UTC"
+        )
+        add_event(session, now, kind="image", job_id=job_id, message=f"waits for its image: {row.reason}")
     return plan.stop_workers
+
+
+IMAGE_RETRY_S = 60.0  # a job whose image a node could not get now is tried again after this
 
 
 def backoff_reason(until: datetime, delay: float, restarts: int) -> tuple[str, str]:

@@ -133,7 +133,7 @@ def record_exit(
         kind, what = "oom", f"ran out of memory and was killed (code {exit_code}): raise --memory, or use less"
     elif exit_reason == exit_reasons.GPU_OOM:
         kind, what = "gpu_oom", f"used more than its share of GPU memory and was stopped (code {exit_code})"
-    elif exit_reason == exit_reasons.IMAGE:
+    elif exit_reason in (exit_reasons.IMAGE, exit_reasons.IMAGE_UNAVAILABLE):
         kind, what = "image", f"could not start in its image: {note or 'see its log'}"
     elif exit_reason == exit_reasons.NO_UNIX_ACCOUNT:
         kind, what = "no_account", "could not start: its owner has no Unix account on that node (see its log)"
