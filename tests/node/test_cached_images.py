@@ -50,7 +50,7 @@ def test_a_file_that_is_no_oci_image_is_refused_with_the_nodes_sentence(rt: Node
         rt.image_cache.import_archive(str(junk), "junk")
     assert refused.value.code == "bad_image"
     assert str(junk) in refused.value.message and "\n" not in refused.value.message
-    with pytest.raises(InvalidInput, match=r"cannot read the OCI archive .*missing.tar: No such file"):
+    with pytest.raises(InvalidInput, match=r"the OCI archive .*missing.tar is not on this node"):
         rt.image_cache.import_archive(str(tmp_path / "missing.tar"), "missing")
     assert rt.image_cache.listing() == []
 
