@@ -90,7 +90,9 @@ STDLIB_ONLY = {
         {"gpupool.node.oci", "gpupool.node.unpack", "gpupool.node.accounts", "gpupool.node.pull"}
     ),
     "node/pull.py": frozenset({"gpupool.node.oci"}),
-    "node/oci.py": frozenset({"gpupool.node.accounts"}),  # its parse_ref is the head's too
+    "node/oci.py": frozenset(
+        {"gpupool.node.accounts", "gpupool.domain.images"}
+    ),  # the head's grammar of refs  # its parse_ref is the head's too
     "node/unpack.py": frozenset({"gpupool.node.oci"}),
     # forks supervisors: what it imports, every supervisor has
     "node/zygote.py": frozenset({"gpupool.node.rundir", "gpupool.node.supervisor"}),

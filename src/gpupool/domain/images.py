@@ -85,7 +85,7 @@ def parse_ref(text: str) -> ImageRef:
 
 def _path_ref(rest: str, kind: Kind, tagged: bool = True) -> ImageRef:
     path, tag = rest, None
-    if tagged and ":" in rest:
+    if tagged and ":" in rest.rsplit("/", 1)[-1]:  # a colon in a directory's name is not a tag
         path, tag = rest.rsplit(":", 1)
         if not _TAG_ONLY.match(tag):
             raise BadImageRef(f"invalid tag {tag[:80]!r} in image reference: letters, digits, '_', '.', '-'")

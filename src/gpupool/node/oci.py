@@ -24,15 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
+from gpupool.domain import images as image_refs
 from gpupool.node.accounts import Account
 
 OCI_INDEX = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 REF_NAME = "org.opencontainers.image.ref.name"
 WHITEOUT, OPAQUE = ".wh.", ".wh..wh..opq"
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
-_REPO = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}")
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
@@ -86,33 +83,16 @@ class Manifest:
 
 
 def parse_ref(text: str) -> Ref:
-    """The reference ``text`` names, without touching the file system or the network (the head
-    refuses a malformed one at submit with this). Raises ImageError."""
-    if not text or text != text.strip() or any(c in text for c in "\0\n\r\t "):
-        raise ImageError(f"image reference {text!r} is empty or has spaces or control characters")
-    for prefix, kind in (("oci:", "layout"), ("oci-archive:", "archive")):
-        if text.startswith(prefix):
-            path, tag = text[len(prefix) :], ""
-            if ":" in path.rsplit("/", 1)[-1]:
-                path, tag = path.rsplit(":", 1)
-                if not _TAG.fullmatch(tag):
-                    raise ImageError(f"image reference {text!r} has a malformed tag {tag!r}")
-            return Ref(kind, _absolute(path, text), tag)
-    if text.startswith("/"):
-        return Ref("archive" if text.endswith(".tar") else "layout", _absolute(text, text), "")
-    name, _, digest = text.partition("@")
-    if digest and not _DIGEST.fullmatch(digest):
-        raise ImageError(f"image reference {text!r} has a malformed digest (sha256:<64 hex digits>)")
-    repo, tag = name, ""
-    if ":" in name.rsplit("/", 1)[-1]:
-        repo, tag = name.rsplit(":", 1)
-        if not _TAG.fullmatch(tag):
-            raise ImageError(f"image reference {text!r} has a malformed tag {tag!r}")
-    if not _REPO.fullmatch(repo) or len(repo) > 255:
-        raise ImageError(
-            f"image reference {text!r} is not an image name (lowercase, like python:3.11 or nvcr.io/org/image:tag)"
-        )
-    return Ref("registry", repo, tag, digest)
+    """The reference ``text`` names, without touching the file system or the network: the head's
+    grammar (``domain/images.py``, which refuses a malformed one at submit), read as the cache
+    names images. Raises ImageError."""
+    try:
+        read = image_refs.parse_ref(text)
+    except image_refs.BadImageRef as exc:
+        raise ImageError(str(exc)) from None
+    if read.kind == "named":
+        return Ref("registry", read.location, read.tag or "", read.digest or "")
+    return Ref(read.kind, _absolute(read.location, text), read.tag or "")
 
 
 def _absolute(path: str, text: str) -> str:
