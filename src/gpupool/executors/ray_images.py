@@ -1,6 +1,6 @@
 """The Ray backend's image calls (issue 32), apart from ``ray.py`` so that each module stays small:
 ``AgentImages`` is mixed into the node agent (the actor, on its node), ``ExecutorImages`` into the
-head's ``RayExecutor``, which supplies ``_answering`` and ``_call``.
+head's ``RayExecutor``, which supplies ``_ask``, ``_answering`` and ``_call``.
 
 An import unpacks a whole archive on the node, which takes far longer than any other call: it
 gets a timeout of its own. A node's refusal (not an OCI image...) crosses Ray as its sentence, not
@@ -33,6 +33,9 @@ class AgentImages:
 
 
 class ExecutorImages:
+    def _ask(self, node: str, silent: Any, method: str, *args: Any) -> Any:
+        raise NotImplementedError
+
     def _answering(self, node: str) -> Any:
         raise NotImplementedError
 
@@ -40,10 +43,7 @@ class ExecutorImages:
         raise NotImplementedError
 
     def images(self, node: str) -> list[NodeImage]:
-        agent = self._answering(node)
-        if agent is None:
-            return []  # listed again once it answers
-        held: list[NodeImage] = self._call(node, agent.images.remote())
+        held: list[NodeImage] = self._ask(node, [], "images")  # a silent node is listed once it answers
         return held
 
     def import_image(self, node: str, path: str, name: str) -> NodeImage:
