@@ -24,7 +24,7 @@ import pytest
 
 from gpupool.client import GpupoolClient
 from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
-from tests.support.images import python_image
+from tests.support.images import image_place, python_image
 from tests.support.unix_accounts import TestAccounts
 from tests.support.workers import namespace_alive
 
@@ -39,10 +39,8 @@ ENDED = ("succeeded", "failed", "cancelled")
 
 @pytest.fixture(scope="module")
 def place() -> Iterator[Path]:
-    path = Path(f"/var/tmp/gpupool-e2e-images-{os.getpid()}")
-    path.mkdir(mode=0o755, exist_ok=True)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with image_place("e2e-images") as path:
+        yield path
 
 
 @pytest.fixture(scope="module")

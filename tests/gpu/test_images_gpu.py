@@ -6,9 +6,7 @@ file in its /dev, one GPU in nvidia-smi, the driver's library at the node's path
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,12 +17,10 @@ from tests.support.headproc import HeadProcess
 
 @pytest.fixture(scope="module")
 def image_ref() -> Iterator[str]:
-    from tests.support.images import python_image
+    from tests.support.images import image_place, python_image
 
-    place = Path(f"/var/tmp/gpupool-gpu-image-{os.getpid()}")  # not /tmp: a worker's /tmp is its own
-    place.mkdir(mode=0o755, exist_ok=True)
-    yield python_image(place)
-    shutil.rmtree(place, ignore_errors=True)
+    with image_place("gpu-image") as place:
+        yield python_image(place)
 
 
 def test_a_job_in_an_image_sees_exactly_its_gpu(gpu_head: HeadProcess, image_ref: str) -> None:

@@ -367,11 +367,9 @@ def test_on_ray_a_gang_runs_in_an_image_on_two_nodes(cluster: RayCluster, unix_a
     as the local one does; the job's JSON says the digest it ran."""
     if os.geteuid() != 0:
         pytest.skip("jobs in images need the node runtime to run as root; this is not root")
-    from tests.support.images import python_image
+    from tests.support.images import image_place, python_image
 
-    place = Path(f"/var/tmp/gpupool-ray-image-{os.getpid()}")  # not /tmp: a worker's /tmp is its own
-    place.mkdir(mode=0o755, exist_ok=True)
-    try:
+    with image_place("ray-image") as place:  # not /tmp: a worker's /tmp is its own
         ref = python_image(place)
         account = unix_accounts.make("ivy")
         with cluster.head.client() as admin:
@@ -386,5 +384,3 @@ def test_on_ray_a_gang_runs_in_an_image_on_two_nodes(cluster: RayCluster, unix_a
         assert {p["node"] for p in job["placements"]} == {"w1", "w2"}
         for worker, log in enumerate(logs):
             assert f"RANK={worker}" in log and "VAR=from-image" in log and f"WHO={account}" in log, log
-    finally:
-        subprocess.run(["rm", "-rf", str(place)], check=False)

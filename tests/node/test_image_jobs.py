@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.node.runtime import NodeRuntime
-from tests.support.images import python_image
+from tests.support.images import image_place, python_image
 from tests.support.unix_accounts import TestAccounts
 from tests.support.workers import finish, log, request, said, walled_runtime
 
@@ -25,10 +25,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs in images need r
 
 @pytest.fixture(scope="module")
 def place() -> Iterator[Path]:
-    path = Path(f"/var/tmp/gpupool-test-images-{os.getpid()}")
-    path.mkdir(mode=0o755, exist_ok=True)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with image_place("test-images") as path:
+        yield path
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,13 @@ OCI layout or archive, with an ``ENV``, ``Cmd`` and ``WorkingDir`` the tests che
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
+import shutil
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import oci, rootfs
@@ -52,3 +55,15 @@ def padding_layer(megabytes: int, files: int = 16) -> bytes:
             member.size, member.mode = each, 0o644
             tar.addfile(member, io.BytesIO(os.urandom(each)))
     return gzip.compress(buffer.getvalue(), compresslevel=1, mtime=0)
+
+
+@contextlib.contextmanager
+def image_place(name: str) -> Iterator[Path]:
+    """A directory for a test's images and work, removed afterwards: under /var/tmp, not /tmp,
+    since a worker's /tmp is its own before it enters its image's root."""
+    path = Path(f"/var/tmp/gpupool-{name}-{os.getpid()}")
+    path.mkdir(mode=0o755, exist_ok=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
