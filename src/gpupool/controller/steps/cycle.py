@@ -1,10 +1,9 @@
 """The scheduling cycle: load a snapshot, ``schedule()`` it, start and stop what it decided, and
 write why each waiting job waits. It runs only when something changed (a submit, a cancel, an exit,
-a start), a full cycle is due, or the time when a held-back job may start has come."""
+a start), a full cycle is due, or the time when a deferred job may start has come."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 from gpupool.controller.steps.parts import Parts, PartsStep
@@ -39,12 +38,12 @@ class ScheduleCycle(PartsStep):
 
     def run(self, now: float) -> bool:
         p, shared = self._parts, self._parts.shared
-        due = time.monotonic() - self._last_full >= p.settings.full_cycle_s
+        due = now - self._last_full >= p.settings.full_cycle_s
         woken = self._wake_at is not None and p.clock.now() >= self._wake_at
         if not (shared.dirty or shared.touched or due or woken):
             return False
         shared.dirty = False
-        self._last_full = time.monotonic()
+        self._last_full = now
         with p.db.read() as s:  # no writer waits while the snapshot is read
             deferred = job_repo.deferred(s, p.clock.now())
             deferred_until = min((until for until, _ in deferred.values()), default=None)

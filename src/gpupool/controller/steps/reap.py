@@ -3,8 +3,6 @@ that was touched (``controller/monitor.py``)."""
 
 from __future__ import annotations
 
-import time
-
 from gpupool.controller.steps.parts import Parts, PartsStep
 from gpupool.store import drain as drain_repo
 from gpupool.store import jobs as job_repo
@@ -23,7 +21,7 @@ class ReapAndSettle(PartsStep):
 
     def run(self, now: float) -> bool:
         p = self._parts
-        reaped = self._reap()
+        reaped = self._reap(now)
         if reaped:
             p.ports.changed()
             p.user_logs.changed()
@@ -36,9 +34,9 @@ class ReapAndSettle(PartsStep):
         p.shared.touched |= touched
         return bool(reaped)  # exits were reaped: this tick moved work along
 
-    def _reap(self) -> set[int]:
-        if self.heard_exits and not self.rang and time.monotonic() - self._last_poll < POLL_S:
+    def _reap(self, now: float) -> set[int]:
+        if self.heard_exits and not self.rang and now - self._last_poll < POLL_S:
             return set()
         self.rang = False  # before polling: a ring during the poll calls for another
-        self._last_poll = time.monotonic()
+        self._last_poll = now
         return self._parts.monitor.reap()
