@@ -77,7 +77,7 @@ class JobRow(Base):
     reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
+    exit_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)  # oom (0010; 32: 0018)
     run_as: Mapped[str | None] = mapped_column(String(32), nullable=True)  # Unix account (0011)
     # A task of an array (0013): the array's id is its first task's job id; null otherwise.
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
@@ -126,7 +126,7 @@ class WorkerRow(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    exit_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # oom (0010)
+    exit_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)  # oom (0010; 32: 0018)
     # Its cgroup's readings, from the telemetry step (0011): None without a cgroup, or not read yet.
     memory_used_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     memory_peak_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
