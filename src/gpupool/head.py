@@ -351,6 +351,7 @@ def controller_settings(settings: Settings) -> ControllerSettings:
         idle=settings.idle,
         alerts=settings.alerts,
         restart_backoff_s=settings.restart_backoff_s,
+        image_wait_s=settings.image_wait_s,
         keep_finished_s=settings.keep_finished_s,
         max_user_log_bytes=settings.max_user_log_bytes,
         allow_system_accounts=settings.allow_system_accounts,

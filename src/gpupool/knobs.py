@@ -286,6 +286,15 @@ IMAGE_CACHE = size(
     100 * TIB,
     field="image_cache_bytes",
 )
+IMAGE_WAIT = duration(
+    "image_wait",
+    "1h",
+    "a job whose --image no node can get now (a path not there, a registry not answering) is tried"
+    " again each minute for this long, then fails with exit_reason image (0 to 7d; 0: it fails at"
+    " once): a registry down for minutes fails no job, a mistyped path fails within the hour",
+    0,
+    7 * DAY,
+)
 MAX_BODY = size(
     "max_body", "1M", "the largest request body the API reads (1K to 64M)", 1024, 64 * MIB, field="max_body_bytes"
 )
@@ -376,6 +385,7 @@ KNOBS = table(
     MAX_USER_ARRAYS,
     MAX_USER_LOGS,
     IMAGE_CACHE,
+    IMAGE_WAIT,
     MAX_BODY,
     CLIENT_TIMEOUT,
     TLS_CERT,

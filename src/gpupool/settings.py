@@ -82,6 +82,7 @@ class Settings:
     max_user_arrays: int = knobs.MAX_USER_ARRAYS.default
     max_user_log_bytes: int = knobs.MAX_USER_LOGS.default
     image_cache_bytes: int = knobs.IMAGE_CACHE.default  # each node's unpacked images (issue 32)
+    image_wait_s: float = knobs.IMAGE_WAIT.default  # for an image no node can get now, then the job fails
     max_body_bytes: int = knobs.MAX_BODY.default
     client_timeout_s: float = knobs.CLIENT_TIMEOUT.default  # for a request's headers, and then its body
     tls_cert: Path | None = knobs.TLS_CERT.default

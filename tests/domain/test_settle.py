@@ -8,7 +8,7 @@ import pytest
 
 from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState, StopReason, may_replace
-from gpupool.domain.outcome import JobFacts, settle
+from gpupool.domain.outcome import ImageWait, JobFacts, settle
 from tests.support.builders import E, L, R, workers
 
 C, T, P, IDLE = StopReason.CANCEL, StopReason.TIMEOUT, StopReason.PREEMPT, StopReason.IDLE
@@ -109,3 +109,44 @@ def test_a_job_whose_image_a_node_cannot_get_now_waits_without_using_a_restart(
     broken = [replace(w, exit_reason=exit_reasons.IMAGE) for w in workers((E, 125))]
     failed = settle(facts(S.STARTING), broken)  # a broken image: the job fails, as any failure with no restarts
     assert failed is not None and not failed.waits_for_image and failed.steps[-1].state is S.FAILED
+
+
+REF = "registry.example/team/train:1"
+
+
+@pytest.mark.parametrize(
+    ("waited_s", "limit_s", "gives_up"),
+    [
+        (0.0, 3600.0, False),  # the first exit of a wait: tried again in a minute
+        (3599.0, 3600.0, False),
+        (3600.0, 3600.0, True),  # waited its --image-wait: the next exit fails it
+        (86400.0, None, False),  # no bound (a controller built without one): it waits for ever
+        (0.0, 0.0, True),  # --image-wait 0: never waits
+    ],
+)
+def test_a_job_waits_for_its_image_only_as_long_as_the_head_allows(
+    waited_s: float, limit_s: float | None, gives_up: bool
+) -> None:
+    unavailable = [replace(w, exit_reason=exit_reasons.IMAGE_UNAVAILABLE) for w in workers((E, 125))]
+    wait = ImageWait(REF, waited_s, "registry.example did not answer, on n", limit_s)
+    plan = settle(replace(facts(S.STARTING, restarts=1, max_restarts=3), image_wait=wait), unavailable)
+    assert plan is not None and plan.restarts == 1  # neither way uses a restart
+    if not gives_up:
+        assert plan.waits_for_image and [s.state for s in plan.steps] == [S.RUNNING, S.PENDING]
+        assert (plan.exit_code, plan.exit_reason) == (None, None)  # a pending job keeps those of its last end
+        return
+    assert not plan.waits_for_image and [s.state for s in plan.steps] == [S.RUNNING, S.FAILED]
+    assert (plan.exit_code, plan.exit_reason) == (125, exit_reasons.IMAGE)
+    said = plan.steps[-1].message
+    assert said.startswith(f"could not get image {REF}") and "(last: registry.example did not answer, on n)" in said
+    if limit_s:
+        assert " for 60m " in said and said.endswith("gave up (gpupool up --image-wait 60m)")
+    else:
+        assert said.endswith("gave up at once (gpupool up --image-wait 0)")
+
+
+def test_the_image_bound_applies_only_to_an_exit_for_want_of_the_image() -> None:
+    over = ImageWait(REF, 7200.0, "not there", 3600.0)
+    failed = [replace(w, exit_reason=None) for w in workers((E, 1))]
+    plan = settle(replace(facts(max_restarts=2), image_wait=over), failed)  # its own failure: a restart, as ever
+    assert plan is not None and plan.restarts == 1 and plan.steps[-1].state is S.PENDING

@@ -45,12 +45,12 @@ class FakeExecutor:
         self.bad_archives: dict[str, str] = {}  # path -> the node's sentence refusing to import it
         self.silent: set[str] = set()  # nodes that answer no image call (a Ray node not answering)
 
-    def exit(self, job_id: int, exit_code: int) -> None:
-        """Every worker of the job's latest attempt exits with ``exit_code``."""
+    def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
+        """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
         attempt = max(r.attempt for _, r in self.launched if r.job_id == job_id)
         for _, r in self.launched:
             if (r.job_id, r.attempt) == (job_id, attempt):
-                self._exits[(r.job_id, r.attempt, r.worker)] = WorkerExit(exit_code)
+                self._exits[(r.job_id, r.attempt, r.worker)] = WorkerExit(exit_code, reason=reason, note=note)
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)

@@ -21,10 +21,17 @@ log = logging.getLogger("gpupool.controller")
 
 class Monitor:
     def __init__(
-        self, db: Database, executor: Executor, clock: Clock, applier: Applier, restart_backoff_s: float = 0.0
+        self,
+        db: Database,
+        executor: Executor,
+        clock: Clock,
+        applier: Applier,
+        restart_backoff_s: float = 0.0,
+        image_wait_s: float | None = None,
     ) -> None:
         self._db = db
         self._backoff_s = restart_backoff_s
+        self._image_wait_s = image_wait_s  # None: a job waits for its image for ever
         self._executor = executor
         self._clock = clock
         self._applier = applier
@@ -68,7 +75,7 @@ class Monitor:
         for job_id in sorted(job_ids):
             try:
                 with self._db.tx() as s:
-                    to_stop = job_repo.settle_job(s, job_id, self._clock.now(), self._backoff_s)
+                    to_stop = job_repo.settle_job(s, job_id, self._clock.now(), self._backoff_s, self._image_wait_s)
             except Stale:
                 log.info("job %s changed while it was being settled; settling it again next cycle", job_id)
                 continue

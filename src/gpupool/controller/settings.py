@@ -34,6 +34,9 @@ class ControllerSettings:
     # A job requeued after a failure waits this long before its next attempt, doubling per failure
     # (the head sets it from --restart-backoff; 0 here: a controller built in a test requeues at once).
     restart_backoff_s: float = 0.0
+    # A job whose image no node can get now is tried again each minute for this long, then fails
+    # (the head sets it from --image-wait, whose default this is; 0: it fails at once).
+    image_wait_s: float = 3600.0
     # Finished jobs, their events, run directories and logs are deleted this long after they ended.
     keep_finished_s: float = 30 * 86400.0
     # Users' jobs may run as root or system accounts (gpupool up --allow-system-accounts); the

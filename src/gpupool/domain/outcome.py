@@ -17,10 +17,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpupool.domain import exit_reasons
+from gpupool.domain.durations import format_duration
 from gpupool.domain.jobs import JobState, StopReason, may_replace
 from gpupool.domain.records import WorkerRecord, WorkerStatus
 
-__all__ = ["JobFacts", "Outcome", "Settlement", "Step", "StopReason", "Verdict", "judge", "may_replace", "settle"]
+__all__ = [
+    "ImageWait",
+    "JobFacts",
+    "Outcome",
+    "Settlement",
+    "Step",
+    "StopReason",
+    "Verdict",
+    "judge",
+    "may_replace",
+    "settle",
+]
 
 
 class Verdict(enum.StrEnum):
@@ -43,14 +55,42 @@ class Outcome:
     waits_for_image: bool = False  # requeued because a node could not get its image now: no restart counted
 
 
+@dataclass(frozen=True, slots=True)
+class ImageWait:
+    """How long a job has waited for an image no node could get now, and how long it may.
+
+    A registry down for minutes should not fail jobs, nor a mistyped path keep one pending for
+    days: past ``limit_s`` (``gpupool up --image-wait``) the next exit for want of the image
+    fails the job instead of requeueing it once more."""
+
+    image: str
+    waited_s: float  # since the first exit of this wait (its attempts in a row that could not get it)
+    last: str  # the node's latest sentence on why
+    limit_s: float | None  # None: it waits for ever; 0: it never waits
+
+    @property
+    def over(self) -> bool:
+        return self.limit_s is not None and self.waited_s >= self.limit_s
+
+    def gave_up(self) -> str:
+        if not self.limit_s:
+            return f"could not get image {self.image} (last: {self.last}); gave up at once (gpupool up --image-wait 0)"
+        return (
+            f"could not get image {self.image} for {format_duration(self.waited_s)} (last: {self.last});"
+            f" gave up (gpupool up --image-wait {format_duration(self.limit_s)})"
+        )
+
+
 def judge(
     workers: Sequence[WorkerRecord],
     *,
     stop: StopReason | None,
     restarts: int,
     max_restarts: int,
+    image_wait: ImageWait | None = None,
 ) -> Outcome:
-    """What the workers' exits mean, given the stop under way."""
+    """What the workers' exits mean, given the stop under way (and, where a node could not get
+    the job's image now, how long it has waited for it)."""
     live = [w for w in workers if w.status.holds_resources]
     ended = sorted(
         (w for w in workers if not w.status.holds_resources),
@@ -75,6 +115,8 @@ def judge(
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
         lost = what if first_bad.status is WorkerStatus.LOST else ""
+        if why == exit_reasons.IMAGE_UNAVAILABLE and image_wait is not None and image_wait.over:
+            return Outcome(Verdict.FAILED, code, image_wait.gave_up(), exit_reason=exit_reasons.IMAGE)
         if why == exit_reasons.IMAGE_UNAVAILABLE:  # not the job's failure: it waits, however many restarts
             return Outcome(
                 Verdict.REQUEUE, code, f"{what}; it waits for its image", exit_reason=why, waits_for_image=True
@@ -103,6 +145,7 @@ class JobFacts:
     max_runtime_s: int | None
     exit_code: int | None
     exit_reason: str | None = None
+    image_wait: ImageWait | None = None  # where its attempt ended for an image a node could not get now
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +181,9 @@ _VERDICT_STATE = {
 
 def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
     """The next move of a starting or running job: None while it runs normally."""
-    outcome = judge(workers, stop=job.stop, restarts=job.restarts, max_restarts=job.max_restarts)
+    outcome = judge(
+        workers, stop=job.stop, restarts=job.restarts, max_restarts=job.max_restarts, image_wait=job.image_wait
+    )
     if outcome.verdict is Verdict.WAIT:
         return None
     if outcome.verdict is Verdict.STOP_REST:

@@ -9,13 +9,16 @@ from typing import cast
 from sqlalchemy import Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.domain.durations import format_duration
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, REQUEUING_STOPS, JobSpec, JobState, StopReason, may_replace
 from gpupool.domain.outcome import JobFacts, failures_in_a_row, restart_delay, settle
 from gpupool.domain.records import LIVE_WORKER_STATES, Event, JobRecord, WorkerRecord
 from gpupool.store import bulk
 from gpupool.store.convert import job_record, worker_record
+from gpupool.store.image_waits import image_wait
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
@@ -166,16 +169,21 @@ def stopping(session: Session) -> set[int]:
     return set(session.scalars(query))
 
 
-def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 0.0) -> tuple[WorkerRecord, ...]:
+def settle_job(
+    session: Session, job_id: int, now: datetime, backoff_s: float = 0.0, image_wait_s: float | None = None
+) -> tuple[WorkerRecord, ...]:
     """Apply ``domain.outcome.settle`` to an active job: walk its transitions, or return the live
     workers to stop first. The job's row is read, decided on and written in this one transaction.
     A job requeued after it failed (not after its node was lost) waits ``restart_delay`` (from
-    ``backoff_s``) before it is scheduled again, with reason ``backoff``."""
+    ``backoff_s``) before it is scheduled again, with reason ``backoff``; one whose image a node
+    could not get now waits ``IMAGE_RETRY_S``, until it has waited ``image_wait_s`` (None: for ever)."""
     row = job_row(session, job_id, lock=True)
     state = JobState(row.state)
     if not state.active:
         return ()
     workers = [worker_record(w) for w in _attempt_rows(session, job_id, row.starts)]
+    unavailable = any(w.exit_reason == exit_reasons.IMAGE_UNAVAILABLE for w in workers)
+    waited = image_wait(session, row, now, image_wait_s) if unavailable else None
     facts = JobFacts(
         id=row.id,
         state=state,
@@ -185,6 +193,7 @@ def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 
         max_runtime_s=row.max_runtime_s,
         exit_code=row.exit_code,
         exit_reason=row.exit_reason,
+        image_wait=waited,
     )
     plan = settle(facts, workers)
     if plan is None:
@@ -204,9 +213,14 @@ def settle_job(session: Session, job_id: int, now: datetime, backoff_s: float = 
     if plan.waits_for_image and row.state == JobState.PENDING.value:
         row.not_before = now + timedelta(seconds=IMAGE_RETRY_S)  # not a tight loop on a registry that is down
         row.reason_code = ReasonCode.IMAGE.value
-        row.reason = (
+        reason = (
             f"a node could not get its image now (its events say why); tried again from {row.not_before:%H:%M:%S} UTC"
         )
+        if waited is not None and waited.limit_s is not None:
+            ends = now + timedelta(seconds=waited.limit_s - waited.waited_s)
+            bound = format_duration(waited.limit_s)
+            reason += f"; it fails if it still cannot from {ends:%H:%M:%S} UTC (--image-wait {bound})"
+        row.reason = reason
         add_event(session, now, kind="image", job_id=job_id, message=f"waits for its image: {row.reason}")
     return plan.stop_workers
 

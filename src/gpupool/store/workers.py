@@ -18,6 +18,7 @@ from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, WorkerRecord, WorkerStatus
 from gpupool.store.arrays import task_of
 from gpupool.store.convert import usage_of, worker_record
+from gpupool.store.image_waits import IMAGE_REFUSED
 from gpupool.store.jobs import job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
@@ -134,7 +135,7 @@ def record_exit(
     elif exit_reason == exit_reasons.GPU_OOM:
         kind, what = "gpu_oom", f"used more than its share of GPU memory and was stopped (code {exit_code})"
     elif exit_reason in (exit_reasons.IMAGE, exit_reasons.IMAGE_UNAVAILABLE):
-        kind, what = "image", f"could not start in its image: {note or 'see its log'}"
+        kind, what = "image", f"{IMAGE_REFUSED}{note or 'see its log'}"
     elif exit_reason == exit_reasons.NO_UNIX_ACCOUNT:
         kind, what = "no_account", "could not start: its owner has no Unix account on that node (see its log)"
     else:

@@ -82,7 +82,7 @@ class Parts:
             config,
             settings,
             applier,
-            Monitor(db, executor, clock, applier, settings.restart_backoff_s),
+            Monitor(db, executor, clock, applier, settings.restart_backoff_s, settings.image_wait_s),
             TelemetrySampler(db, executor, clock, settings.telemetry_every_s, settings.telemetry_retention),
             IdleWatch(db, clock, settings.idle, applier),
             AlertWatch(db, clock, settings.alerts),
