@@ -155,6 +155,21 @@ def test_an_image_the_node_cannot_get_now_makes_the_job_wait_with_reason_image(
     assert wait_state(client, job_id, ("cancelled",))["image_digest"] is None  # nothing ran
 
 
+def test_an_image_the_node_cannot_get_now_fails_the_job_at_once_under_image_wait_0(place: Path) -> None:
+    """``gpupool up --image-wait 0``: no wait at all; the job fails, with why, at its first try."""
+    impatient = HeadProcess(place / "data-impatient", nodes=1, gpus=1, extra=["--image-wait", "0"]).start()
+    try:
+        job_id = _submit(impatient, "--image", f"oci:{place / 'not-here'}", "--", "python3", "-c", "print(1)")
+        with impatient.client() as c:
+            job = wait_state(c, job_id, ENDED, timeout=WAIT)
+            assert (job["state"], job["exit_reason"], job["restarts"]) == ("failed", "image", 0), job
+            (said,) = [e["message"] for e in c.events(job_id) if e["kind"] == "failed"]
+        assert said.startswith(f"could not get image oci:{place / 'not-here'} (last: ") and "not-here" in said, said
+        assert said.endswith("gave up at once (gpupool up --image-wait 0)"), said
+    finally:
+        impatient.kill_everything()
+
+
 def test_a_broken_image_fails_the_job_with_reason_image_and_says_why(
     head: HeadProcess, client: GpupoolClient, place: Path
 ) -> None:
