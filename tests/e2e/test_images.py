@@ -2,9 +2,10 @@
 supervisors, an image made from this machine's own files (tests/support/images.py), the CLI and
 the API as a user sees them.
 
-One head for the module (with its gateway) and one image, built once. Images, the head's data
-and work directories live under /var/tmp: a worker's /tmp is its own before it enters its root,
-and would hide a node's image cache kept under it. Needs root (other Unix accounts, mounts,
+One head for the module (with its gateway) and two images, each built once: the python one, and
+the same with a layer of this run's torch for a gang that trains (skipped without torch). Images,
+the head's data and work directories live under /var/tmp: a worker's /tmp is its own before it
+enters its root, and would hide a node's image cache kept under it. Needs root (other Unix accounts, mounts,
 cgroups): skips saying so elsewhere.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,8 +25,9 @@ import httpx
 import pytest
 
 from gpupool.client import GpupoolClient
+from tests.support import rootfs
 from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
-from tests.support.images import image_place, python_image
+from tests.support.images import TORCH_EXAMPLE, image_place, python_image, torch_image
 from tests.support.unix_accounts import TestAccounts
 from tests.support.workers import namespace_alive
 
@@ -46,6 +49,15 @@ def place() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def image(place: Path) -> str:
     return python_image(place)
+
+
+@pytest.fixture(scope="module")
+def ddp_image(place: Path) -> str:
+    """The python image with a layer of this run's torch and examples/ddp_train.py (0.65 GB)."""
+    why = rootfs.torch_mismatch()
+    if why:
+        pytest.skip(f"a job that trains in an image needs torch the image's python can load: {why}")
+    return torch_image(place)
 
 
 @pytest.fixture(scope="module")
@@ -217,28 +229,29 @@ def test_cancel_of_a_job_in_an_image_leaves_no_process_and_nothing_mounted(
     assert cache not in host and str(place) not in host, host
 
 
-def test_a_gang_of_two_in_one_image_meets_at_its_rendezvous(
-    head: HeadProcess, client: GpupoolClient, image: str
+def test_a_gang_of_two_in_one_image_trains_the_ddp_example_with_gloo(
+    head: HeadProcess, client: GpupoolClient, ddp_image: str
 ) -> None:
-    """Rank 0 listens on MASTER_ADDR:MASTER_PORT, rank 1 connects and says its rank: host networking."""
-    meet = (
-        "import os, socket, time\n"
-        "rank, addr, port = os.environ['RANK'], os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])\n"
-        "print('RANK=' + rank + '/' + os.environ['WORLD_SIZE'], flush=True)\n"
-        "if rank == '0':\n"
-        "    s = socket.create_server(('', port)); s.settimeout(40)\n"
-        "    c, _ = s.accept(); print('HEARD=' + c.recv(16).decode(), flush=True)\n"
-        "else:\n"
-        "    for _ in range(400):\n"
-        "        try: c = socket.create_connection((addr, port), timeout=1); break\n"
-        "        except OSError: time.sleep(0.1)\n"
-        "    c.sendall(('rank ' + rank).encode()); print('SENT=1', flush=True)\n"
-    )
-    job_id = _submit(head, "--workers", "2", "--image", image, "--workdir", "/", "--", "python3", "-c", meet)
-    job = _ended(client, job_id)
-    assert job["state"] == "succeeded", _log(client, job_id, 0) + _log(client, job_id, 1)
-    assert [_said(client, job_id, "RANK", w) for w in (0, 1)] == ["0/2", "1/2"]
-    assert _said(client, job_id, "HEARD", 0) == "rank 1"
+    """torch and the example come from the image's second layer, not the host: each rank meets the
+    other at the MASTER_ADDR:MASTER_PORT gpupool gave it (host networking) and the loss falls."""
+    train = ["python3", TORCH_EXAMPLE, "--steps", "30", "--device", "cpu"]
+    one_thread = ["--env", "OMP_NUM_THREADS=1"]  # a rank: the workers share a small machine's cores
+    # Both GPUs of a node a worker: one worker on each node, each node unpacking the image.
+    gang = ["--workers", "2", "--gpus", "2", "--image", ddp_image, *one_thread, "--workdir", "/"]
+    out = head.cli("submit", *gang, "--", *train)
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.split()[-1])
+    job = wait_state(client, job_id, ENDED, timeout=180)  # each node unpacks the 0.65 GB image first
+    logs = [_log(client, job_id, w) for w in (0, 1)]
+    assert job["state"] == "succeeded", logs
+    assert len({p["node"] for p in job["placements"]}) == 2, job["placements"]
+    for rank, log in enumerate(logs):
+        assert f"rank {rank} of 2: gloo on cpu" in log, log
+    steps = [(int(n), float(x)) for n, x in re.findall(r"^step (\d+) loss (\S+)$", logs[0], re.MULTILINE)]
+    assert [n for n, _ in steps] == [1, 10, 20, 30], logs[0]
+    assert steps[-1][1] < steps[0][1] / 4, steps
+    assert "final loss" in logs[0] and "step 1 loss" not in logs[1], "only rank 0 reports the loss"
+    assert job["image"] == ddp_image
     assert job["image_digest"] and job["image_digest"].startswith("sha256:"), job
 
 

@@ -1,6 +1,7 @@
 """A runnable OCI image made from this machine's own files (no network, no registry): the root
 ``tests/support/rootfs.py`` builds (python3, sh, a few tools, their libraries), as one layer of an
-OCI layout or archive, with an ``ENV``, ``Cmd`` and ``WorkingDir`` the tests check."""
+OCI layout or archive, with an ``ENV``, ``Cmd`` and ``WorkingDir`` the tests check; and that image
+with a second layer holding this run's torch and the DDP example, for a job that really trains."""
 
 from __future__ import annotations
 
@@ -38,6 +39,25 @@ def python_image(workdir: Path, *, archive: bool = False, tag: str = "latest", i
         return f"oci-archive:{path}"
     oci.write_layout(workdir / "layout", [layer], env=ENV, cmd=CMD, workdir=inside, tag=tag)
     return f"oci:{workdir / 'layout'}:{tag}"
+
+
+TORCH_EXAMPLE = "/opt/examples/ddp_train.py"  # where torch_image puts examples/ddp_train.py
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def torch_image(workdir: Path) -> str:
+    """The python image under ``workdir`` with a second layer: this run's torch where the image's
+    python finds it (``rootfs.add_torch``, about 0.65 GB uncompressed) and examples/ddp_train.py at
+    ``TORCH_EXAMPLE``; the ``oci:`` reference. Check ``rootfs.torch_mismatch()`` first."""
+    base = rootfs.build(workdir / "rootfs")
+    upper = workdir / "torch-layer"
+    rootfs.add_torch(upper, base)
+    example = upper / TORCH_EXAMPLE.lstrip("/")
+    example.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(EXAMPLES / "ddp_train.py", example)
+    layers = [python_layer(base), python_layer(upper)]
+    oci.write_layout(workdir / "torch-layout", layers, env=ENV, cmd=CMD, workdir="/")
+    return f"oci:{workdir / 'torch-layout'}:latest"
 
 
 def padding_layer(megabytes: int, files: int = 16) -> bytes:
