@@ -42,6 +42,8 @@ from gpupool.settings import JOIN_TOKEN_FILE, TOKEN_FILE, Settings
 from gpupool.store import tokens, users
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
+from gpupool.store.sealing import KEY_FILE as SEALING_KEY_FILE
+from gpupool.store.sealing import Sealer
 from gpupool.usecases.accounts import job_accounts
 from gpupool.usecases.context import HeadContext, RayCluster
 from gpupool.usecases.load import LoadBoard
@@ -53,6 +55,7 @@ PRIVATE_FILES = (
     TOKEN_FILE,
     JOIN_TOKEN_FILE,
     GATEWAY_TOKEN_FILE,
+    SEALING_KEY_FILE,
     "ray/auth_token",
     "gpupool.db",
     "gpupool.db-wal",
@@ -82,6 +85,7 @@ class Head:
         self._on_stop = backend.on_stop
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
         clock = SystemClock()
+        self.sealer = Sealer.at(settings.data_dir / SEALING_KEY_FILE)  # users' registry logins, sealed at rest
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
         self.controller = Controller(
             self.db,
@@ -91,6 +95,7 @@ class Head:
             controller_settings(settings),
             on_cycle=self.metrics.observe_cycle,
             on_first_start=self.metrics.observe_first_start,
+            sealer=self.sealer,
         )
         if backend.watch_exits is not None:
             backend.watch_exits(self.controller.exit_rang)
@@ -117,6 +122,7 @@ class Head:
             scheduler=settings.scheduler_config,
             gateway_secret=self.gateway_secret,
             max_user_arrays=settings.max_user_arrays,
+            sealer=self.sealer,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(

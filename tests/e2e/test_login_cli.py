@@ -70,6 +70,7 @@ def test_login_keeps_the_token_per_head_and_logout_forgets_it(head: HeadProcess,
         "scope": "submit",
         "is_admin": False,
         "projects": {},
+        "registries": [],
     }
     table = _cli(env, "whoami")
     assert table.stdout.strip() == f"alice (member) at {head.url}; token from {creds}"
@@ -114,3 +115,36 @@ def test_a_refused_token_is_not_kept(shared_head: HeadProcess, tmp_path: Path) -
     assert _cli(env, "login", input="gp_not-a-token\n").returncode == 2
     assert creds.read_bytes() == kept
     assert json.loads(_cli(env, "whoami", "-o", "json").stdout)["user"] == "admin"
+
+
+def test_a_registry_login_is_kept_at_the_head_listed_by_whoami_and_forgotten(
+    shared_head: HeadProcess, tmp_path: Path
+) -> None:
+    """``gpupool login --registry HOST -u USER`` reads the secret from stdin (never argv), the head
+    keeps it, ``whoami`` lists the registry and the user but not the secret, and logout forgets it."""
+    added = shared_head.cli("user", "add", "rita")
+    assert added.returncode == 0, added.stderr
+    env = _env(shared_head, tmp_path, GPUPOOL_TOKEN=added.stdout.strip().splitlines()[-1])
+
+    kept = _cli(env, "login", "--registry", "NVCR.io", "--username", "$oauthtoken", input="nvapi-rita-key\n")
+    assert kept.returncode == 0, kept.stderr
+    assert "the head keeps your login to nvcr.io as $oauthtoken" in kept.stdout
+    shown = _cli(env, "whoami")
+    assert "registry nvcr.io as $oauthtoken" in shown.stdout and "nvapi-rita-key" not in shown.stdout
+    listed = json.loads(_cli(env, "whoami", "-o", "json").stdout)["registries"]
+    assert [(r["registry"], r["username"]) for r in listed] == [("nvcr.io", "$oauthtoken")]
+
+    for bad, said in (
+        (("--registry", "nvcr.io"), "give the registry user with --username"),
+        (("--username", "x"), "--username goes with --registry"),
+        (("--registry", "https://nvcr.io", "-u", "x"), "without a scheme"),
+    ):
+        refused = _cli(env, "login", *bad, input="s\n")
+        assert refused.returncode == 2 and said in refused.stderr, refused
+        assert "Traceback" not in refused.stderr
+
+    gone = _cli(env, "logout", "--registry", "nvcr.io")
+    assert gone.returncode == 0 and "forgot your login to nvcr.io" in gone.stdout, gone
+    again = _cli(env, "logout", "--registry", "nvcr.io")
+    assert again.returncode == 2 and "rita has no login to nvcr.io" in again.stderr, again
+    assert json.loads(_cli(env, "whoami", "-o", "json").stdout)["registries"] == []

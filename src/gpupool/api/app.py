@@ -23,6 +23,7 @@ from gpupool.api.routers import (
     metrics,
     nodes,
     projects,
+    registries,
     services,
     telemetry,
     users,
@@ -77,6 +78,7 @@ def create_app(
     app.include_router(services.router)
     app.include_router(services.gateway_router)
     app.include_router(images.router)
+    app.include_router(registries.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz(ctx: Ctx) -> dict[str, Any]:

@@ -90,6 +90,10 @@ TABLE: dict[tuple[str, str], Rule] = {
     # (an imported name stands in for a registry's image on every node)
     ("GET", "/api/v1/images"): ANYONE,
     ("POST", "/api/v1/images"): ADMIN,
+    # one's own registry logins (an admin's too: no one sees or changes another's)
+    ("GET", "/api/v1/registries"): Rule(Who.SELF),
+    ("PUT", "/api/v1/registries/{registry}"): Rule(Who.SELF, Scope.SUBMIT),
+    ("DELETE", "/api/v1/registries/{registry}"): Rule(Who.SELF, Scope.SUBMIT),
     # who changed what (api/auditing.py records it)
     ("GET", "/api/v1/audit"): ADMIN,
 }

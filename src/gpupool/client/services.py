@@ -4,6 +4,7 @@ mixed into ``GpupoolClient``, which supplies ``_call`` and ``_send``."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 
 class ServiceCalls:
@@ -38,6 +39,18 @@ class ServiceCalls:
     def images(self) -> dict[str, Any]:
         """What each node's image cache holds: ``{"images": [...], "skipped": [...]}``."""
         return dict(self._call("GET", "/api/v1/images"))
+
+    def registry_logins(self) -> list[dict[str, Any]]:
+        """The registries the caller logged in to (``registry``, ``username``, ``saved_at``)."""
+        return list(self._call("GET", "/api/v1/registries"))
+
+    def registry_login(self, registry: str, username: str, password: str) -> dict[str, Any]:
+        """Keep the caller's login to ``registry`` at the head, for the nodes' pulls of their images."""
+        body = {"username": username, "password": password}
+        return dict(self._call("PUT", f"/api/v1/registries/{quote(registry, safe='')}", json=body))
+
+    def registry_logout(self, registry: str) -> None:
+        self._send("DELETE", f"/api/v1/registries/{quote(registry, safe='')}")
 
     def import_image(self, path: str, name: str) -> dict[str, Any]:
         """Import the OCI archive at ``path`` (on the nodes' shared file system) as ``name`` on every node."""

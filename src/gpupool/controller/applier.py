@@ -19,14 +19,16 @@ from gpupool.clock import Clock
 from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
-from gpupool.domain.launch import LaunchRequest, WorkerHandle
+from gpupool.domain.launch import LaunchRequest, RegistryAuth, WorkerHandle
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.users import ADMIN_USER
 from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
 from gpupool.executors.base import Executor
 from gpupool.store import jobs as job_repo
+from gpupool.store import registry_logins as login_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database, Tx
+from gpupool.store.sealing import Sealer
 from gpupool.store.transitions import transition_job
 
 log = logging.getLogger("gpupool.controller")
@@ -34,9 +36,16 @@ log = logging.getLogger("gpupool.controller")
 
 class Applier:
     def __init__(
-        self, db: Database, executor: Executor, clock: Clock, kill_grace_s: float, allow_system_accounts: bool = False
+        self,
+        db: Database,
+        executor: Executor,
+        clock: Clock,
+        kill_grace_s: float,
+        allow_system_accounts: bool = False,
+        sealer: Sealer | None = None,
     ) -> None:
         self._db = db
+        self._sealer = sealer  # opens owners' registry logins for their images' pulls (None: none are used)
         self._allow_system = allow_system_accounts
         self._executor = executor
         self._clock = clock
@@ -73,6 +82,7 @@ class Applier:
             failed = [
                 (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
             ]
+        login = self._registry_login(ticket.owner, spec.image)
         for worker_id, p in ticket.workers if not failed else ():
             env = worker_env(
                 job_id=job_id,
@@ -120,6 +130,7 @@ class Applier:
                 header=f"--- gpupool: job {job_id} attempt {attempt} worker {p.worker} on {p.node} GPUs {gpus} ---",
                 port=served,
                 image=spec.image,
+                registry_auth=login,
             )
             try:
                 launched.append((worker_id, self._executor.launch(p.node, request), port))
@@ -128,6 +139,18 @@ class Applier:
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
         self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None)
         return attempt
+
+    def _registry_login(self, owner: str, image: str | None) -> RegistryAuth | None:
+        """The owner's login to the image's registry (``gpupool login --registry``), if they gave
+        one; one that cannot be opened is left out (the pull goes on with the node's own file) and logged."""
+        if image is None or self._sealer is None:
+            return None
+        try:
+            with self._db.read() as s:
+                return login_repo.auth_for(s, self._sealer, owner, image)
+        except Conflict as exc:
+            log.warning("not using %s's registry login: %s", owner, exc)
+            return None
 
     def preempt_all(self, victims: Iterable[Preempt]) -> int:
         """Ask each of the scheduler's victims to stop and requeue; how many were."""

@@ -18,6 +18,7 @@ from gpupool.domain.decisions import CycleResult
 from gpupool.executors.base import Executor
 from gpupool.scheduler import SchedulerConfig
 from gpupool.store.db import Database
+from gpupool.store.sealing import Sealer
 
 __all__ = ["Controller", "ControllerSettings", "rest_after"]
 
@@ -58,11 +59,12 @@ class Controller:
         *,
         on_cycle: Callable[[float], None] = _unobserved,
         on_first_start: Callable[[float], None] = _unobserved,
+        sealer: Sealer | None = None,
     ) -> None:
         """``on_cycle`` hears the seconds of each tick that scheduled; ``on_first_start`` the
         seconds a job waited from its submission to its first start (the head feeds both to
         ``/metrics``). Both are called in the loop's thread, so they must be quick and never raise."""
-        self._parts = Parts.build(db, executor, clock, config, settings, on_first_start=on_first_start)
+        self._parts = Parts.build(db, executor, clock, config, settings, on_first_start=on_first_start, sealer=sealer)
         self._applier = self._parts.applier
         self._steps = Steps(self._parts)
         self._runner = StepRunner(self._steps.rows)

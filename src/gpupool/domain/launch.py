@@ -12,9 +12,26 @@ Standard library only, and no other gpupool module: the supervisor (``node/cgrou
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryAuth:
+    """One owner's credentials for one registry, as a launch carries them to the node's pull.
+    ``owner`` (the gpupool user) keeps what it pulled apart in the node's cache."""
+
+    owner: str
+    registry: str
+    username: str
+    secret: str = field(repr=False)  # never in a log line, an event or a repr
+
+    def auth_entry(self) -> dict[str, dict[str, str]]:
+        """The ``auths`` entry of a containers-auth.json (skopeo's ``--authfile``) for it."""
+        pair = base64.b64encode(f"{self.username}:{self.secret}".encode()).decode()
+        return {self.registry: {"auth": pair}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +58,9 @@ class LaunchRequest:
     # An OCI image to run it in (domain/images.py's forms); the node gets and unpacks it, then starts
     # the worker in its root inside the same walls. An empty ``argv``: the image's Entrypoint and Cmd.
     image: str | None = None
+    # The job owner's login to the image's registry (gpupool login --registry), for the node's pull
+    # alone: written to root's files only, never into the worker's environment or its files.
+    registry_auth: RegistryAuth | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,15 @@ class ImageJob(NamedTuple):
     cache_bytes: int  # its bound (gpupool up --image-cache)
     node_keys: tuple[str, ...] = ()  # variables that are only the node's defaults: the image's own win
     authfile: str | None = None  # the node's registry credentials (skopeo's --authfile), root's alone
+    # The owner's own login to the image's registry: {"owner", "registry", "auths"} where "auths"
+    # is a containers-auth.json "auths" entry. In the spec (root's, 0600) for the pull alone.
+    login: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**self._asdict(), "node_keys": list(self.node_keys)}
+
+    def __repr__(self) -> str:  # never the login's secret in a log line
+        return f"ImageJob(ref={self.ref!r}, login={'yes' if self.login else 'no'})"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ImageJob:
@@ -35,6 +41,7 @@ class ImageJob(NamedTuple):
             cache_bytes=int(data["cache_bytes"]),
             node_keys=tuple(str(k) for k in data.get("node_keys") or ()),
             authfile=data.get("authfile") or None,
+            login=data.get("login") or None,
         )
 
 

@@ -15,9 +15,13 @@ Standard library only: the supervisor imports it.
 
 from __future__ import annotations
 
+import contextlib
 import grp
+import json
 import os
 import pwd
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -56,10 +60,12 @@ def start(
         log.write(f"{said}\n".encode())
         write_phase(run, said.removeprefix("gpupool: "))  # the head reads it into the job's events
 
-    cache = ImageCache(job.cache_dir, job.cache_bytes, authfile=job.authfile)
+    cache = ImageCache(job.cache_dir, job.cache_bytes)
+    personal = str(job.login["owner"]) if job.login else None
     try:
         progress(f"getting image {job.ref}")
-        image = cache.get(job.ref, progress, reader=account)  # a path is read as the job's owner
+        with pull_authfile(job) as cache.authfile:
+            image = cache.get(job.ref, progress, reader=account, personal=personal)  # a path: read as the owner
         hold = cache.hold(image)
     finally:
         cache.close()
@@ -77,6 +83,27 @@ def start(
     log.write(f"gpupool: {said}\n".encode())
     write_phase(run, said, image.digest)
     return Started(command, merged, image.root, cwd or config.workdir or None, image.digest, hold)
+
+
+@contextlib.contextmanager
+def pull_authfile(job: ImageJob) -> Iterator[str | None]:
+    """The credentials file a pull uses: the node's, with the owner's own login over it for its
+    registry, in a file of root's alone (in the cache dir, 0711) that lasts only as long as the get."""
+    if not job.login:
+        yield job.authfile
+        return
+    auths: dict[str, Any] = {}
+    if job.authfile:
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError), open(job.authfile) as node_file:
+            auths = dict(json.load(node_file).get("auths") or {})
+    auths.update(job.login["auths"])
+    fd, path = tempfile.mkstemp(prefix=".login-", dir=job.cache_dir)  # 0600
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump({"auths": auths}, out)
+        yield path
+    finally:
+        os.unlink(path)
 
 
 def container_for(
@@ -158,7 +185,13 @@ def spec_part(
     box = container_for(account, devices, kept, node.driver_files, upper)
     node_keys = tuple(k for k in node.base_keys if k not in req.env)
     auth = node.data_dir / REGISTRY_AUTH  # the node's registry credentials, where an admin put them
+    login = req.registry_auth
     job = ImageJob(
-        req.image, str(node.data_dir / "images"), node.cache_bytes, node_keys, str(auth) if auth.exists() else None
+        req.image,
+        str(node.data_dir / "images"),
+        node.cache_bytes,
+        node_keys,
+        str(auth) if auth.exists() else None,
+        None if login is None else {"owner": login.owner, "registry": login.registry, "auths": login.auth_entry()},
     )
     return {"container": box, "image": job}

@@ -100,21 +100,30 @@ class ImageCache:
         self._held: dict[str, int] = {}  # digest -> its lock's descriptor, SHARED, taken by get for hold
         os.makedirs(directory, mode=0o711, exist_ok=True)
 
-    def get(self, ref: str, progress: Callable[[str], None] = _quiet, *, reader: Account | None = None) -> Image:
+    def get(
+        self,
+        ref: str,
+        progress: Callable[[str], None] = _quiet,
+        *,
+        reader: Account | None = None,
+        personal: str | None = None,
+    ) -> Image:
         """The image ``ref`` names, pulled and unpacked if this node has not got it; a path read as
-        ``reader`` (the job's owner: none of root's files through a job's reference). Raises ImageError."""
+        ``reader`` (the job's owner: none of root's files through a job's reference). ``personal``:
+        the gpupool user whose own registry login the pull uses. What it pulls is named theirs
+        (``~user/name``), since another user may have no right to it: they find only what was
+        pulled without a personal login, and pull the rest with their own. Raises ImageError."""
         parsed = parse_ref(ref)
         if parsed.kind != "registry":
             with Source(parsed, reader) as source:
                 return self._install(source, parsed.tag, parsed.text, progress, keep=True)
-        found = self._named(parsed.text)
+        name = parsed.text if personal is None else f"~{personal}/{parsed.text}"  # no reference starts with ~
+        found = self._named(parsed.text) or (self._named(name) if personal else None)
         if found is not None:
             return found
-        key = hashlib.sha256(parsed.text.encode()).hexdigest()[:32]
+        key = hashlib.sha256(name.encode()).hexdigest()[:32]
         with self._flock(f".pull-{key}.lock"):  # one pull of a name at a time: the next finds it named
-            return self._named(parsed.text) or self._pull(
-                parsed, os.path.join(self.directory, f".pull-{key}"), progress
-            )
+            return self._named(name) or self._pull(parsed, name, os.path.join(self.directory, f".pull-{key}"), progress)
 
     def hold(self, image: Image) -> int:
         """A descriptor holding ``image`` SHARED: it is not evicted until the descriptor is closed.
@@ -182,7 +191,7 @@ class ImageCache:
                 return self._finish(hexd, fd, name, keep=True)
         return None
 
-    def _pull(self, ref: Ref, tmp: str, progress: Callable[[str], None]) -> Image:
+    def _pull(self, ref: Ref, name: str, tmp: str, progress: Callable[[str], None]) -> Image:
         if not self.skopeo:
             raise ImageUnavailable(f"cannot pull {ref.text}: skopeo is not installed on this node")
         shutil.rmtree(tmp, ignore_errors=True)  # a crashed pull's (we hold the pull's lock)
@@ -190,7 +199,7 @@ class ImageCache:
         try:
             skopeo_copy(self.skopeo, self.authfile, ref, tmp, progress)
             with Source(Ref("layout", tmp, "latest")) as source:
-                return self._install(source, "latest", ref.text, progress, keep=True)
+                return self._install(source, "latest", name, progress, keep=True)
         except OSError as exc:
             raise ImageUnavailable(f"cannot pull {ref.text}: {exc.strerror or exc}") from exc
         finally:

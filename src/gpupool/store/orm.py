@@ -385,3 +385,15 @@ class ServiceRow(Base):
     autoscale: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column()
     updated_at: Mapped[datetime] = mapped_column()
+
+
+class RegistryLoginRow(Base):
+    """A user's login to an image registry (0019): its secret sealed (``store/sealing.py``), never plain."""
+
+    __tablename__ = "registry_logins"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)  # the registry's
+    username: Mapped[str] = mapped_column(String(256))
+    sealed: Mapped[str] = mapped_column(Text)
+    saved_at: Mapped[datetime] = mapped_column()

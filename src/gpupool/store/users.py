@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES
 from gpupool.domain.users import Role, User
-from gpupool.store import members
+from gpupool.store import members, registry_logins
 from gpupool.store.orm import IdempotencyKeyRow, JobRow, ServiceRow, TokenRow, UserRow, UserUsageRow
 from gpupool.store.transitions import add_event
 
@@ -75,8 +75,8 @@ def set_unix_user(session: Session, name: str, unix_user: str | None, now: datet
 
 
 def delete_user(session: Session, name: str, now: datetime) -> None:
-    """Refused while the user owns pending or running jobs; their tokens, memberships, usage and
-    idempotency keys go with them, and what they owned that stays (finished jobs, idle services)
+    """Refused while the user owns pending or running jobs; their tokens, memberships, usage,
+    registry logins and idempotency keys go with them, and what they owned that stays (finished jobs, idle services)
     is handed to a name no one can take (``alice~3f9a1c2e``): a user added later under the same
     name starts with nothing of theirs (their logs, their services, their submissions' keys)."""
     row = _row(session, name, lock=True)
@@ -94,6 +94,7 @@ def delete_user(session: Session, name: str, now: datetime) -> None:
     members.forget_user(session, name)
     session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.owner == name))
     session.execute(delete(UserUsageRow).where(UserUsageRow.user == name))
+    registry_logins.remove_user(session, name)  # their registry secrets are theirs alone
     gone = f"{name[:54]}{GONE}{secrets.token_hex(4)}"
     session.execute(update(JobRow).where(JobRow.owner == name).values(owner=gone))
     session.execute(update(ServiceRow).where(ServiceRow.owner == name).values(owner=gone))

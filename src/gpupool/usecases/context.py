@@ -12,6 +12,7 @@ from gpupool.domain.idle import IdleSettings
 from gpupool.executors.base import Executor
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.store.db import Database
+from gpupool.store.sealing import Sealer
 from gpupool.usecases.accounts import JobAccounts
 from gpupool.usecases.grants import SubmitGrants
 from gpupool.usecases.load import LoadBoard
@@ -66,3 +67,5 @@ class HeadContext:
     # the gateway reads: no token route can revoke or narrow it. None: no gateway identity.
     gateway_secret: str | None = None
     max_user_arrays: int = DEFAULT_MAX_USER_ARRAYS  # arrays with an unfinished task, per user
+    # Seals users' registry logins at rest (its key in the head's data dir; a test's: in memory).
+    sealer: Sealer = field(default_factory=Sealer.ephemeral)

@@ -19,6 +19,7 @@ from gpupool.domain.nodes import Node
 from gpupool.executors.base import Executor
 from gpupool.scheduler import SchedulerConfig
 from gpupool.store.db import Database
+from gpupool.store.sealing import Sealer
 
 
 @dataclass(slots=True)
@@ -73,8 +74,9 @@ class Parts:
         settings: ControllerSettings,
         on_cycle: Callable[[float], None] = _unobserved,
         on_first_start: Callable[[float], None] = _unobserved,
+        sealer: Sealer | None = None,
     ) -> Parts:
-        applier = Applier(db, executor, clock, settings.kill_grace_s, settings.allow_system_accounts)
+        applier = Applier(db, executor, clock, settings.kill_grace_s, settings.allow_system_accounts, sealer)
         return cls(
             db,
             executor,
