@@ -12,7 +12,7 @@ from gpupool.domain.telemetry import GpuSample, Resolution, TelemetryRetention
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.store import telemetry
 from gpupool.store.db import Database
-from gpupool.store.orm import GpuMinuteRow, GpuSampleRow
+from gpupool.store.orm_telemetry import GpuMinuteRow, GpuSampleRow
 
 T0 = datetime(2026, 3, 14, 15, 9, 0, tzinfo=UTC)  # on a minute
 SHORT = TelemetryRetention(raw_s=120, minutes_s=20 * 60)

@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 from gpupool.domain import bounds, images
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.power import parse_mode
 from gpupool.domain.projects import NAME_RE
 from gpupool.domain.resources import CPU_MILLI, parse_cpus, parse_memory, validate_gpus
 
@@ -126,6 +127,7 @@ class Submission(TypedDict, total=False):
     checkpoint_dir: str | None
     expose: int | None
     image: str | None
+    gpu_power: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,9 @@ class JobSpec:
     # An OCI image its workers run in (domain/images.py: a registry image, an imported name, or an
     # OCI layout or archive on a shared path): its root, with the node's GPUs, inside the same walls.
     image: str | None = None
+    # Its GPUs' power mode (issue 33, domain/power.py): "max", "efficient" or "<W>W"; None: its
+    # project's default, else max.
+    gpu_power: str | None = None
 
     @property
     def total_gpus(self) -> float:
@@ -236,6 +241,7 @@ class JobSpec:
         checkpoint_dir: str | None = None,
         expose: int | None = None,
         image: str | None = None,
+        gpu_power: str | None = None,
     ) -> JobSpec:
         argv = _command(command, image)
         gpus = validate_gpus(gpus)
@@ -285,6 +291,7 @@ class JobSpec:
             checkpoint_dir=checkpoint_dir,
             expose=expose,
             image=image,
+            gpu_power=_gpu_power(gpu_power, gpus),
         )
 
 
@@ -312,6 +319,15 @@ def _image(text: str) -> str:
     except images.BadImageRef as exc:
         raise InvalidInput(f"--image: {exc}") from None
     return text
+
+
+def _gpu_power(text: str | None, gpus: float) -> str | None:
+    """A power mode in its stored form (``domain/power.py``); only for a job with GPUs."""
+    if text is None:
+        return None
+    if gpus == 0:
+        raise InvalidInput("--gpu-power needs GPUs: a job without GPUs has no GPU power to set")
+    return parse_mode(text).text
 
 
 def _memory(what: str, value: str | int | None) -> int:

@@ -15,7 +15,32 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, slots=True)
+class PowerSetting:
+    """What a node sets on a job's GPU (issue 33, ``domain/power.py``): a power limit in watts, or
+    the SM clocks locked at ``value`` MHz. The GPU's default is restored when the worker ends."""
+
+    kind: Literal["limit", "clocks"]
+    value: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.value} W limit" if self.kind == "limit" else f"SM clocks locked at {self.value} MHz"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> PowerSetting | None:
+        if not data:
+            return None
+        kind = str(data["kind"])
+        if kind not in ("limit", "clocks"):
+            raise ValueError(f"unknown power setting {kind!r}")
+        return cls(kind, int(data["value"]))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +86,9 @@ class LaunchRequest:
     # The job owner's login to the image's registry (gpupool login --registry), for the node's pull
     # alone: written to root's files only, never into the worker's environment or its files.
     registry_auth: RegistryAuth | None = field(default=None, repr=False)
+    # Whole GPUs only: the power limit or clock lock the node sets on ``gpus`` while the worker runs
+    # (issue 33); None: the GPU's default. A GPU shared by several workers takes the highest.
+    gpu_power: PowerSetting | None = None
 
 
 @dataclass(frozen=True, slots=True)

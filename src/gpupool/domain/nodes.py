@@ -25,6 +25,11 @@ class GpuInfo:
     simulated: bool
     healthy: bool = True
     nvlink_group: int | None = None
+    # What its power limit may be set to (NVML's constraints) and its default, in watts (issue 33);
+    # None where the GPU does not say (no permission, not supported).
+    power_min_w: int | None = None
+    power_max_w: int | None = None
+    power_default_w: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

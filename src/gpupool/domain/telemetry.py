@@ -34,6 +34,7 @@ class GpuSample:
     ecc_errors: int | None = None  # volatile uncorrected ECC errors
     xid_errors: int | None = None
     last_xid: int | None = None
+    power_limit_w: float | None = None  # the enforced power limit now (DCGM_FI_DEV_POWER_MGMT_LIMIT)
 
 
 class Resolution(enum.StrEnum):

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.alerts import Alert, AlertKind, Verdicts
 from gpupool.domain.telemetry import GpuKey
-from gpupool.store.orm import AlertRow
+from gpupool.store.orm_telemetry import AlertRow
 from gpupool.store.transitions import add_event
 
 CLEARED_KEPT = timedelta(days=30)

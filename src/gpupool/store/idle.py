@@ -14,7 +14,8 @@ from gpupool.domain.idle import IdleCandidate, IdleSpell
 from gpupool.domain.jobs import JobState, Priority
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.telemetry import GpuKey
-from gpupool.store.orm import EventRow, IdleSpellRow, JobRow, ProjectRow, WorkerRow
+from gpupool.store.orm import EventRow, JobRow, ProjectRow, WorkerRow
+from gpupool.store.orm_telemetry import IdleSpellRow
 
 IDLE_WARNING = "idle_warning"
 # A pending job with one of these reasons would not start if GPUs were freed: it does not count

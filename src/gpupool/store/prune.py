@@ -10,7 +10,8 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import TERMINAL_STATES
-from gpupool.store.orm import AlertRow, EventRow, IdempotencyKeyRow, IdleSpellRow, JobRow, WorkerRow
+from gpupool.store.orm import EventRow, IdempotencyKeyRow, JobRow, WorkerRow
+from gpupool.store.orm_telemetry import AlertRow, IdleSpellRow
 from gpupool.store.transitions import add_event
 
 BATCH = 500

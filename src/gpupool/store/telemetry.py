@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.telemetry import GpuKey, GpuSample, Resolution, TelemetryPoint, TelemetryRetention
-from gpupool.store.orm import GpuMinuteRow, GpuSampleRow, NodeRow, WorkerRow
+from gpupool.store.orm import NodeRow, WorkerRow
+from gpupool.store.orm_telemetry import GpuMinuteRow, GpuSampleRow
 
 MINUTE = timedelta(minutes=1)
 

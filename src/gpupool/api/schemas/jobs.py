@@ -48,6 +48,12 @@ class SubmitRequest(BaseModel):
         " name an admin imported, or an OCI layout or archive on a shared path (oci:/path, oci-archive:/x.tar);"
         " with an image the command may be empty: the image's Entrypoint and Cmd run",
     )
+    gpu_power: str | None = Field(
+        None,
+        max_length=16,
+        description="its GPUs' power mode: max (the GPU's default), efficient (the calibrated point at most"
+        " 20 % slower, for less energy) or a power limit such as 400W; null: the project's default, else max",
+    )
 
 
 HIDDEN_FIELDS = ("command", "env", "workdir", "checkpoint_dir")  # of jobs the caller may not act on
@@ -136,6 +142,7 @@ class JobOut(BaseModel):
     image_digest: str | None = Field(
         None, description="with an image: the manifest digest its last attempt ran in, once a node reported it"
     )
+    gpu_power: str | None = Field(None, description="its GPUs' power mode as asked for (max, efficient, 400W)")
     usage: list[UsageOut] = Field(
         default_factory=list,
         description="each running worker's memory and CPU use, from its cgroup at the last telemetry reading",
