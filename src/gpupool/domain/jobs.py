@@ -164,9 +164,7 @@ class JobSpec:
     # An OCI image its workers run in (domain/images.py: a registry image, an imported name, or an
     # OCI layout or archive on a shared path): its root, with the node's GPUs, inside the same walls.
     image: str | None = None
-    # Its GPUs' power mode (issue 33, domain/power.py): "max", "efficient" or "<W>W"; None: its
-    # project's default, else max.
-    gpu_power: str | None = None
+    gpu_power: str | None = None  # GPU power mode (domain/power.py): max, efficient, 400W; None: the project's
 
     @property
     def total_gpus(self) -> float:

@@ -3,48 +3,24 @@ the database shape can change by migration without touching what users see."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     false,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Always timezone-aware UTC on the way out, whatever the engine stores (SQLite keeps none)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use an aware UTC time")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    type_annotation_map: dict[Any, Any] = {datetime: UtcDateTime}
+from gpupool.store.orm_base import Base as Base  # re-exported: its metadata holds every module's tables
 
 
 class JobRow(Base):

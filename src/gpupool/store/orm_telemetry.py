@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gpupool.store.orm import Base
+from gpupool.store.orm_base import Base
 
 
 class GpuSampleRow(Base):
