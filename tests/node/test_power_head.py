@@ -12,6 +12,7 @@ from gpupool.api.app import create_app
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import Node
 from gpupool.node.gpu.fake import FakeProbe
 from gpupool.scheduler import SchedulerConfig
@@ -77,3 +78,18 @@ def test_each_gpus_power_range_is_kept_and_listed(db: Database) -> None:
         "power_default_w": 700,
     }
     assert gpus[("node-2", 0)]["power_min_w"] is None and gpus[("node-2", 0)]["power_default_w"] == 700
+
+
+def test_the_fake_executors_throttle_is_recorded_and_its_readings_obey_it() -> None:
+    """The controller tests' executor (tests/support/executor.py) as the budget's tests use it."""
+    clock = FakeClock()
+    executor = FakeExecutor(uniform(1, 2), clock)
+    assert executor.set_gpu_power("node-1", [1], PowerSetting("limit", 150)) == ["GPU 1 of node-1: at 150 W limit"]
+    readings = executor.telemetry("node-1", {0, 1})  # GPUs of an unnamed model: 300 W by default
+    assert [r.power_limit_w for r in readings] == [300, 150] and (readings[1].power_w or 0) <= 150
+    executor.power_refused = "Insufficient Permissions"
+    assert executor.set_gpu_power("node-1", [1], None) == [
+        "GPU 1 of node-1: could not set it (Insufficient Permissions)"
+    ]
+    assert executor.power_set == [("node-1", (1,), PowerSetting("limit", 150)), ("node-1", (1,), None)]
+    assert executor.telemetry("node-1", {1})[1].power_limit_w == 150

@@ -145,10 +145,14 @@ class FakeExecutor:
         return image
 
     def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
-        """Recorded; a sentence per GPU as a node says it (``power_refused``: NVML's refusal)."""
+        """Recorded, and obeyed by the simulated readings (``telemetry``); a sentence per GPU as a
+        node says it (``power_refused``: NVML's refusal, nothing set)."""
         self.power_set.append((node, tuple(gpus), setting))
         if self.power_refused is not None:
             return [f"GPU {g} of {node}: could not set it ({self.power_refused})" for g in gpus]
+        for gpu in next((n.gpus for n in self.nodes() if n.name == node), ()):
+            if gpu.index in gpus:
+                self.sensors.set_power(gpu.uuid, setting)
         what = "its default" if setting is None else setting.text
         return [f"GPU {g} of {node}: at {what}" for g in gpus]
 
