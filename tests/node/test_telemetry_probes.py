@@ -147,6 +147,7 @@ def test_nvml_readings_are_converted_to_mib_watts_and_joules() -> None:
         ecc_errors=0,
         xid_errors=0,
         last_xid=None,
+        power_limit_w=700.0,
     )
     assert (got[1].utilization_pct, got[1].power_w, got[1].energy_j) == (0.0, 61.0, 123.456)
 

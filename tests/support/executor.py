@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpupool.clock import Clock
 from gpupool.domain.errors import InvalidInput, Unavailable
 from gpupool.domain.images import NodeImage
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -44,6 +44,9 @@ class FakeExecutor:
         self.held_images: dict[str, list[NodeImage]] = {}  # node -> the images its cache holds
         self.bad_archives: dict[str, str] = {}  # path -> the node's sentence refusing to import it
         self.silent: set[str] = set()  # nodes that answer no image call (a Ray node not answering)
+        self.power_notes: dict[int, str] = {}  # job id -> what its workers' nodes say of its GPUs' power at launch
+        self.power_set: list[tuple[str, tuple[int, ...], PowerSetting | None]] = []  # each set_gpu_power call
+        self.power_refused: str | None = None  # NVML's words for every node refusing to set GPU power
 
     def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
@@ -71,7 +74,8 @@ class FakeExecutor:
         self.started_at[run_dir] = self.clock.now().timestamp() if self.clock is not None else 0.0
         # A port is said as a node's runtime says one it walled for the job.
         port = request.port if request.port and request.port not in self.taken_ports else None
-        return WorkerHandle(0, run_dir, job=request.job_id if port else None, port=port)
+        note = self.power_notes.get(request.job_id)
+        return WorkerHandle(0, run_dir, job=request.job_id if port else None, port=port, power_note=note)
 
     def find(self, node: str, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         return None
@@ -139,6 +143,18 @@ class FakeExecutor:
         others = [replace(i, names=tuple(n for n in i.names if n != full)) for i in existing if i.digest != digest]
         self.held_images[node] = [image, *others]
         return image
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        """Recorded, and obeyed by the simulated readings (``telemetry``); a sentence per GPU as a
+        node says it (``power_refused``: NVML's refusal, nothing set)."""
+        self.power_set.append((node, tuple(gpus), setting))
+        if self.power_refused is not None:
+            return [f"GPU {g} of {node}: could not set it ({self.power_refused})" for g in gpus]
+        for gpu in next((n.gpus for n in self.nodes() if n.name == node), ()):
+            if gpu.index in gpus:
+                self.sensors.set_power(gpu.uuid, setting)
+        what = "its default" if setting is None else setting.text
+        return [f"GPU {g} of {node}: at {what}" for g in gpus]
 
     def close(self) -> None:
         pass

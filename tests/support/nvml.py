@@ -1,5 +1,7 @@
 """A fake NVML: the parts of ``pynvml`` the NVML probe uses, as plain functions over a table of
-GPUs the test fills (what each reads, what it does not support, which XID events are pending)."""
+GPUs the test fills (what each reads, what it does not support, which XID events are pending), and
+their power: each keeps its limit and locked clocks as a GPU does, within its constraints, and
+``refuse`` makes every setting fail as NVML does for a caller that is not root."""
 
 from __future__ import annotations
 
@@ -19,6 +21,14 @@ class NVMLError_Timeout(NVMLError):
     pass
 
 
+class NVMLError_NoPermission(NVMLError):
+    pass
+
+
+class NVMLError_InvalidArgument(NVMLError):
+    pass
+
+
 @dataclass
 class FakeGpu:
     uuid: str
@@ -32,6 +42,11 @@ class FakeGpu:
     events: bool = True
     compute: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes it holds (None: unknown)
     graphics: dict[int, int | None] | None = field(default_factory=dict)  # None: not supported
+    min_mw: int = 200_000
+    max_mw: int = 700_000
+    default_mw: int | None = 700_000  # None: power management not supported
+    limit_mw: int = 700_000  # the enforced limit
+    clocks: tuple[int, int] | None = None  # locked SM clocks (min, max MHz); None: unlocked
 
 
 @dataclass
@@ -59,7 +74,10 @@ class FakeNvml:
     gpus: list[FakeGpu]
     pending: list[Event] = field(default_factory=list)
     inits: int = 0
+    refuse: str | None = None  # every power setting fails with this (e.g. "Insufficient Permissions")
+    settings: list[tuple[str, int, Any]] = field(default_factory=list)  # (call, GPU, value) of each setting made
     NVMLError: type[Exception] = NVMLError
+    NVMLError_NotSupported: type[Exception] = NVMLError_NotSupported
     NVML_TEMPERATURE_GPU: int = 0
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED: int = 1
     NVML_VOLATILE_ECC: int = 0
@@ -129,6 +147,44 @@ class FakeNvml:
         if not self.pending:
             raise NVMLError_Timeout("timeout")
         return self.pending.pop(0)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: int) -> tuple[int, int]:
+        g = self.gpus[handle]
+        self._supported(g.default_mw)
+        return g.min_mw, g.max_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: int) -> int:
+        return self._supported(self.gpus[handle].default_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        g = self.gpus[handle]
+        self._supported(g.default_mw)
+        return g.limit_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: int, limit_mw: int) -> None:
+        g = self.gpus[handle]
+        self._may_set(g)
+        if not g.min_mw <= limit_mw <= g.max_mw:
+            raise NVMLError_InvalidArgument("Invalid Argument")
+        g.limit_mw = limit_mw
+        self.settings.append(("limit", handle, limit_mw))
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: int, low_mhz: int, high_mhz: int) -> None:
+        g = self.gpus[handle]
+        self._may_set(g)
+        g.clocks = (low_mhz, high_mhz)
+        self.settings.append(("clocks", handle, (low_mhz, high_mhz)))
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: int) -> None:
+        g = self.gpus[handle]
+        self._may_set(g)
+        g.clocks = None
+        self.settings.append(("reset clocks", handle, None))
+
+    def _may_set(self, g: FakeGpu) -> None:
+        self._supported(g.default_mw)
+        if self.refuse is not None:
+            raise NVMLError_NoPermission(self.refuse)
 
     @staticmethod
     def _supported(value: int | None) -> int:

@@ -224,6 +224,8 @@ class Applier:
     ) -> None:
         for worker_id, handle, port in launched:
             worker_repo.mark_launched(s, worker_id, handle, now, port)
+            if handle.power_note:  # what its node did with its GPUs' power, or could not (issue 33)
+                job_repo.add_job_event(s, job_id, now, "power", handle.power_note)
         for worker_id, message in failed:
             worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
             job_repo.add_job_event(s, job_id, now, "launch_failed", message)

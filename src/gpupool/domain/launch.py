@@ -109,7 +109,9 @@ class WorkerHandle:
 
     ``pid``: its supervisor's (0: a detached one still starting; the node reads it from the run
     directory). With a GPU share: the GPU and the memory the node's watch holds it to. With a
-    port it serves: its job and that port, walled again by a restarted head's node.
+    port it serves: its job and that port, walled again by a restarted head's node. ``power_note``:
+    what the node did with its GPUs' power at launch (issue 33), for the job's events; None: nothing
+    to say (its GPUs at their default, as before).
     """
 
     pid: int
@@ -118,6 +120,7 @@ class WorkerHandle:
     gpu_limit_mib: int = 0
     job: int | None = None
     port: int | None = None
+    power_note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: the keys heads have always written, only those that say something,
@@ -127,6 +130,8 @@ class WorkerHandle:
             out.update(gpu=self.gpu, gpu_limit_mib=self.gpu_limit_mib)
         if self.port:
             out.update(job=self.job, port=self.port)
+        if self.power_note is not None:
+            out["power_note"] = self.power_note
         return out
 
     @classmethod
@@ -139,6 +144,7 @@ class WorkerHandle:
             gpu_limit_mib=int(data.get("gpu_limit_mib") or 0),
             job=None if job is None else int(job),
             port=int(port) if port else None,
+            power_note=None if data.get("power_note") is None else str(data["power_note"]),
         )
 
 

@@ -3,7 +3,8 @@
 Every call names a node and a worker: launch one (``launch``), find one a dead head launched
 (``find``), ask whether it ended (``poll``), stop it (``kill``), read its log (``read_log``); and
 for the cluster: which nodes there are (``nodes``), where a gang meets (``rendezvous``), GPU
-readings (``telemetry``), the images each node holds (``images``, ``import_image``). The words of
+readings (``telemetry``), the images each node holds (``images``, ``import_image``), GPU power
+limits lowered or given back (``set_gpu_power``). The words of
 the contract (``LaunchRequest``, ``WorkerHandle``, ``WorkerExit``, ``Stats``, ``NodeImage``) are
 the domain's (``domain/launch.py``, ``domain/images.py``); a handle is kept in the store
 (``WorkerHandle.to_json``), so a restarted head can hand it back to a new executor and re-adopt
@@ -19,7 +20,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from gpupool.domain.images import NodeImage
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -88,6 +89,12 @@ class Executor(Protocol):
         """Unpack the OCI archive or layout at ``path`` (a file system ``node`` sees) into its
         cache as ``name``. InvalidInput (code ``bad_image``) with the node's sentence where it is no
         usable image; Unavailable where the node cannot be asked now."""
+        ...
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        """Lower the power of ``node``'s GPUs ``gpus`` while their jobs run (the power budget's
+        throttle), or with None give them back what their jobs allow; a sentence per GPU of what
+        was done or refused (NVML's words). A node that cannot be asked now says so in one."""
         ...
 
     def close(self) -> None: ...

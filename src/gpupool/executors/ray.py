@@ -37,6 +37,7 @@ from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.executors.capabilities import RAY
 from gpupool.executors.ray_images import AgentImages, ExecutorImages
+from gpupool.executors.ray_power import AgentPower, ExecutorPower
 from gpupool.executors.ray_processes import DATA_DIR_ENV, GPUS_ENV, MODEL_ENV, NAME_LABEL, TIMEOUT_ENV
 from gpupool.node.gpu.fake import DEFAULT_MODEL, FakeProbe
 from gpupool.node.gpu.nvml import NvmlProbe
@@ -48,7 +49,7 @@ log = logging.getLogger("gpupool.ray")
 NAMESPACE = "gpupool"
 
 
-class NodeAgent(AgentImages):
+class NodeAgent(AgentImages, AgentPower):
     """Runs inside the actor, on its node. Everything it knows of the node comes from the
     environment ``gpupool join`` (or the head's own ``ray start``) gave the raylet."""
 
@@ -148,7 +149,7 @@ class NodeAgent(AgentImages):
 _Agent: Any = ray.remote(NodeAgent)
 
 
-class RayExecutor(ExecutorImages):
+class RayExecutor(ExecutorImages, ExecutorPower):
     """The head's side: which nodes are alive, and one actor call per operation."""
 
     capabilities = RAY

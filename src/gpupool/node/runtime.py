@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.node import accounts, container, gpu_share, image_start, leftovers, log_cap, private, rundir, zygote
@@ -30,6 +30,7 @@ from gpupool.node.cached_images import CachedImages
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.image_job import read_phase
 from gpupool.node.jobns import Scratch
+from gpupool.node.power import NodePower
 from gpupool.node.walls import NodeWalls, confinement
 
 DEFAULT_IMAGE_CACHE_BYTES = 200 * 2**30  # gpupool up --image-cache
@@ -90,6 +91,8 @@ class NodeRuntime:
         self.netwall = self.walls.netwall  # None: jobs may connect to each other's ports
         self.image_cache = CachedImages(name, data_dir / "images", image_cache_bytes, self.walls)  # gpupool images
         self._uid_min = accounts.uid_min()  # the machine's UID_MIN, read once, not on every launch
+        self.power = NodePower(name, probe, data_dir, self._gpu_list)  # its jobs' GPU power; a dead runtime's undone
+        self.power.recover()
 
     def describe(self) -> Node:
         return Node(
@@ -139,7 +142,8 @@ class NodeRuntime:
 
     def find(self, job_id: int, attempt: int, worker: int) -> WorkerHandle | None:
         """The handle of a worker launched by a head that died before recording it, if any."""
-        return self.find_in(self.run_dir(job_id, attempt, worker))
+        run_dir = self.run_dir(job_id, attempt, worker)
+        return None if (pid := rundir.read_pid(run_dir)) is None else WorkerHandle(pid, str(run_dir))
 
     def launch(self, req: LaunchRequest) -> WorkerHandle:
         # Run dir and log stay the runtime's, 0700/0600, even when the job runs as its owner: a job
@@ -198,10 +202,11 @@ class NodeRuntime:
         spec_path = run_dir / rundir.SPEC
         private.write_private(spec_path, spec.to_json())
         port = self.walls.worker_started(spec.cgroup, req.job_id, req.port, run_dir)
+        power = self.power.started(str(run_dir), req.gpus, req.gpu_power) if req.gpus else None  # before it runs
         # Kept in the store: a restarted head hands the limit back and the watch goes on, and the
         # port it serves is walled again by a restarted head's runtime.
         handle = WorkerHandle(
-            0, str(run_dir), gpu if limit else None, limit, job=req.job_id if port else None, port=port or None
+            0, str(run_dir), gpu if limit else None, limit, req.job_id if port else None, port or None, power
         )
         if not self._detach and (pid := self._zygote.spawn(spec_path)):
             return replace(handle, pid=pid)
@@ -220,6 +225,7 @@ class NodeRuntime:
                 )
         except BaseException:
             self.walls.release(run_dir, handle)  # no worker will run: its port and group are not its job's
+            self.power.ended(str(run_dir))
             raise
         if self._detach:
             # Not waited for: the first process exits once it has forked the supervisor and
@@ -250,6 +256,7 @@ class NodeRuntime:
         pid = self._pid(handle)
         if recorded is not None:
             self.walls.release(run_dir, handle)
+            self.power.ended(str(run_dir))  # its GPUs back to what their other workers allow
             self._reap(pid)
             self._gpu_watch.forget(str(run_dir))
             self._log_cap.check(handle, final=True)
@@ -261,6 +268,7 @@ class NodeRuntime:
             self._log_cap.check(handle)
             return None
         self.walls.release(run_dir, handle)  # it ended either way: its port and group are no longer its
+        self.power.ended(str(run_dir))
         recorded = _read_exit(run_dir)  # it may have written its record just before exiting
         if recorded is not None:
             return recorded
@@ -290,7 +298,9 @@ class NodeRuntime:
 
     def forget(self, job_ids: Sequence[int]) -> int:
         """Delete the run directories and logs of jobs the head pruned; how many had any here."""
-        return sum(rundir.remove_job(self.data_dir, job_id) for job_id in job_ids)
+        removed = sum(rundir.remove_job(self.data_dir, job_id) for job_id in job_ids)
+        self.power.ended()  # a worker whose end was never polled is gone with its run dir
+        return removed
 
     def log_sizes(self) -> dict[int, int]:
         """The bytes of every job's logs on this node (``--max-user-logs``)."""
@@ -315,14 +325,13 @@ class NodeRuntime:
         """Stop every worker left over from before this runtime started (a node that comes back
         after it was declared dead): its jobs were already counted lost and requeued elsewhere."""
         note = "stopped when the node came back: the job was requeued elsewhere"
-        return leftovers.stop_leftovers(self.data_dir, note)
+        stopped = leftovers.stop_leftovers(self.data_dir, note)
+        self.power.ended()
+        return stopped
 
-    @staticmethod
-    def find_in(run_dir: Path) -> WorkerHandle | None:
-        pid = rundir.read_pid(run_dir)
-        if pid is None:
-            return None
-        return WorkerHandle(pid, str(run_dir))
+    def set_gpu_power(self, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        """The head's throttle on the GPUs of running jobs (None: back to what their jobs allow)."""
+        return self.power.throttle(gpus, setting)
 
     def protect(self, endpoints: Sequence[tuple[str, int, int]]) -> None:
         """The ports other nodes' jobs serve (address, port, job id), refused to this node's jobs."""

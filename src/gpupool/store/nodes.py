@@ -72,11 +72,19 @@ def _sync_gpus(session: Session, node: Node) -> None:
                     healthy=gpu.healthy,
                     nvlink_group=gpu.nvlink_group,
                     disabled=False,
+                    power_min_w=gpu.power_min_w,
+                    power_max_w=gpu.power_max_w,
+                    power_default_w=gpu.power_default_w,
                 )
             )
         else:
             row.uuid, row.model, row.memory_mib, row.simulated = gpu.uuid, gpu.model, gpu.memory_mib, gpu.simulated
             row.healthy, row.nvlink_group = gpu.healthy, gpu.nvlink_group
+            row.power_min_w, row.power_max_w, row.power_default_w = (
+                gpu.power_min_w,
+                gpu.power_max_w,
+                gpu.power_default_w,
+            )
     for stale in existing.values():
         session.delete(stale)
 
@@ -150,6 +158,9 @@ def _load(session: Session) -> list[tuple[Node, bool, frozenset[int]]]:
                 simulated=g.simulated,
                 healthy=g.healthy and not g.disabled,
                 nvlink_group=g.nvlink_group,
+                power_min_w=g.power_min_w,
+                power_max_w=g.power_max_w,
+                power_default_w=g.power_default_w,
             )
         )
     return [

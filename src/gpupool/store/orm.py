@@ -146,6 +146,10 @@ class GpuRow(Base):
     nvlink_group: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # An admin took the GPU out of service (gpupool drain NODE --gpu I); the probe never touches it (0003).
     disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # What its power limit may be set to and its default, in watts, as its probe says (issue 33, 0021).
+    power_min_w: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    power_max_w: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    power_default_w: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class EventRow(Base):

@@ -33,6 +33,11 @@ class GpuOut(BaseModel):
     healthy: bool = Field(description="the scheduler may use it: its probe reports it healthy and it is not disabled")
     disabled: bool = Field(description="an admin took it out of service (gpupool drain NODE --gpu I)")
     jobs: list[int]
+    power_min_w: int | None = Field(
+        None, description="the lowest power limit it may be set to, in watts (null: not known)"
+    )
+    power_max_w: int | None = Field(None, description="the highest power limit it may be set to, in watts")
+    power_default_w: int | None = Field(None, description="its default power limit, what --gpu-power max runs at")
 
 
 class NodeOut(BaseModel):
@@ -73,6 +78,9 @@ class NodeOut(BaseModel):
                     healthy=g.healthy,
                     disabled=g.index in r.disabled_gpus,
                     jobs=sorted(set(r.used_gpus.get(g.index, []))),
+                    power_min_w=g.power_min_w,
+                    power_max_w=g.power_max_w,
+                    power_default_w=g.power_default_w,
                 )
                 for g in n.gpus
             ],

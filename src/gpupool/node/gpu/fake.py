@@ -1,20 +1,24 @@
 """Simulated GPUs for machines without any. Every GPU it reports says ``simulated=True`` and
 its model name starts with "Simulated" so nobody mistakes a demo cluster for hardware; so does
-every telemetry sample (see ``simulated.py`` for how the readings are made up)."""
+every telemetry sample (see ``simulated.py`` for how the readings are made up). Their power limits
+are kept in memory by the probe's sensors, as a real GPU keeps its own until it is reset."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
+from gpupool.domain.power import PowerRange
 from gpupool.domain.telemetry import GpuSample
-from gpupool.node.gpu.simulated import SimulatedSensors
+from gpupool.node.gpu.probe import PowerRefused
+from gpupool.node.gpu.simulated import SimulatedSensors, limit_range
 
 DEFAULT_MODEL = "Simulated-H100"
 DEFAULT_MEMORY_MIB = 81559
@@ -30,14 +34,7 @@ class FakeProbe:
 
     def gpus(self) -> list[GpuInfo]:
         return [
-            GpuInfo(
-                index=i,
-                uuid=_uuid(self.node, i),
-                model=self.model,
-                memory_mib=self.memory_mib,
-                simulated=True,
-            )
-            for i in range(self.count)
+            _with_power(GpuInfo(i, _uuid(self.node, i), self.model, self.memory_mib, True)) for i in range(self.count)
         ]
 
     def sample(self, node: str, busy: Collection[int], now: datetime) -> list[GpuSample]:
@@ -45,6 +42,12 @@ class FakeProbe:
 
     def used_by(self, pids: Collection[int]) -> dict[int, int]:
         return simulated_memory_use(pids)
+
+    def power_range(self, index: int) -> PowerRange | None:
+        return simulated_power_range(self.gpus(), index)
+
+    def apply_power(self, index: int, setting: PowerSetting | None) -> None:
+        apply_simulated_power(self.sensors, self.gpus(), index, setting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,35 @@ class ListedProbe:
 
     def used_by(self, pids: Collection[int]) -> dict[int, int]:
         return simulated_memory_use(pids)
+
+    def power_range(self, index: int) -> PowerRange | None:
+        return simulated_power_range(self.listed, index)
+
+    def apply_power(self, index: int, setting: PowerSetting | None) -> None:
+        apply_simulated_power(self.sensors, self.listed, index, setting)
+
+
+def _with_power(gpu: GpuInfo) -> GpuInfo:
+    power = limit_range(gpu.model)
+    return replace(gpu, power_min_w=power.min_w, power_max_w=power.max_w, power_default_w=power.default_w)
+
+
+def simulated_power_range(gpus: Sequence[GpuInfo], index: int) -> PowerRange | None:
+    found = next((g for g in gpus if g.index == index), None)
+    return None if found is None else limit_range(found.model)
+
+
+def apply_simulated_power(
+    sensors: SimulatedSensors, gpus: Sequence[GpuInfo], index: int, setting: PowerSetting | None
+) -> None:
+    """What NVML does with a setting, on a simulated GPU: a limit outside its range is refused."""
+    gpu = next((g for g in gpus if g.index == index), None)
+    if gpu is None:
+        raise PowerRefused(f"NVML: Invalid Argument (no GPU {index})")
+    power = limit_range(gpu.model)
+    if setting is not None and setting.kind == "limit" and not power.min_w <= setting.value <= power.max_w:
+        raise PowerRefused(f"NVML: Invalid Argument ({setting.value} W is outside {power.min_w}-{power.max_w} W)")
+    sensors.set_power(gpu.uuid, setting)
 
 
 SIMULATED_USE_ENV = "GPUPOOL_SIMULATED_GPU_MEMORY_MIB"
@@ -103,13 +135,15 @@ def load_hardware(path: Path) -> list[ListedProbe]:
         for spec in nodes:
             name = str(spec["name"])
             gpus = tuple(
-                GpuInfo(
-                    index=i,
-                    uuid=str(g.get("uuid") or _uuid(name, i)),
-                    model=str(g.get("model", DEFAULT_MODEL)),
-                    memory_mib=int(g.get("memory_mib", DEFAULT_MEMORY_MIB)),
-                    simulated=True,
-                    nvlink_group=g.get("nvlink_group"),
+                _with_power(
+                    GpuInfo(
+                        index=i,
+                        uuid=str(g.get("uuid") or _uuid(name, i)),
+                        model=str(g.get("model", DEFAULT_MODEL)),
+                        memory_mib=int(g.get("memory_mib", DEFAULT_MEMORY_MIB)),
+                        simulated=True,
+                        nvlink_group=g.get("nvlink_group"),
+                    )
                 )
                 for i, g in enumerate(spec.get("gpus", []))
             )

@@ -9,18 +9,28 @@ every GPU for ``nvmlEventTypeXidCriticalError`` once, and each reading first dra
 that arrived since the last one (without waiting), so a sample says how many XIDs this probe
 has seen on the GPU and the code of the latest. Where events cannot be registered (no
 permission, not supported) the XID fields are None, as is any other reading the GPU refuses.
+
+Power (issue 33): a GPU's range is NVML's power-management constraints and default limit; a
+setting is a power limit (``nvmlDeviceSetPowerManagementLimit``, in mW) or SM clocks locked at one
+frequency (``nvmlDeviceSetGpuLockedClocks``); restoring the default sets the default limit and
+unlocks the clocks. Both need root: NVML's refusal reaches the caller as ``PowerRefused`` with
+NVML's own words, and each reading says the limit NVML enforces, so no cap is ever only assumed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
 
+from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
+from gpupool.domain.power import PowerRange
 from gpupool.domain.telemetry import GpuSample
+from gpupool.node.gpu.probe import PowerRefused
 
 log = logging.getLogger("gpupool.nvml")
 T = TypeVar("T")
@@ -91,6 +101,39 @@ class NvmlProbe:
                 if held:
                     used[index] = held
             return used
+
+    def power_range(self, index: int) -> PowerRange | None:
+        """NVML's constraints and default limit of GPU ``index``; None where it has none to say."""
+        with self._lock:
+            nv = self._open()
+            if nv is None:
+                return None
+            try:
+                return _power_range(nv, nv.nvmlDeviceGetHandleByIndex(index))
+            except nv.NVMLError:
+                return None
+
+    def apply_power(self, index: int, setting: PowerSetting | None) -> None:
+        """A limit (the clocks unlocked), locked clocks (at the default limit), or the default
+        (None); ``PowerRefused`` with NVML's words where the GPU or the node's rights refuse."""
+        with self._lock:
+            nv = self._open()
+            if nv is None:
+                raise PowerRefused("NVML: not available on this node")
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                if setting is not None and setting.kind == "clocks":
+                    nv.nvmlDeviceSetPowerManagementLimit(handle, nv.nvmlDeviceGetPowerManagementDefaultLimit(handle))
+                    nv.nvmlDeviceSetGpuLockedClocks(handle, setting.value, setting.value)
+                    return
+                if setting is None:
+                    nv.nvmlDeviceSetPowerManagementLimit(handle, nv.nvmlDeviceGetPowerManagementDefaultLimit(handle))
+                else:
+                    nv.nvmlDeviceSetPowerManagementLimit(handle, setting.value * 1000)
+                with contextlib.suppress(nv.NVMLError_NotSupported):  # a GPU that cannot lock clocks has none locked
+                    nv.nvmlDeviceResetGpuLockedClocks(handle)
+            except nv.NVMLError as exc:
+                raise PowerRefused(f"NVML: {exc}") from None
 
     def _module(self) -> Any:
         if self._given is not None:
@@ -175,19 +218,30 @@ class NvmlProbe:
             ),
             xid_errors=xids,
             last_xid=last_xid,
+            power_limit_w=_optional(nv, lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0),  # mW
         )
 
 
 def _describe(nv: Any, index: int) -> GpuInfo:
     handle = nv.nvmlDeviceGetHandleByIndex(index)
     memory = nv.nvmlDeviceGetMemoryInfo(handle)
+    power = _optional(nv, lambda: _power_range(nv, handle))
     return GpuInfo(
         index=index,
         uuid=_text(nv.nvmlDeviceGetUUID(handle)),
         model=_text(nv.nvmlDeviceGetName(handle)),
         memory_mib=int(memory.total) // 2**20,
         simulated=False,
+        power_min_w=None if power is None else power.min_w,
+        power_max_w=None if power is None else power.max_w,
+        power_default_w=None if power is None else power.default_w,
     )
+
+
+def _power_range(nv: Any, handle: Any) -> PowerRange:
+    low_mw, high_mw = nv.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+    default_mw = nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+    return PowerRange(round(low_mw / 1000), round(high_mw / 1000), round(default_mw / 1000))
 
 
 def _optional(nv: Any, read: Callable[[], T]) -> T | None:

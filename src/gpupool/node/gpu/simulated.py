@@ -6,6 +6,12 @@ idle draw and its TDP, and the energy counter integrates power over time (so it 
 The "noise" is a hash of (seed, GPU, time slot), interpolated between slots: the same seed, GPUs,
 busy sets and times give the same readings, so tests can check values, and the curves move
 smoothly instead of jumping every sample.
+
+Power (issue 33): a simulated GPU's limit may be set between about 2/7 of its TDP and its TDP
+(the default), as an H100's 200-700 W; the sensors keep each GPU's setting in memory. Under a
+limit a busy GPU draws at most the limit and runs as fast as the H100's measured curve says
+(``domain.power.capped_speed``), its utilisation scaled by that speed; a clock lock draws and runs
+as the model's default curve measured at that clock.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
+from gpupool.domain.power import PowerRange, capped_speed, default_curve
 from gpupool.domain.telemetry import GpuSample
 
 BUSY_UTIL_PCT = (60.0, 95.0)
@@ -36,6 +44,18 @@ class SimulatedSensors:
         self.seed = seed
         self._lock = threading.Lock()
         self._meters: dict[str, tuple[datetime, float, float]] = {}  # uuid -> (time, power W, energy J)
+        self._power: dict[str, PowerSetting] = {}  # uuid -> its power setting; absent: the default
+
+    def set_power(self, uuid: str, setting: PowerSetting | None) -> None:
+        with self._lock:
+            if setting is None:
+                self._power.pop(uuid, None)
+            else:
+                self._power[uuid] = setting
+
+    def power_setting(self, uuid: str) -> PowerSetting | None:
+        with self._lock:
+            return self._power.get(uuid)
 
     def read(self, node: str, gpus: Sequence[GpuInfo], busy: Collection[int], now: datetime) -> list[GpuSample]:
         with self._lock:
@@ -44,9 +64,12 @@ class SimulatedSensors:
     def _read_one(self, node: str, gpu: GpuInfo, busy: bool, now: datetime) -> GpuSample:
         t = now.timestamp()
         tdp_w, idle_w = power_range(gpu.model)
+        setting = self._power.get(gpu.uuid)
+        cap_w, speed = under(setting, gpu.model, tdp_w)
+        limit_w = float(setting.value) if setting is not None and setting.kind == "limit" else tdp_w  # NVML's enforced
         if busy:
             low, high = BUSY_UTIL_PCT
-            util = low + (high - low) * self._smooth(gpu.uuid, "util", t, _UTIL_SLOT_S)
+            util = (low + (high - low) * self._smooth(gpu.uuid, "util", t, _UTIL_SLOT_S)) * speed
             low, high = BUSY_MEMORY_FRACTION
             used = int(gpu.memory_mib * (low + (high - low) * self._smooth(gpu.uuid, "mem", t, _MEMORY_SLOT_S)))
         else:
@@ -54,6 +77,7 @@ class SimulatedSensors:
         jitter = self._smooth(gpu.uuid, "jitter", t, _UTIL_SLOT_S)
         temperature = AMBIENT_C + 0.5 * util + 2.0 * jitter
         power = idle_w * (0.95 + 0.1 * jitter) + (tdp_w - idle_w) * util / 100.0 * (0.85 + 0.15 * jitter)
+        power = min(power, cap_w)
         energy = self._integrate(gpu.uuid, now, power)
         return GpuSample(
             node=node,
@@ -69,6 +93,7 @@ class SimulatedSensors:
             energy_j=round(energy, 3),
             ecc_errors=0,
             xid_errors=0,
+            power_limit_w=limit_w,
         )
 
     def _integrate(self, uuid: str, now: datetime, power_w: float) -> float:
@@ -99,3 +124,25 @@ def power_range(model: str) -> tuple[float, float]:
         if name in model.upper():
             return tdp_w, idle_w
     return _DEFAULT_POWER_W
+
+
+def limit_range(model: str) -> PowerRange:
+    """What a simulated GPU's power limit may be set to: from about 2/7 of its TDP (an H100's
+    200 W) to its TDP, which is also its default."""
+    tdp_w, _ = power_range(model)
+    return PowerRange(round(tdp_w * 2 / 7), round(tdp_w), round(tdp_w))
+
+
+def under(setting: PowerSetting | None, model: str, tdp_w: float) -> tuple[float, float]:
+    """(the most a GPU draws, its speed relative to the default) under ``setting``: a limit caps
+    the draw and slows it as the measured curve does; a clock lock draws and runs as the model's
+    default curve says at the nearest measured clock (the default where none was measured)."""
+    if setting is None:
+        return tdp_w, 1.0
+    if setting.kind == "limit":
+        return float(setting.value), capped_speed(setting.value, tdp_w)
+    clocks = [p for p in default_curve(model, round(tdp_w)).points if p.setting.kind == "clocks"]
+    if not clocks:
+        return tdp_w, 1.0
+    point = min(clocks, key=lambda p: abs(p.setting.value - setting.value))
+    return point.watts, point.speed
