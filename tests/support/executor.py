@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain.errors import InvalidInput, Unavailable
@@ -44,6 +45,8 @@ class FakeExecutor:
         self.held_images: dict[str, list[NodeImage]] = {}  # node -> the images its cache holds
         self.bad_archives: dict[str, str] = {}  # path -> the node's sentence refusing to import it
         self.silent: set[str] = set()  # nodes that answer no image call (a Ray node not answering)
+        self.curves: dict[str, list[dict[str, Any]]] = {}  # node -> what its power calibration measures
+        self.calibrated: list[tuple[str, float, tuple[int, ...]]] = []
 
     def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
@@ -139,6 +142,13 @@ class FakeExecutor:
         others = [replace(i, names=tuple(n for n in i.names if n != full)) for i in existing if i.digest != digest]
         self.held_images[node] = [image, *others]
         return image
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        """A node's curve as ``curves`` holds it (node -> its results); silent nodes refuse."""
+        if node in self.silent:
+            raise Unavailable(f"node {node} did not answer", code="node_unreachable")
+        self.calibrated.append((node, bound_s, tuple(busy)))
+        return [dict(r, node=node) for r in self.curves.get(node, [])]
 
     def close(self) -> None:
         pass

@@ -16,7 +16,7 @@ Backends are chosen by name from the table in ``gpupool/backends.py``.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpupool.domain.images import NodeImage
 from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
@@ -88,6 +88,12 @@ class Executor(Protocol):
         """Unpack the OCI archive or layout at ``path`` (a file system ``node`` sees) into its
         cache as ``name``. InvalidInput (code ``bad_image``) with the node's sentence where it is no
         usable image; Unavailable where the node cannot be asked now."""
+        ...
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        """Measure the power curve of each GPU model of ``node`` on one GPU not in ``busy`` (those
+        jobs hold), within ``bound_s`` a model (``node/power_calibrate.py``): one result each, its
+        points or why not. Unavailable where the node cannot be asked now."""
         ...
 
     def close(self) -> None: ...

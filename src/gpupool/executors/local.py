@@ -7,6 +7,7 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from gpupool.domain.errors import NotFound
 from gpupool.domain.images import NodeImage
@@ -80,6 +81,9 @@ class LocalExecutor:
 
     def import_image(self, node: str, path: str, name: str) -> NodeImage:
         return self._runtime(node).image_cache.import_archive(path, name)
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        return self._runtime(node).calibrate_power(bound_s, busy)
 
     def close(self) -> None:
         for watch in self._watches:

@@ -30,6 +30,7 @@ from gpupool.node.cached_images import CachedImages
 from gpupool.node.gpu.probe import GpuProbe
 from gpupool.node.image_job import read_phase
 from gpupool.node.jobns import Scratch
+from gpupool.node.power_calibrate import calibrate as calibrate_curves
 from gpupool.node.walls import NodeWalls, confinement
 
 DEFAULT_IMAGE_CACHE_BYTES = 200 * 2**30  # gpupool up --image-cache
@@ -111,6 +112,10 @@ class NodeRuntime:
         """A telemetry reading of every GPU of the node, stamped with the node's clock. ``busy``:
         the GPU indices its live workers hold (the head knows; simulated GPUs follow it)."""
         return self._probe.sample(self.name, frozenset(busy), self._clock.now())
+
+    def calibrate_power(self, bound_s: float, busy: Collection[int]) -> list[dict[str, Any]]:
+        """``gpupool node calibrate-power`` here: each GPU model's curve (``node/power_calibrate.py``)."""
+        return calibrate_curves(self._probe, self.name, frozenset(busy), bound_s, self._clock)
 
     def free_port(self) -> int:
         with socket.socket() as sock:
