@@ -361,6 +361,7 @@ def controller_settings(settings: Settings) -> ControllerSettings:
         keep_finished_s=settings.keep_finished_s,
         max_user_log_bytes=settings.max_user_log_bytes,
         allow_system_accounts=settings.allow_system_accounts,
+        max_slowdown=settings.max_slowdown_pct / 100.0,
     )
 
 

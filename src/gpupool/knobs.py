@@ -1,14 +1,13 @@
-"""Every setting of the head, declared once: its name (the flag ``--NAME``, the environment variable
-``GPUPOOL_NAME``), the command line's type and default, its bounds, its help, and how what was typed
-is read into the value ``Settings`` holds. ``gpupool up``'s options (cli/up.py), ``Settings``' fields
-and defaults (settings.py) and the environment are derived from this table, and
-tests/cli/test_knobs.py fails when they disagree or a knob is declared twice.
+"""Every setting of the head, declared once: its name (the flag ``--NAME``, the environment variable ``GPUPOOL_NAME``),
+the command line's type and default, its bounds, its help, and how what was typed is read into the value ``Settings``
+holds. ``gpupool up``'s options (cli/up.py), ``Settings``' fields and defaults (settings.py) and the environment are
+derived from this table, and tests/cli/test_knobs.py fails when they disagree or a knob is declared twice.
 
-A new head setting: a row here, the field in ``Settings`` with the row's default, and its use where
-the head hands settings to their consumer (head.py, ``Settings``' properties).
+A new head setting: a row here, the field in ``Settings`` with the row's default, and its use where the head hands
+settings to their consumer (head.py, ``Settings``' properties).
 
-Light on purpose: every CLI command imports ``settings`` and so this module; the scheduler is
-imported only where a knob needs it (the policy's help and check), which only ``gpupool up`` asks.
+Light on purpose: every CLI command imports ``settings`` and so this module; the scheduler is imported only where a knob
+needs it (the policy's help and check), which only ``gpupool up`` asks.
 """
 
 from __future__ import annotations
@@ -39,11 +38,10 @@ class Backend(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Knob(Generic[T]):
-    """One setting. ``option`` and ``given`` are the command line's type and default (``str``,
-    ``"10s"``); ``read`` turns what the command line gave into the setting (``10.0`` seconds),
-    refusing bad values with a one-line ``InvalidInput``. ``low``/``high`` bound the value: checked
-    by the command line itself for a number option (its message, its ``[0<=x<=65535]`` in --help),
-    by ``read`` for text (a duration, a size)."""
+    """One setting. ``option`` and ``given`` are the command line's type and default (``str``, ``"10s"``); ``read``
+    turns what the command line gave into the setting (``10.0`` seconds), refusing bad values with a one-line
+    ``InvalidInput``. ``low``/``high`` bound the value: checked by the command line itself for a number option (its
+    message, its ``[0<=x<=65535]`` in --help), by ``read`` for text (a duration, a size)."""
 
     name: str  # snake case, as the option's parameter
     option: Any  # a type expression: int, str, Path | None, list[str] | None, Backend
@@ -170,6 +168,7 @@ def _policy_help() -> str:
 
 
 MIB, TIB, DAY = 2**20, 2**40, 86400
+_SLOWDOWN_HELP = "--gpu-power efficient: the least energy per unit of work at most this % slower than max (0 to 90)"
 
 PORT = whole("port", DEFAULT_PORT, "API port (0: any free port)", low=0, high=65535)
 HOST = text("host", "127.0.0.1", "address to listen on")
@@ -339,6 +338,7 @@ GATEWAY = switch("gateway", True, "--no-gateway: start none (services then have 
 AUTOSCALE_WINDOW = duration(
     "autoscale_window", "30s", "the span of recent load the autoscaler averages over (1s to 10m)", 1, 600
 )
+MAX_SLOWDOWN = number("max_slowdown", 20.0, _SLOWDOWN_HELP, field="max_slowdown_pct", low=0, high=90)
 
 
 def table(*knobs: Knob[Any]) -> tuple[Knob[Any], ...]:
@@ -396,4 +396,5 @@ KNOBS = table(
     GATEWAY_PORT,
     GATEWAY,
     AUTOSCALE_WINDOW,
+    MAX_SLOWDOWN,
 )

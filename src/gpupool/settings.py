@@ -93,6 +93,7 @@ class Settings:
     gateway_port: int = knobs.GATEWAY_PORT.default  # 0: any free port
     gateway: bool = knobs.GATEWAY.default
     autoscale_window_s: float = knobs.AUTOSCALE_WINDOW.default
+    max_slowdown_pct: float = knobs.MAX_SLOWDOWN.default  # what efficient may cost in speed (issue 33)
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

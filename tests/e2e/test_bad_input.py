@@ -39,6 +39,10 @@ CLI_CASES = [
     (["wait", "abc"], "'abc' is not a job id: use ID, or ID_INDEX"),
     (["jobs", "-o", "yaml"], "'yaml' is not one of"),
     (["frobnicate"], "No such command 'frobnicate'"),
+    (["submit", "--gpu-power", "turbo", "--", "true"], "'turbo' is not max, efficient or a power such as 400W"),
+    (["submit", "--gpus", "0", "--gpu-power", "efficient", "--", "true"], "--gpu-power needs GPUs"),
+    (["project", "set", "lab", "--gpu-power", "fast"], "'fast' is not max, efficient or a power"),
+    (["node", "calibrate-power", "--bound", "1"], "--bound 1 is out of range: 5 to 600 seconds"),
 ]
 
 
@@ -174,6 +178,7 @@ UP_CASES = [
     (["--port", "99999"], "Invalid value for '--port'"),
     (["--gateway-port", "99999"], "Invalid value for '--gateway-port'"),
     (["--autoscale-window", "0s"], "--autoscale-window must be between"),
+    (["--max-slowdown", "95"], "Invalid value for '--max-slowdown'"),
     (["--fake-nodes", "0"], "--fake-nodes must be >= 1"),
     (["--placement", "magic"], "unknown placement 'magic'"),
     (["--fair-share-half-life", "soon"], "malformed duration"),

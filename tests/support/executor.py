@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain.errors import InvalidInput, Unavailable
@@ -47,6 +48,8 @@ class FakeExecutor:
         self.power_notes: dict[int, str] = {}  # job id -> what its workers' nodes say of its GPUs' power at launch
         self.power_set: list[tuple[str, tuple[int, ...], PowerSetting | None]] = []  # each set_gpu_power call
         self.power_refused: str | None = None  # NVML's words for every node refusing to set GPU power
+        self.curves: dict[str, list[dict[str, Any]]] = {}  # node -> what its power calibration measures
+        self.calibrated: list[tuple[str, float, tuple[int, ...]]] = []
 
     def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
@@ -155,6 +158,13 @@ class FakeExecutor:
                 self.sensors.set_power(gpu.uuid, setting)
         what = "its default" if setting is None else setting.text
         return [f"GPU {g} of {node}: at {what}" for g in gpus]
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        """A node's curve as ``curves`` holds it (node -> its results); silent nodes refuse."""
+        if node in self.silent:
+            raise Unavailable(f"node {node} did not answer", code="node_unreachable")
+        self.calibrated.append((node, bound_s, tuple(busy)))
+        return [dict(r, node=node) for r in self.curves.get(node, [])]
 
     def close(self) -> None:
         pass

@@ -66,6 +66,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(arrays.router)
     app.include_router(nodes.router)
+    app.include_router(nodes.power_router)
     app.include_router(projects.router)
     app.include_router(cluster.router)
     app.include_router(metrics.router)

@@ -77,6 +77,14 @@ def submit(
             " command may be left out: the image's own Entrypoint and Cmd run",
         ),
     ] = None,
+    gpu_power: Annotated[
+        str | None,
+        typer.Option(
+            help="its GPUs' power: max (the GPU's default), efficient (the least energy per unit of work at most"
+            " the head's --max-slowdown slower, from the model's calibration) or a limit in watts (400W)"
+            " [default: the project's, else max]",
+        ),
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -107,6 +115,7 @@ def submit(
         checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
         expose=expose,
         image=image,
+        gpu_power=gpu_power,
     )
     if array is not None:
         ArraySpec.parse(array)  # refused here, before anything is sent

@@ -65,6 +65,7 @@ COMMANDS = (
     _Entry("plan", "simulate", "plan"),
     # Typer lists groups of subcommands after the commands.
     _Entry("project", "projects", "project_app", group=True),
+    _Entry("node", "nodes", "node_app", group=True),
     _Entry("image", "images", "image_app", group=True),
     _Entry("service", "services", "service_app", group=True),
     _Entry("user", "users", "user_app", group=True),

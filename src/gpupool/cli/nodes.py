@@ -1,4 +1,5 @@
-"""Node commands: `gpupool nodes`, and the admin's `gpupool drain` / `gpupool undrain`."""
+"""Node commands: `gpupool nodes`, the admin's `gpupool drain` / `gpupool undrain`, and
+`gpupool node calibrate-power|power-curves` (issue 33)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json, resolve_token
 from gpupool.cli.render import nodes_table
+from gpupool.cli.tables import Col, Listing
+from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import NodeState
+
+node_app = typer.Typer(help="Calibrate a node's GPU power and see the curves (issue 33).", no_args_is_help=True)
 
 NodeArg = Annotated[str, typer.Argument(help="the node's name, as gpupool nodes lists it")]
 GpuOpt = Annotated[int | None, typer.Option("--gpu", help="only this GPU (its index on the node)")]
@@ -111,3 +116,59 @@ def _drain_state(record: dict[str, Any]) -> str:
 
 def _gpu(record: dict[str, Any], index: int) -> dict[str, Any]:
     return dict(next(g for g in record["gpus"] if g["index"] == index))
+
+
+@node_app.command("calibrate-power")
+def calibrate_power(
+    node: Annotated[str | None, typer.Argument(help="the node [default: every node that is up]")] = None,
+    bound: Annotated[float, typer.Option(help="seconds each GPU model's sweep may take (5 to 600)")] = 60.0,
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Measure speed and energy per unit of work of each GPU model at a few power limits and clock
+    locks, on one GPU no job holds (admin); --gpu-power efficient follows the curve from then on."""
+    if not 5 <= bound <= 600:
+        raise InvalidInput(f"--bound {bound:g} is out of range: 5 to 600 seconds per GPU model")
+    from gpupool.client import GpupoolClient
+
+    results: list[dict[str, Any]] = []
+    with GpupoolClient(url, resolve_token(url), timeout=8 * bound + 120) as c:
+        names = [node] if node else [n["name"] for n in c.nodes() if n["state"] != NodeState.DOWN]
+        for name in names:
+            results += c.calibrate_power(name, bound)
+    if output is Output.JSON:
+        print_json(results)
+        return
+    show_curves(results)
+
+
+@node_app.command("power-curves")
+def power_curves(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
+    """The GPU models' calibrated power curves, each setting's speed and energy per unit of work."""
+    with client(url) as c:
+        curves = c.power_curves()
+    if output is Output.JSON:
+        print_json(curves)
+    elif not curves:
+        console.print("no GPU model is calibrated: efficient uses its family's default (gpupool node calibrate-power)")
+    else:
+        show_curves(curves)
+
+
+def show_curves(results: list[dict[str, Any]]) -> None:
+    """One table per model: speed and energy relative to the default, the efficient point marked."""
+    for r in results:
+        if r.get("refused") or not r.get("points"):
+            console.print(r.get("refused") or f"{r['model']} on {r['node']}: nothing measured")
+            continue
+        took = f" in {r['elapsed_s']:g}s" if r.get("elapsed_s") is not None else ""
+        console.print(f"{r['model']} on {r['node']}{took}:")
+        table = Listing((Col("SETTING"), Col("SPEED", justify="right"), Col("ENERGY", justify="right"),
+                         Col("WATTS", justify="right"), Col("")))  # fmt: skip
+        for p in r["points"]:
+            setting = f"{p['value']} W limit" if p["kind"] == "limit" else f"SM clocks {p['value']} MHz"
+            mark = f"efficient (within {r.get('max_slowdown', 0.2):.0%})" if p.get("efficient") else ""
+            table.add_row(setting, f"{p['speed']:.0%}", f"{p['energy']:.0%}", f"{p['watts']:g}", mark)
+        console.print(table)
+        for skipped in r.get("skipped") or ():
+            console.print(f"  not measured: {skipped}")

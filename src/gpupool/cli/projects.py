@@ -11,6 +11,7 @@ from gpupool.cli.render import span
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.permissions import ProjectRole
+from gpupool.domain.power import parse_mode
 
 project_app = typer.Typer(
     help="Set up or remove a project (queue): quota, limit, weight, and who may submit to it.", no_args_is_help=True
@@ -43,6 +44,12 @@ def set_project(
             " warned at half [default: never]"
         ),
     ] = None,
+    gpu_power: Annotated[
+        str | None,
+        typer.Option(
+            help="its jobs' GPU power when they name none: max, efficient or a limit such as 400W [default: max]"
+        ),
+    ] = None,
     everyone: Annotated[
         bool | None,
         typer.Option(
@@ -57,15 +64,16 @@ def set_project(
     """Create or change a project (admins). Every setting is replaced (one left out gets its
     default) but who may submit, which stays as it was unless given."""
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
+    mode = None if gpu_power is None else parse_mode(gpu_power).text  # refused here, before anything is sent
     with client(url) as c:
-        project = c.set_project(name, quota, limit, weight, timeout_s, everyone)
+        project = c.set_project(name, quota, limit, weight, timeout_s, everyone, mode)
     if output is Output.JSON:
         print_json(project)
         return
     console.print(
         f"project {name}: quota {project['quota']:g}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
-        f"{project['weight']:g}, idle timeout {_idle(project)}, "
+        f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
         f"{'open to everyone' if project['everyone'] else 'members only'}; "
         f"fair share now {project['fair_share']:g} GPUs"
     )

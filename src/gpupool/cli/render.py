@@ -153,6 +153,7 @@ def job_detail(job: dict[str, Any]) -> Table:
             f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']:g} CPUs, "
             f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
         ),
+        *([("gpu power", job.get("gpu_power") or "the project's default (max unless set)")] if job["gpus"] else []),
         ("placements", placement_text(job) or "-"),
         *([("in use", usage_text(job))] if job.get("usage") else []),
         *([("runs as", job["run_as"])] if job.get("run_as") else []),

@@ -55,3 +55,11 @@ class ServiceCalls:
     def import_image(self, path: str, name: str) -> dict[str, Any]:
         """Import the OCI archive at ``path`` (on the nodes' shared file system) as ``name`` on every node."""
         return dict(self._call("POST", "/api/v1/images", json={"path": path, "name": name}))
+
+    def calibrate_power(self, node: str, bound_s: float) -> list[dict[str, Any]]:
+        """Measure ``node``'s GPU models' power curves (admin); each model may take ``bound_s``."""
+        return list(self._call("POST", f"/api/v1/nodes/{node}/calibrate-power", json={"bound_s": bound_s}))
+
+    def power_curves(self) -> list[dict[str, Any]]:
+        """Every GPU model's calibrated power curve."""
+        return list(self._call("GET", "/api/v1/power-curves"))

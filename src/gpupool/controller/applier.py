@@ -16,10 +16,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from gpupool.clock import Clock
+from gpupool.controller.power import LaunchPower
 from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.launch import LaunchRequest, RegistryAuth, WorkerHandle
+from gpupool.domain.power import DEFAULT_MAX_SLOWDOWN
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.users import ADMIN_USER
 from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
@@ -43,8 +45,10 @@ class Applier:
         kill_grace_s: float,
         allow_system_accounts: bool = False,
         sealer: Sealer | None = None,
+        max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
     ) -> None:
         self._db = db
+        self._max_slowdown = max_slowdown  # what efficient may cost in speed (--max-slowdown)
         self._sealer = sealer  # opens owners' registry logins for their images' pulls (None: none are used)
         self._allow_system = allow_system_accounts
         self._executor = executor
@@ -83,6 +87,7 @@ class Applier:
                 (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
             ]
         login = self._registry_login(ticket.owner, spec.image)
+        power = LaunchPower.load(self._db, spec, self._max_slowdown)  # its GPUs' setting (issue 33)
         for worker_id, p in ticket.workers if not failed else ():
             env = worker_env(
                 job_id=job_id,
@@ -131,12 +136,14 @@ class Applier:
                 port=served,
                 image=spec.image,
                 registry_auth=login,
+                gpu_power=power.setting(p),
             )
             try:
                 launched.append((worker_id, self._executor.launch(p.node, request), port))
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
+        power.record(self._db, job_id, self._clock.now())
         self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None)
         return attempt
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from gpupool.domain.alerts import AlertRules
 from gpupool.domain.audit import AUDIT_KEPT
 from gpupool.domain.idle import IdleSettings
+from gpupool.domain.power import DEFAULT_MAX_SLOWDOWN
 from gpupool.domain.telemetry import TelemetryRetention
 from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
 
@@ -45,3 +46,5 @@ class ControllerSettings:
     # Each user's jobs' logs together, on every node, are kept under this (--max-user-logs; 0: no cap).
     max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES
     user_logs_every_s: float = 60.0  # and soon after exits (at most every 15 s)
+    # efficient (--gpu-power) picks the least energy at most this much slower than max (--max-slowdown).
+    max_slowdown: float = DEFAULT_MAX_SLOWDOWN

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.launch import PowerSetting
+from gpupool.domain.nodes import GpuInfo
 
 MAX: Literal["max"] = "max"
 EFFICIENT: Literal["efficient"] = "efficient"
@@ -131,6 +133,37 @@ def default_curve(model: str, default_w: int) -> PowerCurve:
         scaled = value if kind == "clocks" else round(value * scale)
         points.append(PowerPoint(PowerSetting(kind, scaled), speed, energy, round(watts * scale, 1)))  # type: ignore[arg-type]
     return PowerCurve(model, tuple(points), calibrated=False)
+
+
+# A family's default limit (W) where the GPU does not say (simulated GPUs, no permission): the
+# first name found in the model wins; the minimum is taken as 2/7 of it (the H100's 200 of 700 W).
+_FAMILY_DEFAULT_W = (("H200", 700), ("H100", 700), ("A100", 400), ("V100", 300))
+_OTHER_DEFAULT_W = 300
+
+
+def family_range(model: str) -> PowerRange:
+    """The power range assumed for a model whose GPU reported none, by its family's name."""
+    default_w = next((w for name, w in _FAMILY_DEFAULT_W if name in model.upper()), _OTHER_DEFAULT_W)
+    return PowerRange(round(default_w * 2 / 7), default_w, default_w)
+
+
+def check_cluster_watts(text: str | None, gpus: Iterable[GpuInfo]) -> None:
+    """Refuse at submit a limit in watts that no GPU a job may get allows (a 4xx naming the
+    ranges). A model that reported no range is not judged here: its node takes the limit to the
+    nearest it allows and says so."""
+    if text is None or not text.endswith("W"):
+        return
+    watts = parse_mode(text).watts
+    ranges: dict[str, tuple[int, int]] = {}
+    for gpu in gpus:
+        if gpu.power_min_w is None or gpu.power_max_w is None:
+            return
+        ranges[gpu.model] = (gpu.power_min_w, gpu.power_max_w)
+    if ranges and not any(low <= watts <= high for low, high in ranges.values()):
+        allowed = "; ".join(f"{model} {low}-{high} W" for model, (low, high) in sorted(ranges.items()))
+        raise InvalidInput(
+            f"--gpu-power {watts}W is outside what the GPUs here allow: {allowed}", code="power_out_of_range"
+        )
 
 
 def capped_speed(limit_w: float, default_w: float) -> float:

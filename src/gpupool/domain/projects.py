@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.power import parse_mode
 
 DEFAULT_PROJECT = "default"
 # The one rule for names people give things: projects, users (and a job's project).
@@ -26,6 +27,8 @@ class Project:
     weight: float = 1.0
     # Interactive jobs whose GPUs sit idle this long are preempted while others wait (domain.idle).
     idle_timeout_s: float | None = None
+    # Its jobs' GPU power mode when they name none (issue 33): "max", "efficient", "400W"; None: max.
+    gpu_power: str | None = None
 
     @classmethod
     def create(
@@ -35,6 +38,7 @@ class Project:
         limit: float | None = None,
         weight: float = 1.0,
         idle_timeout_s: float | None = None,
+        gpu_power: str | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -59,6 +63,7 @@ class Project:
             None if limit is None else float(limit),
             float(weight),
             None if idle_timeout_s is None else float(idle_timeout_s),
+            None if gpu_power is None else parse_mode(gpu_power).text,
         )
 
     def describe_idle_timeout(self) -> str:

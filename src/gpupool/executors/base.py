@@ -17,7 +17,7 @@ Backends are chosen by name from the table in ``gpupool/backends.py``.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpupool.domain.images import NodeImage
 from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
@@ -95,6 +95,11 @@ class Executor(Protocol):
         """Lower the power of ``node``'s GPUs ``gpus`` while their jobs run (the power budget's
         throttle), or with None give them back what their jobs allow; a sentence per GPU of what
         was done or refused (NVML's words). A node that cannot be asked now says so in one."""
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        """Measure the power curve of each GPU model of ``node`` on one GPU not in ``busy`` (those
+        jobs hold), within ``bound_s`` a model (``node/power_calibrate.py``): one result each, its
+        points or why not. Unavailable where the node cannot be asked now."""
         ...
 
     def close(self) -> None: ...

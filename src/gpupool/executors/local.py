@@ -7,6 +7,7 @@ Virtual nodes share the machine's CPUs and memory; each owns a distinct set of G
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from gpupool.domain.errors import NotFound
 from gpupool.domain.images import NodeImage
@@ -82,7 +83,10 @@ class LocalExecutor:
         return self._runtime(node).image_cache.import_archive(path, name)
 
     def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
-        return self._runtime(node).set_gpu_power(gpus, setting)
+        return self._runtime(node).power.throttle(gpus, setting)
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        return self._runtime(node).calibrate_power(bound_s, busy)
 
     def close(self) -> None:
         for watch in self._watches:

@@ -9,6 +9,7 @@ as an exception, so the head raises the same ``InvalidInput`` the local backend 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpupool.domain.errors import InvalidInput, Unavailable
@@ -23,6 +24,9 @@ class AgentImages:
 
     def images(self) -> list[NodeImage]:
         return self.runtime.image_cache.listing()
+
+    def calibrate_power(self, bound_s: float, busy: list[int]) -> list[dict[str, Any]]:
+        return self.runtime.calibrate_power(bound_s, busy)
 
     def import_image(self, path: str, name: str) -> NodeImage | str:
         """The image imported, or the node's sentence why it could not be."""
@@ -45,6 +49,16 @@ class ExecutorImages:
     def images(self, node: str) -> list[NodeImage]:
         held: list[NodeImage] = self._ask(node, [], "images")  # a silent node is listed once it answers
         return held
+
+    def calibrate_power(self, node: str, bound_s: float, busy: Sequence[int] = ()) -> list[dict[str, Any]]:
+        """Each of the node's GPU models takes up to ``bound_s``: the call's own timeout allows eight."""
+        agent = self._answering(node)
+        if agent is None:
+            raise Unavailable(f"node {node} is down or does not answer", code="node_unreachable")
+        got: list[dict[str, Any]] = self._call(
+            node, agent.calibrate_power.remote(bound_s, list(busy)), 8 * bound_s + 60
+        )
+        return got
 
     def import_image(self, node: str, path: str, name: str) -> NodeImage:
         agent = self._answering(node)

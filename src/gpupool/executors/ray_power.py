@@ -20,7 +20,7 @@ class AgentPower:
     runtime: NodeRuntime
 
     def set_gpu_power(self, gpus: list[int], setting: PowerSetting | None) -> list[str]:
-        return self.runtime.set_gpu_power(gpus, setting)
+        return self.runtime.power.throttle(gpus, setting)
 
 
 class ExecutorPower:

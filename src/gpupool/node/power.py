@@ -24,16 +24,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupool.clock import Clock
 from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
 from gpupool.domain.power import shared_setting
 from gpupool.node import private, rundir
 from gpupool.node.gpu.probe import GpuProbe, PowerRefused
+from gpupool.node.power_calibrate import calibrate
 
 log = logging.getLogger("gpupool.power")
 RECORDS = "power"  # in the node's data dir
@@ -99,6 +101,10 @@ class NodePower:
         self._dir = data_dir / RECORDS
         self._gpus = gpus
         self._lock = threading.Lock()
+
+    def calibrate(self, bound_s: float, busy: Collection[int], clock: Clock) -> list[dict[str, Any]]:
+        """Each GPU model's curve, measured here (``node/power_calibrate.py``)."""
+        return calibrate(self._probe, self._name, frozenset(busy), bound_s, clock)
 
     def started(self, run_dir: str, gpus: Sequence[int], setting: PowerSetting | None) -> str | None:
         """Enter a worker on its GPUs before it starts and set what each GPU now runs at; the

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.node import accounts, container, gpu_share, image_start, leftovers, log_cap, private, rundir, zygote
@@ -114,6 +114,10 @@ class NodeRuntime:
         """A telemetry reading of every GPU of the node, stamped with the node's clock. ``busy``:
         the GPU indices its live workers hold (the head knows; simulated GPUs follow it)."""
         return self._probe.sample(self.name, frozenset(busy), self._clock.now())
+
+    def calibrate_power(self, bound_s: float, busy: Collection[int]) -> list[dict[str, Any]]:
+        """``gpupool node calibrate-power`` here: each GPU model's curve (``node/power_calibrate.py``)."""
+        return self.power.calibrate(bound_s, busy, self._clock)
 
     def free_port(self) -> int:
         with socket.socket() as sock:
@@ -328,10 +332,6 @@ class NodeRuntime:
         stopped = leftovers.stop_leftovers(self.data_dir, note)
         self.power.ended()
         return stopped
-
-    def set_gpu_power(self, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
-        """The head's throttle on the GPUs of running jobs (None: back to what their jobs allow)."""
-        return self.power.throttle(gpus, setting)
 
     def protect(self, endpoints: Sequence[tuple[str, int, int]]) -> None:
         """The ports other nodes' jobs serve (address, port, job id), refused to this node's jobs."""

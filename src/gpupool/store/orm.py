@@ -217,6 +217,8 @@ class ProjectRow(Base):
     idle_timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Every user may submit here, member or not (0009): true for ``default`` unless an admin closes it.
     everyone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Its jobs' GPU power mode when they name none (0022, issue 33); null: max.
+    gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class ProjectMemberRow(Base):

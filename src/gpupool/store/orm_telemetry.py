@@ -1,12 +1,13 @@
 """The telemetry tables (0005, 0006): GPU samples and their per-minute aggregates, idle spells
-and alerts. Apart from ``orm.py`` only to keep each module small; ``orm.py`` imports this one, so
-``Base.metadata`` always holds them."""
+and alerts; and the calibrated power curves (0022). Apart from ``orm.py`` only to keep each
+module small; ``orm.py`` imports this one, so ``Base.metadata`` always holds them."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.store.orm_base import Base
@@ -86,3 +87,16 @@ class AlertRow(Base):
     raised_at: Mapped[datetime] = mapped_column()
     updated_at: Mapped[datetime] = mapped_column()
     cleared_at: Mapped[datetime | None] = mapped_column(nullable=True, index=True)
+
+
+class PowerCurveRow(Base):
+    """A GPU model's calibrated power curve (0022, issue 33): what ``gpupool node calibrate-power``
+    measured last, on one node; the model's jobs in ``efficient`` mode follow it everywhere."""
+
+    __tablename__ = "power_curves"
+
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    # [{kind, value, speed, energy, watts, rate}]: the first is the default (speed 1, energy 1)
+    points: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    measured_at: Mapped[datetime] = mapped_column()

@@ -19,7 +19,7 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s)
+    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -45,6 +45,7 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
         row.everyone = everyone
     row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
     row.idle_timeout_s = project.idle_timeout_s
+    row.gpu_power = project.gpu_power
     add_event(
         session,
         now,
@@ -52,6 +53,7 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
         message=f"project {project.name}: quota {project.quota:g}, "
         f"limit {project.describe_limit()}, weight {project.weight:g}, "
         f"idle timeout {project.describe_idle_timeout()}, "
+        f"GPU power {project.gpu_power or 'max'}, "
         f"{'open to everyone' if row.everyone else 'members only'}",
     )
     return project
@@ -112,3 +114,8 @@ def accrue_usage(session: Session, holding: dict[str, float], now: datetime, hal
         elapsed = (now - row.updated_at).total_seconds()
         row.recent_gpus = decayed_average(row.recent_gpus, holding.get(name, 0.0), elapsed, half_life_s)
         row.updated_at = now
+
+
+def gpu_power_default(session: Session, name: str) -> str | None:
+    """The power mode project ``name`` gives its jobs that name none (None: max, or no such row)."""
+    return session.scalar(select(ProjectRow.gpu_power).where(ProjectRow.name == name))

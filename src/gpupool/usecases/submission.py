@@ -19,6 +19,7 @@ from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.errors import Conflict, GpupoolError, InvalidInput, Unsatisfiable
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import Node
+from gpupool.domain.power import check_cluster_watts
 from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.resources import CPU_MILLI, show_cpus
 from gpupool.scheduler.capacity import room_for, shape, such
@@ -197,6 +198,7 @@ def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
             f"no node has a GPU of model {spec.gpu_model}; models here: {', '.join(models)}",
             code=ReasonCode.GPU_MODEL.value,
         )
+    check_cluster_watts(spec.gpu_power, [g for n in usable for g in n.gpus])
     biggest_gpu = max((g.memory_mib for n in nodes for g in n.gpus), default=0)
     if spec.gpu_memory_mib > biggest_gpu:
         raise Unsatisfiable(

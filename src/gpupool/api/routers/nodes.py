@@ -1,17 +1,20 @@
-"""/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU."""
+"""/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU, and
+calibrate its GPUs' power; /api/v1/power-curves: the curves calibration measured."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.nodes import DrainRequest, NodeOut, TelemetryOut
+from gpupool.api.schemas.nodes import CalibrateRequest, DrainRequest, NodeOut, PowerCurveOut, TelemetryOut
 from gpupool.domain import bounds
 from gpupool.domain.telemetry import Resolution
 from gpupool.usecases import nodes as node_service
+from gpupool.usecases import power as power_service
 from gpupool.usecases import telemetry as telemetry_service
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
+power_router = APIRouter(prefix="/api/v1/power-curves", tags=["nodes"])
 
 
 @router.get("", response_model=list[NodeOut])
@@ -55,3 +58,17 @@ def undrain(name: str, ctx: Ctx, who: Caller, body: DrainRequest | None = None) 
     """The node (or, with ``gpu``, that GPU) takes new jobs again."""
     body = body or DrainRequest()
     return NodeOut.of(node_service.undrain(ctx, name, who, gpu=body.gpu, reason=body.reason))
+
+
+@router.post("/{name}/calibrate-power", response_model=list[PowerCurveOut])
+def calibrate_power(name: str, ctx: Ctx, who: Caller, body: CalibrateRequest | None = None) -> list[PowerCurveOut]:
+    """Measure each GPU model's power curve on the node (one GPU no job holds, within ``bound_s``
+    a model) and keep it: ``--gpu-power efficient`` follows it from then on."""
+    body = body or CalibrateRequest()
+    return [PowerCurveOut.model_validate(r) for r in power_service.calibrate(ctx, who, name, body.bound_s)]
+
+
+@power_router.get("", response_model=list[PowerCurveOut])
+def power_curves(ctx: Ctx, who: Caller) -> list[PowerCurveOut]:
+    """Every GPU model's calibrated curve, each point marked where efficient picks it."""
+    return [PowerCurveOut.model_validate(r) for r in power_service.curves(ctx)]

@@ -29,7 +29,12 @@ def show(name: str, ctx: Ctx, who: Caller) -> ProjectOut:
 @router.put("/{name}", response_model=ProjectOut)
 def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOut:
     project = Project.create(
-        name, quota=body.quota, limit=body.limit, weight=body.weight, idle_timeout_s=body.idle_timeout_s
+        name,
+        quota=body.quota,
+        limit=body.limit,
+        weight=body.weight,
+        idle_timeout_s=body.idle_timeout_s,
+        gpu_power=body.gpu_power,
     )
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone))
 

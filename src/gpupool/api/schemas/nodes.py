@@ -142,3 +142,37 @@ class TelemetryOut(BaseModel):
             resolution=h.resolution.value,
             points=[TelemetryPointOut.of(p) for p in h.points],
         )
+
+
+class CalibrateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bound_s: float = Field(60.0, description="seconds each GPU model's sweep may take, 5 to 600")
+
+
+class PowerPointOut(BaseModel):
+    kind: str = Field(description="limit (value in W) or clocks (SM clocks locked at value MHz)")
+    value: int
+    speed: float = Field(description="work per second, relative to the default (1)")
+    energy: float = Field(description="joules per unit of work, relative to the default (1)")
+    watts: float = Field(description="mean draw under compute-bound work")
+    rate: float | None = Field(None, description="work per second in the result's unit (TFLOP/s on a real GPU)")
+    efficient: bool = Field(False, description="the point --gpu-power efficient picks at max_slowdown")
+
+
+class PowerCurveOut(BaseModel):
+    """A GPU model's curve as calibration measured it, or why it was not measured (``refused``)."""
+
+    node: str
+    model: str | None
+    refused: str | None = None
+    gpu: int | None = Field(None, description="the GPU it was measured on")
+    simulated: bool | None = None
+    unit: str | None = Field(None, description="what the work is counted in: TFLOP, or work on a simulated GPU")
+    default_w: int | None = None
+    bound_s: float | None = None
+    elapsed_s: float | None = None
+    measured_at: datetime | None = None
+    skipped: list[str] = Field(default_factory=list, description="settings the GPU refused, each with why")
+    points: list[PowerPointOut] = Field(default_factory=list, description="the default first")
+    max_slowdown: float | None = None

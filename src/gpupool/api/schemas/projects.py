@@ -22,6 +22,10 @@ class ProjectSet(BaseModel):
         description="preempt its interactive jobs whose GPUs sat idle this long while others wait"
         " (warned at half); null: never",
     )
+    gpu_power: str | None = Field(
+        None,
+        description="its jobs' GPU power mode when they name none: max, efficient or a limit such as 400W; null: max",
+    )
     everyone: bool | None = Field(
         None,
         description="every user may submit here, member or not; null: as it was"
@@ -72,6 +76,7 @@ class ProjectOut(BaseModel):
     limit: float | None
     weight: float
     idle_timeout_s: float | None
+    gpu_power: str | None = Field(None, description="its jobs' GPU power mode when they name none; null: max")
     everyone: bool = Field(description="every user may submit here; else only its members")
     allocated: float
     pending: float
@@ -93,6 +98,7 @@ class ProjectOut(BaseModel):
             limit=p.limit,
             weight=p.weight,
             idle_timeout_s=p.idle_timeout_s,
+            gpu_power=p.gpu_power,
             everyone=v.everyone,
             allocated=v.allocated,
             pending=v.pending,

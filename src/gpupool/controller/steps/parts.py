@@ -76,7 +76,9 @@ class Parts:
         on_first_start: Callable[[float], None] = _unobserved,
         sealer: Sealer | None = None,
     ) -> Parts:
-        applier = Applier(db, executor, clock, settings.kill_grace_s, settings.allow_system_accounts, sealer)
+        applier = Applier(
+            db, executor, clock, settings.kill_grace_s, settings.allow_system_accounts, sealer, settings.max_slowdown
+        )
         return cls(
             db,
             executor,
