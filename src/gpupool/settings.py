@@ -93,6 +93,7 @@ class Settings:
     gateway_port: int = knobs.GATEWAY_PORT.default  # 0: any free port
     gateway: bool = knobs.GATEWAY.default
     autoscale_window_s: float = knobs.AUTOSCALE_WINDOW.default
+    power_budget_w: float = knobs.POWER_BUDGET.default  # the GPUs' budget (issue 33); 0: none
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
