@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpupool.clock import Clock
 from gpupool.domain.errors import InvalidInput, Unavailable
 from gpupool.domain.images import NodeImage
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -44,6 +44,7 @@ class FakeExecutor:
         self.held_images: dict[str, list[NodeImage]] = {}  # node -> the images its cache holds
         self.bad_archives: dict[str, str] = {}  # path -> the node's sentence refusing to import it
         self.silent: set[str] = set()  # nodes that answer no image call (a Ray node not answering)
+        self.gpu_power: list[tuple[str, tuple[int, ...], PowerSetting | None]] = []  # set_gpu_power's calls
 
     def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
         """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
@@ -139,6 +140,10 @@ class FakeExecutor:
         others = [replace(i, names=tuple(n for n in i.names if n != full)) for i in existing if i.digest != digest]
         self.held_images[node] = [image, *others]
         return image
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        self.gpu_power.append((node, tuple(gpus), setting))
+        return []
 
     def close(self) -> None:
         pass

@@ -49,6 +49,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/nodes/{name}/telemetry"): ANYONE,
     ("POST", "/api/v1/nodes/{name}/drain"): ADMIN,
     ("POST", "/api/v1/nodes/{name}/undrain"): ADMIN,
+    ("POST", "/api/v1/nodes/{name}/power-budget"): ADMIN,
     ("GET", "/api/v1/telemetry/latest"): ANYONE,
     ("GET", "/api/v1/alerts"): ANYONE,
     ("GET", "/api/v1/gpus/idle"): ANYONE,

@@ -45,3 +45,6 @@ class ControllerSettings:
     # Each user's jobs' logs together, on every node, are kept under this (--max-user-logs; 0: no cap).
     max_user_log_bytes: int = DEFAULT_MAX_USER_LOG_BYTES
     user_logs_every_s: float = 60.0  # and soon after exits (at most every 15 s)
+    # The pool's GPU power budget in watts (--power-budget; 0: none), kept by the scheduler at
+    # starts and by the throttle on measured draw (issue 33). Nodes' own budgets are in the store.
+    power_budget_w: float = 0.0

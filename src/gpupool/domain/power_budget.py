@@ -35,8 +35,10 @@ from gpupool.domain.power import (
     parse_mode,
     resolve,
     shared_setting,
+    show_watts,
 )
 
+THROTTLED = "throttled"  # how the event of a cap the throttle applied begins: /metrics counts them
 Holders = Mapping[tuple[str, int], Sequence[PowerSetting | None]]  # (node, GPU) -> its jobs' settings
 
 
@@ -119,3 +121,15 @@ def counted_by_node(nodes: Iterable[Node], holders: Holders, budget: PowerBudget
                 total += idle_w(gpu.model)
         out[node.name] = total
     return out
+
+
+def check_budget(watts: float, nodes: Iterable[Node], what: str = "--power-budget") -> None:
+    """A budget below one node's GPUs' idle draw could never be kept, whatever the scheduler
+    held back: refused (0: no budget)."""
+    for node in nodes:
+        idle = idle_draw(node)
+        if 0 < watts < idle:
+            raise InvalidInput(
+                f"{what} {show_watts(watts)} is below what node {node.name}'s GPUs draw idle ({show_watts(idle)})",
+                code="power_budget_too_low",
+            )

@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from gpupool.domain.images import NodeImage
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -88,6 +88,11 @@ class Executor(Protocol):
         """Unpack the OCI archive or layout at ``path`` (a file system ``node`` sees) into its
         cache as ``name``. InvalidInput (code ``bad_image``) with the node's sentence where it is no
         usable image; Unavailable where the node cannot be asked now."""
+        ...
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        """Set the power of these GPUs of a node (None: their default), for the power budget's
+        throttle; sentences of what was done or refused (issue 33)."""
         ...
 
     def close(self) -> None: ...

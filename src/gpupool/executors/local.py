@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from gpupool.domain.errors import NotFound
 from gpupool.domain.images import NodeImage
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -80,6 +80,9 @@ class LocalExecutor:
 
     def import_image(self, node: str, path: str, name: str) -> NodeImage:
         return self._runtime(node).image_cache.import_archive(path, name)
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        return [f"{node}: this head does not set GPU power limits yet"]  # a stand-in until the nodes do (pnode)
 
     def close(self) -> None:
         for watch in self._watches:

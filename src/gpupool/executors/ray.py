@@ -31,7 +31,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayEr
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gpupool.domain.errors import NotFound, Unavailable
-from gpupool.domain.launch import ImagePhase, LaunchRequest, Stats, WorkerExit, WorkerHandle
+from gpupool.domain.launch import ImagePhase, LaunchRequest, PowerSetting, Stats, WorkerExit, WorkerHandle
 from gpupool.domain.nodes import Node, NodeState
 from gpupool.domain.telemetry import GpuSample
 from gpupool.domain.worker_env import Rendezvous
@@ -296,6 +296,9 @@ class RayExecutor(ExecutorImages):
         # False: silent, told once it answers. An agent of an earlier head answers None: told.
         told: bool = self._ask(node, False, "protect", list(endpoints)) is not False
         return told
+
+    def set_gpu_power(self, node: str, gpus: Sequence[int], setting: PowerSetting | None) -> list[str]:
+        return [f"{node}: this head does not set GPU power limits yet"]  # a stand-in until the nodes do (pnode)
 
     def close(self) -> None:
         """Disconnect; the detached actors and their workers keep running for the next head."""

@@ -1,11 +1,12 @@
-"""/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU."""
+"""/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU, and
+set its own power budget."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.nodes import DrainRequest, NodeOut, TelemetryOut
+from gpupool.api.schemas.nodes import DrainRequest, NodeOut, PowerBudgetOut, PowerBudgetRequest, TelemetryOut
 from gpupool.domain import bounds
 from gpupool.domain.telemetry import Resolution
 from gpupool.usecases import nodes as node_service
@@ -55,3 +56,9 @@ def undrain(name: str, ctx: Ctx, who: Caller, body: DrainRequest | None = None) 
     """The node (or, with ``gpu``, that GPU) takes new jobs again."""
     body = body or DrainRequest()
     return NodeOut.of(node_service.undrain(ctx, name, who, gpu=body.gpu, reason=body.reason))
+
+
+@router.post("/{name}/power-budget", response_model=PowerBudgetOut)
+def set_power_budget(name: str, body: PowerBudgetRequest, ctx: Ctx, who: Caller) -> PowerBudgetOut:
+    """The node's own GPU power budget (a rack's circuit), kept with the pool's (issue 33)."""
+    return PowerBudgetOut(node=name, power_budget_w=node_service.set_power_budget(ctx, name, body.budget, who))
