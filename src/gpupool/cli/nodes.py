@@ -1,4 +1,4 @@
-"""Node commands: `gpupool nodes`, and the admin's `gpupool drain` / `gpupool undrain`."""
+"""Node commands: `gpupool nodes`, and the admin's `gpupool drain` / `gpupool undrain` and `gpupool node ...`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import typer
 from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
 from gpupool.cli.render import nodes_table
 from gpupool.domain.nodes import NodeState
+from gpupool.domain.power import show_watts
 
 NodeArg = Annotated[str, typer.Argument(help="the node's name, as gpupool nodes lists it")]
 GpuOpt = Annotated[int | None, typer.Option("--gpu", help="only this GPU (its index on the node)")]
 ReasonOpt = Annotated[str | None, typer.Option(help="why, for the node's events")]
+node_app = typer.Typer(help="An admin's settings of one node: its own power budget.", no_args_is_help=True)
 
 
 def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
@@ -111,3 +113,22 @@ def _drain_state(record: dict[str, Any]) -> str:
 
 def _gpu(record: dict[str, Any], index: int) -> dict[str, Any]:
     return dict(next(g for g in record["gpus"] if g["index"] == index))
+
+
+@node_app.command("set-power-budget")
+def set_power_budget(
+    node: NodeArg,
+    budget: Annotated[str, typer.Argument(help="its GPUs' power budget (3kW, 2500W), or none")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Give a node a GPU power budget of its own, a rack's circuit (admin): the scheduler keeps it
+    with the pool's --power-budget. ``none`` takes it away."""
+    with client(url) as c:
+        said = c.set_power_budget(node, budget)
+    if output is Output.JSON:
+        print_json(said)
+    elif said["power_budget_w"] is None:
+        console.print(f"node {node}: no power budget of its own")
+    else:
+        console.print(f"node {node}: power budget {show_watts(said['power_budget_w'])}")

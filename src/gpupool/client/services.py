@@ -55,3 +55,7 @@ class ServiceCalls:
     def import_image(self, path: str, name: str) -> dict[str, Any]:
         """Import the OCI archive at ``path`` (on the nodes' shared file system) as ``name`` on every node."""
         return dict(self._call("POST", "/api/v1/images", json={"path": path, "name": name}))
+
+    def set_power_budget(self, name: str, budget: str) -> dict[str, Any]:
+        """A node's own power budget (admin): ``3kW``, or ``none`` (issue 33)."""
+        return dict(self._call("POST", f"/api/v1/nodes/{quote(name)}/power-budget", json={"budget": budget}))
