@@ -30,7 +30,8 @@ from gpupool.client.http import is_loopback
 from gpupool.clock import SystemClock
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.controller.services import ReconcilerSettings, ServiceReconciler
-from gpupool.domain.errors import Unavailable
+from gpupool.domain.errors import InvalidInput, Unavailable
+from gpupool.domain.power_budget import check_budget
 from gpupool.domain.users import ADMIN_USER, Role
 from gpupool.executors.base import Executor
 from gpupool.executors.ray_processes import write_secret
@@ -84,6 +85,11 @@ class Head:
         self.gateway_secret = "gpg_" + secrets.token_urlsafe(32)  # the gateway's identity, for this start only
         self._on_stop = backend.on_stop
         registry.placement(settings.placement)  # refuse an unknown plugin now, not at the first cycle
+        try:  # a power budget below one idle node's draw: refused now (issue 33)
+            check_budget(settings.power_budget_w, self.executor.nodes())
+        except InvalidInput:
+            self.executor.close()
+            raise
         clock = SystemClock()
         self.sealer = Sealer.at(settings.data_dir / SEALING_KEY_FILE)  # users' registry logins, sealed at rest
         self.metrics = SchedulerMetrics()  # what the controller observes, shown at /metrics
@@ -123,6 +129,7 @@ class Head:
             gateway_secret=self.gateway_secret,
             max_user_arrays=settings.max_user_arrays,
             sealer=self.sealer,
+            power_budget_w=settings.power_budget_w,
         )
         if not self.ctx.accounts.owners:
             self.notes.append(
@@ -360,6 +367,7 @@ def controller_settings(settings: Settings) -> ControllerSettings:
         image_wait_s=settings.image_wait_s,
         keep_finished_s=settings.keep_finished_s,
         max_user_log_bytes=settings.max_user_log_bytes,
+        power_budget_w=settings.power_budget_w,
         allow_system_accounts=settings.allow_system_accounts,
         max_slowdown=settings.max_slowdown_pct / 100.0,
     )

@@ -6,8 +6,7 @@ derived from this table, and tests/cli/test_knobs.py fails when they disagree or
 A new head setting: a row here, the field in ``Settings`` with the row's default, and its use where the head hands
 settings to their consumer (head.py, ``Settings``' properties).
 
-Light on purpose: every CLI command imports ``settings`` and so this module; the scheduler is imported only where a knob
-needs it (the policy's help and check), which only ``gpupool up`` asks.
+Light on purpose: every CLI command imports it; the scheduler only where a knob needs it (``gpupool up``'s policy).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from gpupool.domain.arrays import DEFAULT_MAX_USER_ARRAYS
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.option_text import bounded_duration, bounded_size, networks
+from gpupool.domain.power import read_budget
 from gpupool.domain.resources import format_bytes
 from gpupool.domain.user_logs import DEFAULT_MAX_USER_LOG_BYTES
 
@@ -335,9 +335,8 @@ GATEWAY_PORT = whole(
     high=65535,
 )
 GATEWAY = switch("gateway", True, "--no-gateway: start none (services then have no URL)", "--gateway/--no-gateway")
-AUTOSCALE_WINDOW = duration(
-    "autoscale_window", "30s", "the span of recent load the autoscaler averages over (1s to 10m)", 1, 600
-)
+POWER_BUDGET = Knob("power_budget", str, "0", read_budget, "GPU power budget: 20kW (0: none)", "power_budget_w")
+AUTOSCALE_WINDOW = duration("autoscale_window", "30s", "the span of load the autoscaler averages (1s to 10m)", 1, 600)
 MAX_SLOWDOWN = number("max_slowdown", 20.0, _SLOWDOWN_HELP, field="max_slowdown_pct", low=0, high=90)
 
 
@@ -397,4 +396,5 @@ KNOBS = table(
     GATEWAY,
     AUTOSCALE_WINDOW,
     MAX_SLOWDOWN,
+    POWER_BUDGET,
 )

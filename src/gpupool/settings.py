@@ -94,6 +94,7 @@ class Settings:
     gateway: bool = knobs.GATEWAY.default
     autoscale_window_s: float = knobs.AUTOSCALE_WINDOW.default
     max_slowdown_pct: float = knobs.MAX_SLOWDOWN.default  # what efficient may cost in speed (issue 33)
+    power_budget_w: float = knobs.POWER_BUDGET.default  # the GPUs' budget (issue 33); 0: none
     base_env: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         "parts",
         frozenset(
             {"capacity", "cluster", "config", "demand", "explain", "fair_share", "fit", "incremental"}
-            | {"partition", "reserved"}
+            | {"partition", "power", "reserved"}
         ),
     ),
     ("hooks", frozenset({"hooks"})),  # the types plugins implement: no plugin, no session

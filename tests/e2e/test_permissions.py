@@ -156,6 +156,7 @@ def _target(w: World, method: str, path: str) -> tuple[str, object]:
         ("POST", "/api/v1/gateway/stats"): {"window_s": 1, "replicas": []},
         ("POST", "/api/v1/images"): {"path": f"/nonexistent/image{n}.tar", "name": f"image{n}"},  # nodes: 400
         ("PUT", "/api/v1/registries/{registry}"): {"username": "u", "password": f"p{n}"},
+        ("POST", "/api/v1/nodes/{name}/power-budget"): {"budget": None},
     }
     params["registry"] = "nvcr.io"  # one's own login there (forgetting one never made: 404, not 403)
     if path.startswith("/api/v1/services/"):
@@ -194,6 +195,7 @@ def test_the_table_says_what_the_issue_says() -> None:
         ("POST", "/api/v1/nodes/{name}/undrain"): Who.ADMIN,
         ("POST", "/api/v1/nodes/{name}/calibrate-power"): Who.ADMIN,
         ("GET", "/api/v1/power-curves"): Who.ANYONE,
+        ("POST", "/api/v1/nodes/{name}/power-budget"): Who.ADMIN,
         ("PUT", "/api/v1/projects/{name}"): Who.ADMIN,
         ("PUT", "/api/v1/projects/{name}/members/{user}"): Who.ADMIN,
         ("POST", "/api/v1/users"): Who.ADMIN,

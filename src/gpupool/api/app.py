@@ -54,7 +54,9 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.submissions = GroupCommit(ctx)  # POST /jobs: requests arriving together share a commit
-    app.state.metrics = build_registry(ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s)
+    app.state.metrics = build_registry(
+        ctx.db, scheduler_metrics or SchedulerMetrics(), ctx.clock, ctx.idle.after_s, ctx.power_budget_w
+    )
     app.state.metrics.register(ServiceCollector(lambda: service_layer.replica_states(ctx), ctx.load))
     errors.install(app)
     # The door inside the audit log: a request it refuses (401) is still noted as a failed sign-in;

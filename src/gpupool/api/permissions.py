@@ -51,6 +51,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/nodes/{name}/undrain"): ADMIN,
     ("POST", "/api/v1/nodes/{name}/calibrate-power"): ADMIN,  # runs work on a free GPU of each model
     ("GET", "/api/v1/power-curves"): ANYONE,
+    ("POST", "/api/v1/nodes/{name}/power-budget"): ADMIN,
     ("GET", "/api/v1/telemetry/latest"): ANYONE,
     ("GET", "/api/v1/alerts"): ANYONE,
     ("GET", "/api/v1/gpus/idle"): ANYONE,

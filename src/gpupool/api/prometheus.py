@@ -36,6 +36,7 @@ from gpupool.domain.idle import IdleSettings
 from gpupool.domain.telemetry import GpuSample
 from gpupool.store.db import Database
 from gpupool.usecases import metrics as metrics_service
+from gpupool.usecases import power_figures
 from gpupool.usecases.metrics import ClusterFigures
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -90,10 +91,11 @@ class SchedulerMetrics:
 class StoreCollector(Collector):
     """Reads the store at every scrape and yields the cluster's gauges."""
 
-    def __init__(self, db: Database, clock: Clock, idle_after_s: float) -> None:
+    def __init__(self, db: Database, clock: Clock, idle_after_s: float, power_budget_w: float = 0.0) -> None:
         self._db = db
         self._clock = clock
         self._idle_after_s = idle_after_s
+        self._power_budget_w = power_budget_w
 
     def collect(self) -> Iterator[Metric]:
         figures = metrics_service.read(self._db, self._clock.now(), self._idle_after_s)
@@ -102,6 +104,7 @@ class StoreCollector(Collector):
         yield from node_families(figures)
         yield from idle_and_alert_families(figures)
         yield from dcgm_families(figures)
+        yield from power_families(power_figures.read(self._db, self._power_budget_w))
 
     def describe(self) -> Iterable[Metric]:
         # Describing by collecting would read the store at registration; the names are fixed anyway.
@@ -109,11 +112,15 @@ class StoreCollector(Collector):
 
 
 def build_registry(
-    db: Database, scheduler: SchedulerMetrics, clock: Clock, idle_after_s: float = IdleSettings().after_s
+    db: Database,
+    scheduler: SchedulerMetrics,
+    clock: Clock,
+    idle_after_s: float = IdleSettings().after_s,
+    power_budget_w: float = 0.0,
 ) -> CollectorRegistry:
     """A registry of the app's own: the store's gauges and the controller's histograms."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(db, clock, idle_after_s))
+    registry.register(StoreCollector(db, clock, idle_after_s, power_budget_w))
     registry.register(scheduler.cycle_seconds)
     registry.register(scheduler.pending_seconds)
     return registry
@@ -283,3 +290,28 @@ def dcgm_families(figures: ClusterFigures) -> Iterator[Metric]:
                 name, dict(zip(labels, [*label_values, str(sample.simulated).lower()], strict=True)), value
             )
         yield family
+
+
+def power_families(figures: power_figures.PowerFigures) -> Iterator[Metric]:
+    """The power budget (issue 33): ``scope`` is ``cluster`` or a node's name. A budget not in
+    force has no series; what it counts is shown for the cluster and every node that is not down."""
+    budget = GaugeMetricFamily(
+        "gpupool_power_budget_watts", "GPU power budget in force: the pool's, and nodes' own", labels=["scope"]
+    )
+    if figures.budget.cluster_w > 0:
+        budget.add_metric(["cluster"], figures.budget.cluster_w)
+    for node, watts in sorted(figures.budget.nodes_w.items()):
+        budget.add_metric([node], watts)
+    counted = GaugeMetricFamily(
+        "gpupool_power_counted_watts",
+        "What the power budget counts now: each held GPU at its launch limit, idle GPUs at their idle draw",
+        labels=["scope"],
+    )
+    counted.add_metric(["cluster"], figures.counted_w)
+    for node, watts in sorted(figures.counted.items()):
+        counted.add_metric([node], watts)
+    throttles = CounterMetricFamily(
+        "gpupool_power_throttles", "Caps the throttle applied to running jobs' GPUs over the power budget"
+    )
+    throttles.add_metric([], figures.throttles)
+    yield from (budget, counted, throttles)

@@ -68,6 +68,7 @@ COMMANDS = (
     _Entry("node", "nodes", "node_app", group=True),
     _Entry("image", "images", "image_app", group=True),
     _Entry("service", "services", "service_app", group=True),
+    _Entry("node", "nodes", "node_app", group=True),
     _Entry("user", "users", "user_app", group=True),
     _Entry("token", "users", "token_app", group=True),
 )

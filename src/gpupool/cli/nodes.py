@@ -12,12 +12,14 @@ from gpupool.cli.render import nodes_table
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import NodeState
+from gpupool.domain.power import show_watts
 
 node_app = typer.Typer(help="Calibrate a node's GPU power and see the curves (issue 33).", no_args_is_help=True)
 
 NodeArg = Annotated[str, typer.Argument(help="the node's name, as gpupool nodes lists it")]
 GpuOpt = Annotated[int | None, typer.Option("--gpu", help="only this GPU (its index on the node)")]
 ReasonOpt = Annotated[str | None, typer.Option(help="why, for the node's events")]
+node_app = typer.Typer(help="An admin's settings of one node: its own power budget.", no_args_is_help=True)
 
 
 def nodes(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.TABLE) -> None:
@@ -172,3 +174,22 @@ def show_curves(results: list[dict[str, Any]]) -> None:
         console.print(table)
         for skipped in r.get("skipped") or ():
             console.print(f"  not measured: {skipped}")
+
+
+@node_app.command("set-power-budget")
+def set_power_budget(
+    node: NodeArg,
+    budget: Annotated[str, typer.Argument(help="its GPUs' power budget (3kW, 2500W), or none")],
+    url: UrlOpt = "http://127.0.0.1:7070",
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Give a node a GPU power budget of its own, a rack's circuit (admin): the scheduler keeps it
+    with the pool's --power-budget. ``none`` takes it away."""
+    with client(url) as c:
+        said = c.set_power_budget(node, budget)
+    if output is Output.JSON:
+        print_json(said)
+    elif said["power_budget_w"] is None:
+        console.print(f"node {node}: no power budget of its own")
+    else:
+        console.print(f"node {node}: power budget {show_watts(said['power_budget_w'])}")

@@ -63,3 +63,7 @@ class ServiceCalls:
     def power_curves(self) -> list[dict[str, Any]]:
         """Every GPU model's calibrated power curve."""
         return list(self._call("GET", "/api/v1/power-curves"))
+
+    def set_power_budget(self, name: str, budget: str) -> dict[str, Any]:
+        """A node's own power budget (admin): ``3kW``, or ``none`` (issue 33)."""
+        return dict(self._call("POST", f"/api/v1/nodes/{quote(name)}/power-budget", json={"budget": budget}))

@@ -20,7 +20,7 @@ from gpupool.controller.power import LaunchPower
 from gpupool.domain.decisions import Preempt, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
-from gpupool.domain.launch import LaunchRequest, RegistryAuth, WorkerHandle
+from gpupool.domain.launch import LaunchRequest, PowerSetting, RegistryAuth, WorkerHandle
 from gpupool.domain.power import DEFAULT_MAX_SLOWDOWN
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.users import ADMIN_USER
@@ -88,6 +88,8 @@ class Applier:
             ]
         login = self._registry_login(ticket.owner, spec.image)
         power = LaunchPower.load(self._db, spec, self._max_slowdown)  # its GPUs' setting (issue 33)
+        cap = decision.power_cap_w  # the power budget's cap on each GPU (issue 33), None: none
+        powers: dict[int, PowerSetting | None] = {}  # the setting each worker launches with
         for worker_id, p in ticket.workers if not failed else ():
             env = worker_env(
                 job_id=job_id,
@@ -136,15 +138,16 @@ class Applier:
                 port=served,
                 image=spec.image,
                 registry_auth=login,
-                gpu_power=power.setting(p),
+                gpu_power=_capped(power.setting(p), cap),
             )
+            powers[worker_id] = request.gpu_power
             try:
                 launched.append((worker_id, self._executor.launch(p.node, request), port))
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
         power.record(self._db, job_id, self._clock.now())
-        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None)
+        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None, powers=powers)
         return attempt
 
     def _registry_login(self, owner: str, image: str | None) -> RegistryAuth | None:
@@ -202,6 +205,7 @@ class Applier:
         launched: list[tuple[int, WorkerHandle, int | None]],
         failed: list[tuple[int, str]],
         in_image: bool = False,
+        powers: Mapping[int, PowerSetting | None] | None = None,
     ) -> None:
         """Record handles and failed launches, then starting -> running, in one commit; a job in
         an image stays starting until its nodes have the image (the images step moves it: its
@@ -212,14 +216,14 @@ class Applier:
         now = self._clock.now()
         try:
             with self._db.tx() as s:
-                self._record_launches(s, job_id, launched, failed, now)
+                self._record_launches(s, job_id, launched, failed, now, powers)
                 row = job_repo.job_row(s, job_id, lock=True)
                 if row.state == JobState.STARTING.value and not (in_image and not failed):
                     transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
         except Stale as exc:  # moved by someone else: keep the handles; the monitor settles it
             log.info("job %s changed while it started: %s", job_id, exc)
             with self._db.tx() as s:
-                self._record_launches(s, job_id, launched, failed, now)
+                self._record_launches(s, job_id, launched, failed, now, powers)
 
     @staticmethod
     def _record_launches(
@@ -228,11 +232,25 @@ class Applier:
         launched: list[tuple[int, WorkerHandle, int | None]],
         failed: list[tuple[int, str]],
         now: datetime,
+        powers: Mapping[int, PowerSetting | None] | None = None,
     ) -> None:
         for worker_id, handle, port in launched:
             worker_repo.mark_launched(s, worker_id, handle, now, port)
             if handle.power_note:  # what its node did with its GPUs' power, or could not (issue 33)
                 job_repo.add_job_event(s, job_id, now, "power", handle.power_note)
+            setting = (powers or {}).get(worker_id)
+            if setting is not None:  # what a power budget counts its GPUs at (issue 33)
+                worker_repo.set_gpu_power(s, worker_id, setting)
         for worker_id, message in failed:
             worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
             job_repo.add_job_event(s, job_id, now, "launch_failed", message)
+
+
+def _capped(setting: PowerSetting | None, cap: float | None) -> PowerSetting | None:
+    """The lower of a job's resolved setting and the power budget's cap: a cap is a limit, and a
+    clock lock under a cap becomes the cap (a lock bounds clocks, not watts)."""
+    if cap is None:
+        return setting
+    if setting is not None and setting.kind == "limit" and setting.value <= cap:
+        return setting
+    return PowerSetting("limit", int(cap))

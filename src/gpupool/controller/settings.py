@@ -48,3 +48,6 @@ class ControllerSettings:
     user_logs_every_s: float = 60.0  # and soon after exits (at most every 15 s)
     # efficient (--gpu-power) picks the least energy at most this much slower than max (--max-slowdown).
     max_slowdown: float = DEFAULT_MAX_SLOWDOWN
+    # The pool's GPU power budget in watts (--power-budget; 0: none), kept by the scheduler at
+    # starts and by the throttle on measured draw (issue 33). Nodes' own budgets are in the store.
+    power_budget_w: float = 0.0

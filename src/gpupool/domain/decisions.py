@@ -35,6 +35,7 @@ class ReasonCode(enum.StrEnum):
     BACKOFF = "backoff"  # failed and requeued: it waits a growing while before its next attempt
     ARRAY_LIMIT = "array_limit"  # its array already runs as many tasks as its %N allows
     IMAGE = "image"  # a node could not get its image (--image) now: it waits, and is tried again
+    POWER = "power"  # it would take the pool, or its node, over its power budget (issue 33)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,9 @@ class Reason:
 class StartJob:
     job_id: int
     placements: tuple[Placement, ...]
+    # Watts each of its GPUs is limited to so that it fits a power budget (issue 33): the Applier
+    # launches it under the lower of this and the setting its mode resolves to. None: as asked.
+    power_cap_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,3 +220,43 @@ def parse_watts(text: str, what: str = "--power-budget") -> float:
     if found is None:
         raise InvalidInput(f"{what}: {str(text)[:40]!r} is not a power such as 20kW or 1500W")
     return float(found["n"]) * (1000 if (found["unit"] or "").lower() == "kw" else 1)
+
+
+# (model name part, default limit W, idle draw W, lowest limit W) by family, the first match wins:
+# what a GPU that does not say its own range counts against a budget (the simulated GPUs' idle draws).
+_FAMILIES = (("H200", 700, 75.0, 200), ("H100", 700, 70.0, 200), ("A100", 400, 55.0, 100), ("V100", 300, 40.0, 100))
+_OTHER_FAMILY = ("", 300, 35.0, 100)
+
+
+def _family(model: str) -> tuple[str, int, float, int]:
+    upper = model.upper()
+    return next((f for f in _FAMILIES if f[0] in upper), _OTHER_FAMILY)
+
+
+def default_limit_w(model: str) -> int:
+    """A GPU model's default power limit when the GPU does not say it: 700 W for H100/H200, 400 W
+    for A100, 300 W otherwise (what a budget counts a GPU at ``max`` at)."""
+    return _family(model)[1]
+
+
+def idle_w(model: str) -> float:
+    """What an idle GPU of this model draws, as the simulated GPUs model it: a budget counts an
+    idle GPU at this, since it draws it whatever the scheduler does."""
+    return _family(model)[2]
+
+
+def min_limit_w(model: str) -> int:
+    """The lowest limit a GPU of this model takes when it does not say its own (NVML's minimum)."""
+    return _family(model)[3]
+
+
+def show_watts(watts: float) -> str:
+    """``600 W``, ``1.4 kW``, ``20 kW``: as a person reads a budget."""
+    if abs(watts) < 1000:
+        return f"{round(watts):d} W"
+    return f"{round(watts / 1000.0, 2):g} kW"
+
+
+def read_budget(_knob: object, text: str) -> float:
+    """``gpupool up --power-budget`` as the knobs table reads it: watts; 0 (the default) for none."""
+    return parse_watts(text)

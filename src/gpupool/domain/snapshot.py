@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import Node
+from gpupool.domain.power_budget import PowerBudget
 from gpupool.domain.projects import Project
 
 
@@ -43,6 +45,9 @@ class RunningJob:
     owner: str = ""
     attained: float = 0.0  # GPU-seconds its earlier runs received; this run's come from ``started_at``
     oracle_end: datetime | None = None  # when it will end, known only to a simulator (``plugins.srtf``)
+    # The GPU power setting each worker launched with, as ``placements`` (issue 33); missing or
+    # None: the GPU's default. What a power budget counts its GPUs at.
+    power: tuple[PowerSetting | None, ...] = ()
 
     @property
     def preemptible(self) -> bool:
@@ -62,3 +67,5 @@ class Snapshot:
     # An image, as pending jobs name it -> the nodes a job already ran in it (issue 32): where its
     # unpacked root is likely cached. Between two nodes the placement scores alike, one of these wins.
     image_nodes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # The power budgets in force (issue 33); the default has none, and a start is never held for power.
+    power: PowerBudget = field(default_factory=PowerBudget)

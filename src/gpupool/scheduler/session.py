@@ -23,6 +23,7 @@ from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
+from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
@@ -60,6 +61,7 @@ class Session:
     # Each project's own nodes and their GPUs where the policy confines projects to nodes, else None.
     partitions: dict[str, frozenset[str]] | None = None
     partition_gpus: dict[str, int] = field(default_factory=dict)
+    power: PowerGate | None = None  # the power budgets, where one is in force (``scheduler/power.py``)
 
     @classmethod
     def open(
@@ -97,6 +99,7 @@ class Session:
             partition_gpus=gpus,
         )
         session._penalties = tuple(open_penalty(session) for open_penalty in hooks.node_penalties)
+        session.power = PowerGate.open(snapshot)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -184,6 +187,9 @@ class Session:
         plugin = self.placement()
         statement = Statement(self.cluster)
         shunned = self._shunned(job)
+        if self.power is not None:  # nodes whose own power budget is full: the others first
+            full = self.power.full_nodes(job, demand.whole_gpus)
+            shunned = [*(avoid | full for avoid in shunned or [frozenset()]), *shunned] if full else shunned
         cached = self.snapshot.image_nodes.get(job.spec.image, frozenset()) if job.spec.image else frozenset()
         for worker in range(job.spec.workers):
             chosen = None
@@ -300,12 +306,29 @@ class Session:
         self.reserved_gpus = []
 
     def policy_refused(self, job_id: int) -> bool:
-        """Refused by limit or quota: no amount of freed GPUs would let it start."""
+        """Refused by limit or quota: no amount of freed GPUs would let it start; or held for power,
+        which the budget gives back as jobs end: no job is stopped to make room for watts."""
         reason = self.reasons.get(job_id)
-        return reason is not None and reason.code in (ReasonCode.LIMIT, ReasonCode.QUOTA)
+        return reason is not None and reason.code in (ReasonCode.LIMIT, ReasonCode.QUOTA, ReasonCode.POWER)
 
-    def record_start(self, job: PendingJob, placements: tuple[Placement, ...]) -> None:
-        self.starts.append(StartJob(job.id, placements))
+    def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
+        """Start a job placed (committed) by ``try_place_gang`` if it fits the power budgets, capped
+        where it may be; otherwise give its placements back and return why it waits (``power``)."""
+        cap = None
+        if self.power is not None:
+            refusal, cap = self.power.admit(job, placements)
+            if refusal is not None:
+                generation = self.cluster.generation
+                for p in reversed(placements):
+                    self.cluster.give_back(p)
+                self.cluster.generation = generation  # nothing came back that was not free before
+                self.reasons[job.id] = refusal
+                return refusal
+        self.record_start(job, placements, cap)
+        return None
+
+    def record_start(self, job: PendingJob, placements: tuple[Placement, ...], cap: float | None = None) -> None:
+        self.starts.append(StartJob(job.id, placements, cap))
         self.started_jobs[job.id] = job
         self.allocated[job.spec.project] += job.spec.total_gpus
         mine = (job.spec.project, job.owner)

@@ -8,10 +8,12 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpupool.domain.errors import NotFound
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
+from gpupool.domain.power import show_watts
 from gpupool.domain.records import LIVE_WORKER_STATES, NodeRecord
 from gpupool.store.drain import comeback_state
-from gpupool.store.orm import GpuRow, NodeRow, WorkerRow
+from gpupool.store.orm import EventRow, GpuRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_node
 
 
@@ -180,3 +182,29 @@ def _load(session: Session) -> list[tuple[Node, bool, frozenset[int]]]:
         )
         for r in session.scalars(select(NodeRow).order_by(NodeRow.name))
     ]
+
+
+def set_power_budget(session: Session, name: str, watts: float | None, now: datetime, by: str) -> Node:
+    """Give a node a power budget of its own (a rack's circuit), or take it away (None); an event
+    says who and what. The node as loaded, for the caller's checks."""
+    row = session.get(NodeRow, name, with_for_update=True)
+    if row is None:
+        raise NotFound(f"no node {name}: list nodes with gpupool nodes", code="node_not_found")
+    row.power_budget_w = watts
+    what = "no power budget of its own" if watts is None else f"a power budget of {show_watts(watts)}"
+    add_event(session, now, kind="power", node=name, message=f"node {name} has {what} (set by {by})")
+    return next(node for node, _, _ in _load(session) if node.name == name)
+
+
+def power_budgets(session: Session) -> dict[str, float]:
+    """The nodes' own power budgets, by name (nodes without one are left out)."""
+    rows = session.execute(select(NodeRow.name, NodeRow.power_budget_w).where(NodeRow.power_budget_w.is_not(None)))
+    return {name: float(watts) for name, watts in rows if watts}
+
+
+def power_events(session: Session, begins: str) -> int:
+    """How many power events the store keeps whose message begins so (the throttle's caps)."""
+    found = session.scalar(
+        select(func.count(EventRow.id)).where(EventRow.kind == "power", EventRow.message.like(f"{begins}:%"))
+    )
+    return int(found or 0)

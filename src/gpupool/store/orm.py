@@ -115,6 +115,8 @@ class WorkerRow(Base):
     ready_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # The GPU power setting it launched with (0023, ``PowerSetting.to_json``); None: the GPU's default.
+    gpu_power: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class NodeRow(Base):
@@ -131,6 +133,7 @@ class NodeRow(Base):
     drain_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # What the node enforces around each job, as it reported (0010): {users, memory, cpus, devices, kill}
     isolation: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    power_budget_w: Mapped[float | None] = mapped_column(Float, nullable=True)  # its own budget (0023)
 
 
 class GpuRow(Base):

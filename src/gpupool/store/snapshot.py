@@ -13,12 +13,14 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
+from gpupool.domain.launch import PowerSetting
+from gpupool.domain.power_budget import PowerBudget
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.store.attained import NONE, Attained, earlier_attained
 from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.images import image_nodes
-from gpupool.store.nodes import load_nodes
+from gpupool.store.nodes import load_nodes, power_budgets
 from gpupool.store.orm import JobRow, WorkerRow
 from gpupool.store.projects import list_projects, recent_usage
 from gpupool.store.user_usage import recent as recent_user_usage
@@ -78,11 +80,16 @@ class SpecCache:
 
 
 def load_snapshot(
-    session: Session, now: datetime, cache: SpecCache | None = None, capped: Collection[int] = ()
+    session: Session,
+    now: datetime,
+    cache: SpecCache | None = None,
+    capped: Collection[int] = (),
+    power_budget_w: float = 0.0,
 ) -> Snapshot:
     """Resources are held by live worker rows, not by job states: a cancelled job whose process
     has not died yet still holds its GPUs, so nothing is handed out twice. Pending jobs in
-    ``capped`` (array tasks over their ``%N``) are left out."""
+    ``capped`` (array tasks over their ``%N``) are left out. ``power_budget_w``: the pool's power
+    budget (``gpupool up --power-budget``; 0: none), with the nodes' own from the store."""
     cache = cache or SpecCache()
     nodes = tuple(load_nodes(session))
     by_job: dict[int, list[WorkerRow]] = {}
@@ -132,6 +139,7 @@ def load_snapshot(
             stopping=job_id in stopping,
             owner=owners.get(job_id, ""),
             attained=served.get(job_id, NONE)[0],
+            power=tuple(PowerSetting.from_json(w.gpu_power) for w in sorted(ws, key=lambda w: w.worker)),
         )
         for job_id, ws in sorted(by_job.items())
     )
@@ -156,4 +164,5 @@ def load_snapshot(
         recent_usage=recent_usage(session),
         user_usage=recent_user_usage(session),
         image_nodes=image_nodes(session, {job.spec.image for job in pending if job.spec.image}),
+        power=PowerBudget(power_budget_w, power_budgets(session)),
     )

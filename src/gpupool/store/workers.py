@@ -13,7 +13,7 @@ from gpupool.domain import exit_reasons
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobState, Placement, StopReason
-from gpupool.domain.launch import WorkerHandle
+from gpupool.domain.launch import PowerSetting, WorkerHandle
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, WorkerRecord, WorkerStatus
 from gpupool.store.arrays import task_of
@@ -93,6 +93,47 @@ def mark_launched(
     row = session.get_one(WorkerRow, worker_id)
     row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle.to_json(), now
     row.port = port
+
+
+def set_gpu_power(session: Session, worker_id: int, setting: PowerSetting | None) -> None:
+    """The GPU power setting the worker launched with: what a power budget counts its GPUs at,
+    and what the throttle restores when it lifts a cap."""
+    session.get_one(WorkerRow, worker_id).gpu_power = None if setting is None else setting.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class LivePower:
+    """A live worker holding GPUs, as the power budget's throttle and gauges see it."""
+
+    job_id: int
+    priority: str
+    started_at: datetime | None
+    node: str
+    gpus: tuple[int, ...]
+    shared: bool
+    setting: PowerSetting | None  # what it launched with; None: the GPU's default
+
+
+def live_power(session: Session) -> list[LivePower]:
+    rows = session.execute(
+        select(
+            WorkerRow.job_id,
+            JobRow.priority,
+            JobRow.started_at,
+            WorkerRow.node,
+            WorkerRow.gpus,
+            WorkerRow.gpu_share,
+            WorkerRow.gpu_power,
+        )
+        .join(JobRow, JobRow.id == WorkerRow.job_id)
+        .where(WorkerRow.status.in_(LIVE_WORKER_STATES))
+        .order_by(WorkerRow.id)
+    )
+    return [
+        LivePower(j, prio, at, n, tuple(g), share > 0, PowerSetting.from_json(p))
+        for j, prio, at, n, g, share, p in rows
+        if g
+    ]
 
 
 def live_workers(session: Session) -> list[WorkerRecord]:

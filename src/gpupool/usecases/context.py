@@ -69,3 +69,4 @@ class HeadContext:
     max_user_arrays: int = DEFAULT_MAX_USER_ARRAYS  # arrays with an unfinished task, per user
     # Seals users' registry logins at rest (its key in the head's data dir; a test's: in memory).
     sealer: Sealer = field(default_factory=Sealer.ephemeral)
+    power_budget_w: float = 0.0  # the pool's GPU power budget (--power-budget; 0: none), for /metrics

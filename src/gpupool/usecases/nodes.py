@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gpupool.domain.errors import NotFound
+from gpupool.domain.power import parse_watts
+from gpupool.domain.power_budget import check_budget
 from gpupool.domain.records import NodeRecord
 from gpupool.store import drain as drain_repo
 from gpupool.store import nodes as node_repo
@@ -47,3 +49,16 @@ def undrain(
             drain_repo.set_gpu_disabled(s, name, gpu, False, ctx.clock.now(), who.user, reason)
     ctx.wake_controller()
     return show(ctx, name)
+
+
+def set_power_budget(ctx: HeadContext, name: str, budget: str | None, who: Principal) -> float | None:
+    """Give a node a power budget of its own (a rack's circuit: ``3kW``), or none (None, ``none``,
+    0). One below what the node's GPUs draw idle is refused: it could never be kept."""
+    require_admin(who, "set nodes' power budgets")
+    text = (budget or "").strip()
+    watts = None if text.lower() in ("", "none") else parse_watts(text, "power budget") or None
+    with ctx.db.tx() as s:
+        node = node_repo.set_power_budget(s, name, watts, ctx.clock.now(), who.user)
+        check_budget(watts or 0.0, [node], f"{name}'s power budget")  # refused: the transaction rolls back
+    ctx.wake_controller()
+    return watts

@@ -1,12 +1,20 @@
 """/api/v1/nodes: list, show, GPU telemetry, and (admin) drain and undrain a node or one GPU, and
-calibrate its GPUs' power; /api/v1/power-curves: the curves calibration measured."""
+calibrate its GPUs' power, set its own power budget; /api/v1/power-curves: the curves calibration measured."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Caller, Ctx
-from gpupool.api.schemas.nodes import CalibrateRequest, DrainRequest, NodeOut, PowerCurveOut, TelemetryOut
+from gpupool.api.schemas.nodes import (
+    CalibrateRequest,
+    DrainRequest,
+    NodeOut,
+    PowerBudgetOut,
+    PowerBudgetRequest,
+    PowerCurveOut,
+    TelemetryOut,
+)
 from gpupool.domain import bounds
 from gpupool.domain.telemetry import Resolution
 from gpupool.usecases import nodes as node_service
@@ -72,3 +80,9 @@ def calibrate_power(name: str, ctx: Ctx, who: Caller, body: CalibrateRequest | N
 def power_curves(ctx: Ctx, who: Caller) -> list[PowerCurveOut]:
     """Every GPU model's calibrated curve, each point marked where efficient picks it."""
     return [PowerCurveOut.model_validate(r) for r in power_service.curves(ctx)]
+
+
+@router.post("/{name}/power-budget", response_model=PowerBudgetOut)
+def set_power_budget(name: str, body: PowerBudgetRequest, ctx: Ctx, who: Caller) -> PowerBudgetOut:
+    """The node's own GPU power budget (a rack's circuit), kept with the pool's (issue 33)."""
+    return PowerBudgetOut(node=name, power_budget_w=node_service.set_power_budget(ctx, name, body.budget, who))

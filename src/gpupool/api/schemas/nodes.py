@@ -12,6 +12,19 @@ from gpupool.domain.telemetry import TelemetryPoint
 from gpupool.usecases.telemetry import History
 
 
+class PowerBudgetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budget: str | None = Field(
+        None, max_length=32, description="the node's own GPU power budget (3kW, 2500W); none or null: none"
+    )
+
+
+class PowerBudgetOut(BaseModel):
+    node: str
+    power_budget_w: float | None  # null: the node has no budget of its own
+
+
 class DrainRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -13,6 +13,7 @@ from gpupool.controller.steps.cycle import ScheduleCycle
 from gpupool.controller.steps.images import WatchImages
 from gpupool.controller.steps.nodes import SyncNodes, WatchNodeAlerts
 from gpupool.controller.steps.parts import Parts, Shared
+from gpupool.controller.steps.power import KeepPowerBudget
 from gpupool.controller.steps.pruning import PruneAudit, PruneFinished
 from gpupool.controller.steps.reap import ReapAndSettle
 from gpupool.controller.steps.telemetry import SampleTelemetry, WatchAlerts, WatchIdle
@@ -42,6 +43,7 @@ class Steps:
             SampleTelemetry(parts),  # every --telemetry-every (5 s, clock time)
             WatchAlerts(parts),  # on each round of readings
             WatchIdle(parts),  # on each round of readings
+            KeepPowerBudget(parts),  # on each round of readings, where a power budget is in force
             self.cycle,
             PushPorts(parts, name="ports-after-cycle"),  # the replicas just started are walled at once
         ]

@@ -48,7 +48,9 @@ class ScheduleCycle(PartsStep):
             deferred = job_repo.deferred(s, p.clock.now())
             deferred_until = min((until for until, _ in deferred.values()), default=None)
             capped = array_repo.capped(s)
-            snapshot = load_snapshot(s, p.clock.now(), self._specs, capped=capped)
+            snapshot = load_snapshot(
+                s, p.clock.now(), self._specs, capped=capped, power_budget_w=p.settings.power_budget_w
+            )
         if deferred:
             # A job backing off keeps the reason its requeue wrote (with its delay); idle ones get theirs.
             idle = {i: _idle_deferred_reason(until) for i, (until, backoff) in deferred.items() if not backoff}

@@ -45,11 +45,10 @@ def run(session: Session) -> None:
                 waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
             else:
                 placements = session.try_place_gang(job)
-                if placements is not None:
-                    session.record_start(job, placements)
-                else:
+                power = None if placements is None else session.start(job, placements)
+                if placements is None or power is not None:  # no room, or no power (a refusal)
                     waiting.append(job)
-                    blocked.update(hooks.blocking(session, job, name, queues, None))
+                    blocked.update(hooks.blocking(session, job, name, queues, power))
             if not queue:
                 break
             if name in blocked:

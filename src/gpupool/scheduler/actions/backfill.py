@@ -47,7 +47,8 @@ def run(session: Session) -> None:
             placements = session.try_place_gang(job)
             session.keep_reserved(reservation)
         if placements is not None:
-            session.record_start(job, placements)
+            if session.start(job, placements) is not None:  # waits for power, its reason given
+                waiting.append(job)
             continue
         waiting.append(job)
         shape = (demand, workers)

@@ -3,7 +3,7 @@
 (``gpupool node calibrate-power``).
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-11-27 12:00:00.000000
 
 The lead rechains the issue's migrations (0021-0024) at merge; each revises 0020 until then.
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
