@@ -432,7 +432,7 @@ def scrape(sqlite: Database, now: datetime) -> Scrape:
         on_cycle=metrics.observe_cycle,
         on_first_start=metrics.observe_first_start,
     )
-    ctx = HeadContext(sqlite, clock, executor, controller.wake)
+    ctx = HeadContext(sqlite, clock, executor, controller.wake, power_budget_w=20_000)  # a pool with a power budget
     admin, alice = Principal("root", "admin"), Principal("alice", "user")
     with sqlite.tx() as s:
         token = create_token(s, "alice", "user", now)

@@ -139,7 +139,7 @@ def load_snapshot(
             stopping=job_id in stopping,
             owner=owners.get(job_id, ""),
             attained=served.get(job_id, NONE)[0],
-            power=tuple(PowerSetting.from_json(w.gpu_power) for w in sorted(ws, key=lambda w: w.worker)),
+            power=_launch_power(ws),
         )
         for job_id, ws in sorted(by_job.items())
     )
@@ -166,3 +166,10 @@ def load_snapshot(
         image_nodes=image_nodes(session, {job.spec.image for job in pending if job.spec.image}),
         power=PowerBudget(power_budget_w, power_budgets(session)),
     )
+
+
+def _launch_power(workers: list[WorkerRow]) -> tuple[PowerSetting | None, ...]:
+    """Each worker's launch setting, in worker order; () when all are at their default, as the
+    simulator writes a job that set none (the two snapshots compare equal)."""
+    settings = tuple(PowerSetting.from_json(w.gpu_power) for w in sorted(workers, key=lambda w: w.worker))
+    return settings if any(s is not None for s in settings) else ()
