@@ -8,12 +8,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
+import pytest
+
 from gpupool.clock import FakeClock
 from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
 from gpupool.domain.power import PowerCurve, PowerPoint, PowerRange, default_curve
 from gpupool.domain.telemetry import GpuSample
+from gpupool.node.gpu.fake import FakeProbe
 from gpupool.node.power_calibrate import PowerProbe, calibrate, sweep
+from gpupool.usecases.power import with_efficient
 
 
 class PowerRefused(Exception):
@@ -109,3 +113,19 @@ def test_a_probe_that_cannot_set_power_is_said() -> None:
     clock = FakeClock()
     (result,) = calibrate(object(), "node-1", busy=(), bound_s=10.0, clock=clock, sleep=clock.advance)
     assert "cannot set power" in result["refused"]
+
+
+def test_the_nodes_own_simulated_gpus_calibrate_to_the_measured_h100_shape() -> None:
+    """The node's simulated probe, not the test's: under calibration's compute-bound work a GPU
+    asks for its full power and a limit caps it, so the curve is the H100's as measured here."""
+    clock = FakeClock()
+    probe = FakeProbe("node-1", 2)
+    (result,) = calibrate(probe, "node-1", busy=(), bound_s=30.0, clock=clock, sleep=clock.advance)
+    energy = {(p["kind"], p["value"]): p["energy"] for p in result["points"]}
+    assert energy[("limit", 490)] == pytest.approx(0.864, abs=0.02)  # MACHINE-FACTS: 500 W, -14 %
+    assert energy[("clocks", 900)] == pytest.approx(0.812, abs=0.03)
+    efficient = next(p for p in with_efficient(result)["points"] if p["efficient"])
+    assert (efficient["kind"], efficient["value"]) == ("limit", 490)
+    assert probe.power_range(0) is not None and probe.sensors.power_setting(probe.gpus()[0].uuid) is None
+    idle = probe.sample("node-1", (), clock.now())[0]
+    assert idle.power_w is not None and idle.power_w < 100  # the full load ended with the sweep

@@ -78,14 +78,16 @@ class SimulatedWork:
 
     unit = "work"
 
-    def __init__(self, gpu: GpuInfo, default_w: int, clock: Clock) -> None:
-        self._clock = clock
+    def __init__(self, gpu: GpuInfo, default_w: int, clock: Clock, sensors: Any = None) -> None:
+        self._clock, self._gpu, self._sensors = clock, gpu, sensors  # sensors: the simulated GPUs' own
         self._default_w = default_w
         self._clocks = {p.setting.value: p.speed for p in default_curve(gpu.model, default_w).points}
         self._rate, self._total, self._since = 1.0, 0.0, clock.now()
 
     def start(self, within_s: float) -> None:
         self._since = self._clock.now()
+        if self._sensors is not None:  # compute-bound, as the real kernel: it asks for the GPU's full power
+            self._sensors.full_load(self._gpu.uuid, True)
 
     def applied(self, setting: PowerSetting | None) -> None:
         self._total = self.done()
@@ -101,7 +103,8 @@ class SimulatedWork:
         return self._total + self._rate * (self._clock.now() - self._since).total_seconds()
 
     def close(self) -> None:
-        pass
+        if self._sensors is not None:
+            self._sensors.full_load(self._gpu.uuid, False)
 
 
 _MATMUL = """
@@ -204,14 +207,14 @@ def calibrate(
             continue
         gpu = free[0]
         power = probe.power_range(gpu.index) or family_range(model)
-        work = (work_for or _work_for(clock))(gpu, power.default_w)
+        work = (work_for or _work_for(clock, getattr(probe, "sensors", None)))(gpu, power.default_w)
         results.append(_one(probe, node, gpu, power, work, bound_s, clock, sleep))
     return results
 
 
-def _work_for(clock: Clock) -> Callable[[GpuInfo, int], Work]:
+def _work_for(clock: Clock, sensors: Any) -> Callable[[GpuInfo, int], Work]:
     def make(gpu: GpuInfo, default_w: int) -> Work:
-        return SimulatedWork(gpu, default_w, clock) if gpu.simulated else MatmulWork(gpu)
+        return SimulatedWork(gpu, default_w, clock, sensors) if gpu.simulated else MatmulWork(gpu)
 
     return make
 

@@ -45,6 +45,7 @@ class SimulatedSensors:
         self._lock = threading.Lock()
         self._meters: dict[str, tuple[datetime, float, float]] = {}  # uuid -> (time, power W, energy J)
         self._power: dict[str, PowerSetting] = {}  # uuid -> its power setting; absent: the default
+        self._full: set[str] = set()  # GPUs running compute-bound work (calibration): full demand, no noise
 
     def set_power(self, uuid: str, setting: PowerSetting | None) -> None:
         with self._lock:
@@ -52,6 +53,12 @@ class SimulatedSensors:
                 self._power.pop(uuid, None)
             else:
                 self._power[uuid] = setting
+
+    def full_load(self, uuid: str, on: bool) -> None:
+        """Whether a GPU runs compute-bound work, as calibration's kernel is: it then asks for all
+        its model's power, which a limit caps (what a real GPU under a matmul loop does)."""
+        with self._lock:
+            (self._full.add if on else self._full.discard)(uuid)
 
     def power_setting(self, uuid: str) -> PowerSetting | None:
         with self._lock:
@@ -67,17 +74,21 @@ class SimulatedSensors:
         setting = self._power.get(gpu.uuid)
         cap_w, speed = under(setting, gpu.model, tdp_w)
         limit_w = float(setting.value) if setting is not None and setting.kind == "limit" else tdp_w  # NVML's enforced
+        full = gpu.uuid in self._full  # calibration's work: busy whoever reads it (the telemetry too)
+        busy = busy or full
+        demand = 0.0  # the part of its model's power the work asks for; a limit caps what it gets
         if busy:
             low, high = BUSY_UTIL_PCT
-            util = (low + (high - low) * self._smooth(gpu.uuid, "util", t, _UTIL_SLOT_S)) * speed
+            demand = 1.0 if full else (low + (high - low) * self._smooth(gpu.uuid, "util", t, _UTIL_SLOT_S)) / 100
+            util = 100.0 * demand * speed  # under a cap the same work takes longer: the SMs are less busy
             low, high = BUSY_MEMORY_FRACTION
             used = int(gpu.memory_mib * (low + (high - low) * self._smooth(gpu.uuid, "mem", t, _MEMORY_SLOT_S)))
         else:
             util, used = 0.0, 0
-        jitter = self._smooth(gpu.uuid, "jitter", t, _UTIL_SLOT_S)
+        jitter = 0.5 if full else self._smooth(gpu.uuid, "jitter", t, _UTIL_SLOT_S)
         temperature = AMBIENT_C + 0.5 * util + 2.0 * jitter
-        power = idle_w * (0.95 + 0.1 * jitter) + (tdp_w - idle_w) * util / 100.0 * (0.85 + 0.15 * jitter)
-        power = min(power, cap_w)
+        wanted = (tdp_w - idle_w) * demand * (1.0 if full else 0.85 + 0.15 * jitter)
+        power = min(idle_w * (0.95 + 0.1 * jitter) + wanted, cap_w)
         energy = self._integrate(gpu.uuid, now, power)
         return GpuSample(
             node=node,
