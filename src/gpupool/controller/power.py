@@ -76,9 +76,9 @@ def job_power(
         watts = min(max(mode.watts, power.min_w), power.max_w)
         moved = "" if watts == mode.watts else f" (the nearest a {gpu.model} allows: {power.min_w}-{power.max_w} W)"
         if watts >= power.default_w:
-            return JobPower(None, f"{mode.text}: the {gpu.model}'s default limit, {power.default_w} W{moved}")
+            return JobPower(None, f"--gpu-power {mode.text}: the {gpu.model}'s default, {power.default_w} W{moved}")
         limit = PowerSetting("limit", watts)
-        return JobPower(limit, f"{mode.text}: {limit.text}{moved}")
+        return JobPower(limit, f"--gpu-power {mode.text}: a {limit.text} on its GPUs{moved}")
     curve = curves.get(gpu.model) or default_curve(gpu.model, power.default_w)
     setting = resolve(mode, curve, power, max_slowdown)
     what = setting.text if setting is not None else "the GPU's default (no setting saves energy within the slowdown)"

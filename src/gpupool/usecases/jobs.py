@@ -109,7 +109,7 @@ def why(ctx: HeadContext, job_id: int) -> Why:
         if job.reason_code == ReasonCode.UNSATISFIABLE:  # no replay of job ends can start it
             return Why(job, job.reason_code, job.reason or "")
         with ctx.db.read() as s:
-            snapshot = load_snapshot(s, ctx.clock.now())
+            snapshot = load_snapshot(s, ctx.clock.now(), power_budget_w=ctx.power_budget_w)  # as the controller sees it
         return Why(
             job,
             job.reason_code or "new",
