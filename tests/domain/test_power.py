@@ -20,6 +20,7 @@ from gpupool.domain.power import (
     resolve,
     shared_setting,
 )
+from gpupool.domain.services import ServiceSpec
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_RANGE = PowerRange(200, 700, 700)
@@ -108,3 +109,11 @@ def test_budgets_in_watts() -> None:
     assert parse_watts("20kW") == 20000 and parse_watts("1500W") == 1500 and parse_watts("0") == 0
     with pytest.raises(InvalidInput, match="is not a power such as 20kW"):
         parse_watts("lots")
+
+
+def test_a_services_replicas_run_in_its_power_mode() -> None:
+    service = ServiceSpec.create(name="web", command=["serve"], gpus=1, gpu_power="0.5kW")
+    assert service.gpu_power == "500W" and service.replica_spec().gpu_power == "500W"
+    assert ServiceSpec.from_dict(service.to_dict()) == service
+    with pytest.raises(InvalidInput, match="--gpu-power needs GPUs"):
+        ServiceSpec.create(name="cpu", command=["serve"], gpus=0, gpu_power="efficient")

@@ -57,6 +57,9 @@ def serve(
             help="an OCI image the replicas run in, as gpupool submit --image; the command may then be left out"
         ),
     ] = None,
+    gpu_power: Annotated[
+        str | None, typer.Option("--gpu-power", help="the replicas' GPU power mode, as gpupool submit --gpu-power")
+    ] = None,
     url: UrlOpt = "http://127.0.0.1:7070",
     output: OutputOpt = Output.TABLE,
 ) -> None:
@@ -94,6 +97,7 @@ def serve(
         "timeout_s": parse_duration(timeout),
         "ready_timeout_s": parse_duration(ready_timeout),
         **({"image": image} if image is not None else {}),
+        **({"gpu_power": gpu_power} if gpu_power is not None else {}),
     }
     ServiceSpec.create(**body)  # refused here, before anything is sent
     with client(url) as c:

@@ -77,6 +77,7 @@ class ServiceSpec:
     scale_down_delay_s: float = 60.0
     ready_timeout_s: float = 120.0  # a replica not ready this long after it started gets an event saying why
     image: str | None = None  # the OCI image its replicas run in (domain/images.py); None: the node's own
+    gpu_power: str | None = None  # its replicas' GPU power mode (domain/power.py); None: the project's
 
     @property
     def autoscaled(self) -> bool:
@@ -104,6 +105,7 @@ class ServiceSpec:
             env=self.env,
             workdir=self.workdir,
             image=self.image,
+            gpu_power=self.gpu_power,
             # A replica that dies is the same replica started again, after a growing wait (the
             # restart back-off): its failures are one job's restarts, not a new job each time.
             max_restarts=bounds.MAX_RESTARTS,
@@ -151,6 +153,7 @@ class ServiceSpec:
         scale_down_delay_s: float = 60.0,
         ready_timeout_s: float = 120.0,
         image: str | None = None,
+        gpu_power: str | None = None,
     ) -> ServiceSpec:
         check_service_name(name)
         low, high = _replica_range(replicas, min_replicas, max_replicas)
@@ -190,12 +193,25 @@ class ServiceSpec:
             image=image,
         )
         job = JobSpec.create(
-            command=command, name=name, project=project, gpus=gpus, cpus=cpus, memory=memory, env=env, image=image
+            command=command,
+            name=name,
+            project=project,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
+            env=env,
+            image=image,
+            gpu_power=gpu_power,
         )
         if port_env in job.env:
             raise InvalidInput(f"--env sets {port_env}, the variable gpupool passes the replica's port in")
         return dataclasses.replace(
-            spec, project=job.project, gpus=job.gpus, cpu_milli=job.cpu_milli, memory_mib=job.memory_mib
+            spec,
+            project=job.project,
+            gpus=job.gpus,
+            cpu_milli=job.cpu_milli,
+            memory_mib=job.memory_mib,
+            gpu_power=job.gpu_power,
         )
 
 

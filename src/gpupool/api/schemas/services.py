@@ -54,6 +54,9 @@ class ServeRequest(BaseModel):
     image: str | None = Field(
         None, description="an OCI image its replicas run in (as a job's image); the command may then be empty"
     )
+    gpu_power: str | None = Field(
+        None, max_length=16, description="its replicas' GPU power mode, as a job's: max, efficient or 400W"
+    )
 
     def spec(self) -> ServiceSpec:
         return ServiceSpec.create(**self.model_dump())
@@ -198,6 +201,7 @@ class ServiceOut(BaseModel):
     command: list[str] | None = Field(description="null where hidden: only its owner, a manager or an admin sees it")
     env: dict[str, str] | None
     image: str | None = Field(None, description="the OCI image its replicas run in; null: the nodes' own userland")
+    gpu_power: str | None = Field(None, description="its replicas' GPU power mode; null: the project's default")
     replica_list: list[ReplicaOut]
     load: ServiceLoadOut | None = Field(None, description="null without a recent gateway report")
 
@@ -232,6 +236,7 @@ class ServiceOut(BaseModel):
             command=list(spec.command) if v.full else None,
             env=dict(spec.env) if v.full else None,
             image=spec.image,
+            gpu_power=spec.gpu_power,
             replica_list=[ReplicaOut.of(r, v.load, where=v.reachable) for r in v.replicas],
             load=None if v.load is None else ServiceLoadOut.of_service(v.load),
             crash_loop=None if v.crashing is None else CrashLoopOut.of(v.crashing, v.crash_log),
