@@ -7,6 +7,7 @@ reads only ids, times and live worker rows, not every pending job's command and 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import or_, select
@@ -22,6 +23,7 @@ from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.images import image_nodes
 from gpupool.store.nodes import load_nodes, power_budgets
 from gpupool.store.orm import JobRow, WorkerRow
+from gpupool.store.power_curves import curves as power_curves
 from gpupool.store.projects import list_projects, recent_usage
 from gpupool.store.user_usage import recent as recent_user_usage
 
@@ -164,8 +166,15 @@ def load_snapshot(
         recent_usage=recent_usage(session),
         user_usage=recent_user_usage(session),
         image_nodes=image_nodes(session, {job.spec.image for job in pending if job.spec.image}),
-        power=PowerBudget(power_budget_w, power_budgets(session)),
+        power=_power(session, power_budget_w),
     )
+
+
+def _power(session: Session, cluster_w: float) -> PowerBudget:
+    """The budgets in force, and the calibrated curves a clock lock is counted by (read only
+    when a budget is: a pool without one never asks)."""
+    budget = PowerBudget(cluster_w, power_budgets(session))
+    return replace(budget, curves=power_curves(session)) if budget.active else budget
 
 
 def _launch_power(workers: list[WorkerRow]) -> tuple[PowerSetting | None, ...]:
