@@ -148,3 +148,20 @@ def test_deferrable_jobs_move_their_energy_to_cleaner_hours(tmp_path: Path) -> N
     assert deferred["job_co2_kg"] == pytest.approx(plain["job_co2_kg"] / 4, rel=0.01)
     assert deferred["deferral_co2_saved_kg"] == pytest.approx(plain["job_co2_kg"] * 3 / 4, rel=0.01)
     assert deferred["avg_queue_s"] == pytest.approx(10 * 3600, abs=10) and deferred["deferral_queue_cost_s"] > 0
+
+
+def test_plan_under_a_budget_needs_at_least_as_many_nodes(tmp_path: Path) -> None:
+    from gpupool.domain.nodes import Node
+    from gpupool.scheduler import SchedulerConfig
+    from gpupool.sim.plan import search
+
+    rows = [f"J{i},{i * 30},{1800 + 300 * (i % 5)},{(1, 2, 4, 8)[i % 4]},1,default" for i in range(80)]
+    jobs = load(trace(tmp_path, rows))
+
+    def budget(cluster: list[Node]) -> PowerConfig:  # half of each probed cluster's peak
+        return PowerConfig(budget_w=sim_power.parse_budget("50%", cluster, {}))
+
+    free, _ = search(jobs, 600, 8, "H100", [], SchedulerConfig(), 64)
+    kept, curve = search(jobs, 600, 8, "H100", [], SchedulerConfig(), 64, power=budget)
+    assert free is not None and kept is not None and kept > free
+    assert all(p.meets == (p.nodes >= kept) for p in curve if p.nodes in (kept, kept - 1))

@@ -22,6 +22,7 @@ from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
+from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import SimResult
 from gpupool.sim.engine import simulate as replay
 from gpupool.sim.metrics import summarize
@@ -244,8 +245,13 @@ def plan(
     reclaim_min_run: ReclaimMinRunOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write the curve as CSV and PNG into this directory")] = None,
     output: OutputOpt = Output.TABLE,
+    power_budget: power_opts.BudgetOpt = None,
+    power_model: power_opts.ModelOpt = None,
+    power_modes: power_opts.ModesOpt = None,
+    power_seed: power_opts.PowerSeedOpt = 0,
 ) -> None:
-    """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target."""
+    """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target
+    (with --power-budget, under that budget: a share of peak grows with the cluster, watts do not)."""
     if len(policy_names(policy, placement)) != 1:
         raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
     target = parse_duration(target_queue_p95)
@@ -254,6 +260,14 @@ def plan(
     study = Study.prepare(
         trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node, None, reclaim_min_run
     )
+
+    def power(cluster: list[Node]) -> PowerConfig:
+        return power_opts.power_config(cluster, 0, power_budget, power_model, None, None, None, 0, 0)
+
+    powered = any(v is not None for v in (power_budget, power_model, power_modes))
+    if powered:
+        power(uniform(1, gpus_per_node, gpu_model))  # bad input is refused before any replay
+        study = replace(study, jobs=power_opts.with_modes(study.jobs, power_modes, power_seed))
     with console.status("sizing…", spinner="dots") as status:
         answer, curve = search(
             study.jobs,
@@ -264,6 +278,7 @@ def plan(
             study.policies[policy],
             max_nodes,
             status.update,
+            power if powered else None,
         )
     if report is not None:
         from gpupool.sim.report import write_curve
