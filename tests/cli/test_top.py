@@ -54,7 +54,7 @@ JOBS = [
     }
 ]
 SAMPLES = [
-    sample("node-1", 0, 50.0, 40960, 400.0),
+    {**sample("node-1", 0, 50.0, 40960, 400.0), "power_limit_w": 700.0},  # a probe that reads the limit
     sample("node-1", 1, 0.0, 0, 70.0),
     sample("node-2", 0, 90.0, 1024, 600.0),  # the node is down: its last reading is stale
 ]
@@ -97,6 +97,7 @@ def test_snapshot_joins_jobs_and_readings_and_sums_up() -> None:
         SAMPLES[0]["time"],
     )
     assert second["jobs"] == [] and second["utilization_pct"] == 0.0
+    assert first["power_limit_w"] == 700.0 and second["power_limit_w"] is None
     assert third["utilization_pct"] is None and third["sampled_at"] is None and third["memory_total_mib"] == 81920
     (down,) = snap["nodes"][1]["gpus"]
     assert down["utilization_pct"] is None and down["power_w"] is None  # stale: not shown as current
@@ -109,7 +110,20 @@ def test_the_view_has_a_header_and_a_row_per_gpu() -> None:
     header, columns, *rows = render(snapshot(NODES, JOBS, SAMPLES, NOW))
     assert header.startswith("gpupool top · 2 nodes (1 up) · 4 GPUs (simulated) · 2 allocated")
     assert "mean utilisation 25% · power 470 W" in header
-    assert columns.split() == ["NODE", "GPU", "MODEL", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "USER", "NAME", "USE"]
+    assert columns.split() == [
+        "NODE",
+        "GPU",
+        "MODEL",
+        "UTIL",
+        "MEMORY",
+        "TEMP",
+        "POWER",
+        "LIMIT",
+        "JOB",
+        "USER",
+        "NAME",
+        "USE",
+    ]
     assert len(rows) == 4
     busy, idle, unread, down = (r.split() for r in rows)
     assert busy == [
@@ -121,15 +135,42 @@ def test_the_view_has_a_header_and_a_row_per_gpu() -> None:
         "40.0/80.0G",
         "55°C",
         "400W",
+        "700W",
         "7",
         "alice",
         "train",
         "95%",
         "3.0G",
     ]
-    assert idle == ["1", "Simulated-H100", "░░░░░░░░░░", "0%", "0.0/80.0G", "30°C", "70W", "-"]
-    assert unread == ["2", "Simulated-H100", "-", "-/80.0G", "-", "-", "-"]
-    assert down == ["node-2", "(down)", "0", "A100", "simulated", "-", "-/80.0G", "-", "-", "9", "?", "?", "-", "-"]
+    assert idle == [
+        "1",
+        "Simulated-H100",
+        "░░░░░░░░░░",
+        "0%",
+        "0.0/80.0G",
+        "30°C",
+        "70W",
+        "-",
+        "-",
+    ]  # no limit read: a dash
+    assert unread == ["2", "Simulated-H100", "-", "-/80.0G", "-", "-", "-", "-"]
+    assert down == [
+        "node-2",
+        "(down)",
+        "0",
+        "A100",
+        "simulated",
+        "-",
+        "-/80.0G",
+        "-",
+        "-",
+        "-",
+        "9",
+        "?",
+        "?",
+        "-",
+        "-",
+    ]
 
 
 def test_no_readings_at_all_shows_dashes_in_the_header() -> None:

@@ -157,3 +157,20 @@ def test_latest_is_the_newest_sample_of_every_gpu(db: Database) -> None:
     ]
     assert newest[0] == reading(0, 5, 3.0)  # every field round-trips
     assert [(r.node, r.index) for r in fresh] == [("node-1", 0)]
+
+
+def test_the_power_limit_is_kept_raw_and_a_minute_keeps_its_lowest(db: Database) -> None:
+    """A limit lowered mid-minute (a cap applied) shows in the minute as the lowest in force; a
+    probe that does not read the limit leaves it null, never a made-up default."""
+    from dataclasses import replace
+
+    limits = [700.0, 700.0, 400.0, None]
+    write(db, [replace(reading(0, 10 * i, 50.0), power_limit_w=w) for i, w in enumerate(limits)], now=40)
+    with db.tx() as s:
+        (newest,) = telemetry.latest(s)
+        _, raw = telemetry.history(s, "node-1", 0, at(0), at(59), Resolution.RAW)
+    assert newest.power_limit_w is None and [p.power_limit_w for p in raw] == limits
+    write(db, [reading(0, 180, 99.0)], now=180)  # minute 0 is aggregated
+    with db.tx() as s:
+        _, (minute,) = telemetry.history(s, "node-1", 0, at(0), at(59), Resolution.MINUTE)
+    assert minute.power_limit_w == 400.0

@@ -260,6 +260,7 @@ _DCGM: tuple[tuple[str, str, str, Callable[[GpuSample], float | None]], ...] = (
     ),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda x: x.temperature_c),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda x: x.power_w),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W).", lambda x: x.power_limit_w),
     (  # a counter in dcgm-exporter; typed gauge here, as prometheus_client would rename a counter to ..._total
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "gauge",

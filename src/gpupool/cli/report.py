@@ -28,6 +28,9 @@ COLUMNS = [
     "queue_p50_s",
     "queue_p95_s",
     "queue_max_s",
+    "avg_power_w",
+    "kwh_per_gpu_hour",
+    "energy_saved_kwh",
 ]
 
 
@@ -51,7 +54,9 @@ def report(
     output: Annotated[ReportOutput, typer.Option("-o", "--output", help="table, json or csv")] = ReportOutput.TABLE,
 ) -> None:
     """GPU-hours allocated and used (utilisation-weighted; coverage: the part of the allocated hours
-    with utilisation readings), energy in kWh and queue times (started - submitted) per group."""
+    with utilisation readings), energy in kWh, a GPU's mean draw and kWh per GPU-hour, the energy
+    power modes saved against max (estimated from each model's power curve) and queue times
+    (started - submitted) per group."""
     with client(url) as c:
         data = c.report(since=since, until=until, by=by.value)
     if output is ReportOutput.JSON:
@@ -72,12 +77,16 @@ def to_csv(data: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-# At a narrow width the queue's percentiles go first (its mean and max stay), then coverage.
+# At a narrow width the power figures go first (energy per GPU-hour, then the saving, then the
+# mean draw), then the queue's percentiles (its mean and max stay), then coverage.
 REPORT_COLUMNS = (
     Col("GPU-h", justify="right"),
     Col("used GPU-h", justify="right"),
     Col("coverage", justify="right", drop=1),
     Col("kWh", justify="right"),
+    Col("avg W", justify="right", drop=4),
+    Col("kWh/GPU-h", justify="right", drop=6),
+    Col("saved kWh", justify="right", drop=5),
     Col("jobs started", justify="right"),
     Col("queue mean", justify="right"),
     Col("p50", justify="right", drop=3),
@@ -98,6 +107,9 @@ def render_table(data: dict[str, Any]) -> Listing:
             f"{g['used_gpu_hours']:.2f}",
             cov,
             f"{g['energy_kwh']:.3f}",
+            "-" if g.get("avg_power_w") is None else f"{g['avg_power_w']:.0f}",
+            "-" if g.get("kwh_per_gpu_hour") is None else f"{g['kwh_per_gpu_hour']:.3f}",
+            f"{g.get('energy_saved_kwh') or 0.0:.3f}",
             str(g["queue_count"]),
             *(_secs(g[k]) for k in ("queue_mean_s", "queue_p50_s", "queue_p95_s", "queue_max_s")),
         )

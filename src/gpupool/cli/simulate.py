@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli import simulate_power as power_opts
 from gpupool.cli.common import Output, OutputOpt, console, print_json
 from gpupool.cli.render import bounded_duration
 from gpupool.cli.tables import Col, Listing
@@ -21,10 +22,12 @@ from gpupool.scheduler import SchedulerConfig, registry
 from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
+from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import SimResult
 from gpupool.sim.engine import simulate as replay
 from gpupool.sim.metrics import summarize
 from gpupool.sim.plan import search
+from gpupool.sim.power import PowerConfig
 from gpupool.sim.trace import TraceJob, fit_to_nodes, load
 from gpupool.sim.workload import Window, scale_load, shuffle_arrivals
 
@@ -86,9 +89,9 @@ class Study:
         }
         return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
 
-    def run(self, nodes: list[Node], policy: str) -> tuple[SimResult, dict[str, Any]]:
+    def run(self, nodes: list[Node], policy: str, power: PowerConfig | None = None) -> tuple[SimResult, dict[str, Any]]:
         started = time.perf_counter()
-        result = replay(self.jobs, nodes, self.projects, self.policies[policy])
+        result = replay(self.jobs, nodes, self.projects, self.policies[policy], power=power)
         return result, summarize(result, time.perf_counter() - started)
 
 
@@ -134,8 +137,17 @@ def simulate(
     reclaim_min_run: ReclaimMinRunOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write per-job CSV and PNG plots into this directory")] = None,
     output: OutputOpt = Output.TABLE,
+    power_budget: power_opts.BudgetOpt = None,
+    power_model: power_opts.ModelOpt = None,
+    power_modes: power_opts.ModesOpt = None,
+    power_seed: power_opts.PowerSeedOpt = 0,
+    energy_price: power_opts.PriceOpt = None,
+    carbon_intensity: power_opts.CarbonOpt = None,
+    deferrable_until: power_opts.DeferUntilOpt = None,
+    deferrable: power_opts.DeferrableOpt = 1.0,
 ) -> None:
-    """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation."""
+    """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation
+    (and with a power option, energy, peak power, money, CO2 and what a budget costs)."""
     names = policy_names(policy, placement, partition)
     if partition is not None and not any(POLICIES[n].quota_check == "isolated" for n in names):
         raise InvalidInput(f"--partition applies only to a policy that isolates projects (fifo-isolated), not {policy}")
@@ -149,12 +161,22 @@ def simulate(
     study = Study.prepare(
         trace, format, policy, placement, projects, window, scale_load, seed, per_node, partition, reclaim_min_run
     )
+    power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
+    runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
+    if any(v is not None for v in power_asked):
+        config = power_opts.power_config(
+            node_list, len(study.jobs), power_budget, power_model, energy_price, carbon_intensity,
+            deferrable_until, deferrable, power_seed,
+        )  # fmt: skip
+        study = replace(study, jobs=power_opts.with_modes(study.jobs, power_modes, power_seed))
+        runs = {label: (name, c) for name in study.policies for label, c in power_opts.variants(name, config).items()}
     results: dict[str, SimResult] = {}
     figures: dict[str, dict[str, Any]] = {}
     with console.status("replaying…", spinner="dots") as status:
-        for name in study.policies:
-            status.update(f"replaying {len(study.jobs):,} jobs under the {name} policy…")
-            results[name], figures[name] = study.run(node_list, name)
+        for label, (name, power) in runs.items():
+            status.update(f"replaying {len(study.jobs):,} jobs: {label}…")
+            results[label], figures[label] = study.run(node_list, name, power)
+    power_opts.compare(figures)
     if report is not None:
         from gpupool.sim.report import write_report  # matplotlib: only when asked for
 
@@ -167,15 +189,16 @@ def simulate(
     capacity = next(iter(results.values())).capacity
     console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
     for name, f in figures.items():
-        console.print(_projects_table(f"{name}: per project", f["per_project"]))
+        if name in study.policies:
+            console.print(_projects_table(f"{name}: per project", f["per_project"]))
 
 
 def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
     table = Listing([Col("FIGURE"), *(Col(name.upper(), justify="right") for name in figures)], title=title)
-    first = next(iter(figures.values()))
-    for key in first:
+    keys = dict.fromkeys(k for f in figures.values() for k in f)  # comparisons only some columns have
+    for key in keys:
         if key not in ("placed", "per_project"):
-            table.add_row(key, *(_cell(key, f[key]) for f in figures.values()))
+            table.add_row(key, *(_cell(key, f.get(key)) for f in figures.values()))
     return table
 
 
@@ -191,7 +214,7 @@ def _cell(key: str, value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, float) and (
-        "utilization" in key or "allocation" in key or "fairness" in key or key == "entitled"
+        "utilization" in key or "allocation" in key or "fairness" in key or key == "entitled" or "kw" in key
     ):
         return f"{value:.3f}"
     if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
@@ -222,8 +245,13 @@ def plan(
     reclaim_min_run: ReclaimMinRunOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write the curve as CSV and PNG into this directory")] = None,
     output: OutputOpt = Output.TABLE,
+    power_budget: power_opts.BudgetOpt = None,
+    power_model: power_opts.ModelOpt = None,
+    power_modes: power_opts.ModesOpt = None,
+    power_seed: power_opts.PowerSeedOpt = 0,
 ) -> None:
-    """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target."""
+    """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target
+    (with --power-budget, under that budget: a share of peak grows with the cluster, watts do not)."""
     if len(policy_names(policy, placement)) != 1:
         raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
     target = parse_duration(target_queue_p95)
@@ -232,6 +260,14 @@ def plan(
     study = Study.prepare(
         trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node, None, reclaim_min_run
     )
+
+    def power(cluster: list[Node]) -> PowerConfig:
+        return power_opts.power_config(cluster, 0, power_budget, power_model, None, None, None, 0, 0)
+
+    powered = any(v is not None for v in (power_budget, power_model, power_modes))
+    if powered:
+        power(uniform(1, gpus_per_node, gpu_model))  # bad input is refused before any replay
+        study = replace(study, jobs=power_opts.with_modes(study.jobs, power_modes, power_seed))
     with console.status("sizing…", spinner="dots") as status:
         answer, curve = search(
             study.jobs,
@@ -242,6 +278,7 @@ def plan(
             study.policies[policy],
             max_nodes,
             status.update,
+            power if powered else None,
         )
     if report is not None:
         from gpupool.sim.report import write_curve

@@ -106,6 +106,7 @@ def snapshot(
                     "memory_total_mib": g["memory_mib"] if s is None else s["memory_total_mib"],
                     "temperature_c": None if s is None else s["temperature_c"],
                     "power_w": None if s is None else s["power_w"],
+                    "power_limit_w": None if s is None else s.get("power_limit_w"),
                     "sampled_at": None if s is None else s["time"],
                     "jobs": [_job(job_id, by_id.get(job_id)) for job_id in g["jobs"]],
                     "idle_for_s": idle_for.get((n["name"], g["index"])),
@@ -185,6 +186,7 @@ GPU_COLUMNS = (
     Col("MEMORY", justify="right"),
     Col("TEMP", justify="right", drop=4),
     Col("POWER", justify="right", drop=5),
+    Col("LIMIT", justify="right", drop=6),  # the GPU's power limit, beside its draw (issue 33)
     Col("JOB", justify="right"),
     Col("USER", wrap=True),
     Col("NAME", wrap=True, drop=1),
@@ -199,7 +201,7 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Listing:
         if n["state"] != NodeState.UP:
             name.append(f" ({n['state']})", style=STATE_STYLE.get(n["state"], ""))
         if not n["gpus"]:
-            table.add_row(name, "-", "no GPU", *["" for _ in range(8)])
+            table.add_row(name, "-", "no GPU", *["" for _ in range(9)])
         for i, g in enumerate(n["gpus"]):
             table.add_row(
                 name if i == 0 else "",
@@ -209,6 +211,7 @@ def gpu_table(nodes: list[dict[str, Any]]) -> Listing:
                 memory_text(g["memory_used_mib"], g["memory_total_mib"]),
                 "-" if g["temperature_c"] is None else f"{g['temperature_c']:.0f}°C",
                 "-" if g["power_w"] is None else f"{g['power_w']:.0f}W",
+                "-" if g.get("power_limit_w") is None else f"{g['power_limit_w']:.0f}W",
                 ",".join(str(j["id"]) for j in g["jobs"]) or "-",
                 ",".join(j["user"] or "?" for j in g["jobs"]),
                 _names(g),

@@ -10,16 +10,28 @@ so it can be checked by hand. Rules:
   ``used`` nor ``covered`` (``coverage`` = covered / allocated GPU-hours);
 * energy: the growth of the GPU's energy counter over the overlap (last reading minus first),
   times the worker's share of the GPU;
-* queue time: started - submitted for jobs that started in the window.
+* queue time: started - submitted for jobs that started in the window;
+* average power and energy per GPU-hour: the energy over the allocated GPU-hours that had energy
+  readings (``energy_gpu_hours``), so hours without a counter do not dilute them;
+* energy saved by power modes (issue 33), an estimate: a job whose mode is not ``max`` used
+  ``E`` kWh at a setting whose energy per unit of work is ``e`` relative to ``max`` on its GPU
+  model's curve (calibrated where measured, else the family's documented default); the same work
+  at ``max`` would have used ``E / e``, so it saved ``E / e - E``. The curve was measured on
+  compute-bound work, so for a job that was not, this overstates the saving a little; a watts mode
+  on a GPU whose default limit is not known is not estimated (counted as no saving).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.power import MAX, PowerCurve, parse_mode
 
 HOUR_S = 3600.0
 J_PER_KWH = 3.6e6
@@ -41,6 +53,7 @@ class WorkerSpan:
     share: float  # the fraction of each GPU held; 1.0 for whole GPUs
     started: datetime
     finished: datetime | None  # None: still running
+    gpu_power: str | None = None  # the job's power mode ("max", "efficient", "400W"); None: max
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +92,25 @@ class GroupReport:
     used_gpu_hours: float = 0.0
     covered_gpu_hours: float = 0.0
     energy_kwh: float = 0.0
+    energy_gpu_hours: float = 0.0  # the allocated GPU-hours with energy readings
+    energy_saved_kwh: float = 0.0  # by power modes, against max (an estimate: see the module)
     queue: QueueStats = field(default_factory=QueueStats)
 
     @property
     def coverage(self) -> float | None:
         """The part of the allocated GPU-hours with utilisation readings; None with none allocated."""
         return self.covered_gpu_hours / self.gpu_hours if self.gpu_hours > 0 else None
+
+    @property
+    def kwh_per_gpu_hour(self) -> float | None:
+        """Energy per GPU-hour over the hours with energy readings; None without any."""
+        return self.energy_kwh / self.energy_gpu_hours if self.energy_gpu_hours > 0 else None
+
+    @property
+    def avg_power_w(self) -> float | None:
+        """The mean draw of one GPU (a share counted by its share) while held, in watts."""
+        per_hour = self.kwh_per_gpu_hour
+        return None if per_hour is None else per_hour * 1000.0
 
 
 def group_key(by: GroupBy, job_id: int, project: str, user: str) -> str:
@@ -101,8 +127,10 @@ def compute(
     until: datetime,
     now: datetime,
     by: GroupBy = GroupBy.PROJECT,
+    curves: Mapping[tuple[str, int], PowerCurve] | None = None,
 ) -> list[GroupReport]:
-    """Figures per group, sorted by key. ``readings`` by (node, GPU index), each sorted by time."""
+    """Figures per group, sorted by key. ``readings`` by (node, GPU index), each sorted by time;
+    ``curves``: each GPU's model's power curve, for the energy saved (a GPU without one: none)."""
     groups: dict[str, GroupReport] = {}
     for w in workers:
         start = max(w.started, since)
@@ -121,7 +149,12 @@ def compute(
                 g.used_gpu_hours += allocated * (sum(utils) / len(utils)) / 100.0
             energy = [r.energy_j for r in inside if r.energy_j is not None]
             if len(energy) >= 2:
-                g.energy_kwh += max(0.0, energy[-1] - energy[0]) * w.share / J_PER_KWH
+                used_kwh = max(0.0, energy[-1] - energy[0]) * w.share / J_PER_KWH
+                g.energy_kwh += used_kwh
+                g.energy_gpu_hours += allocated
+                curve = (curves or {}).get((w.node, index))
+                relative = 1.0 if curve is None else relative_energy(w.gpu_power, curve)
+                g.energy_saved_kwh += used_kwh / relative - used_kwh if relative > 0 else 0.0
     waits: dict[str, list[float]] = {}
     for j in starts:
         if since <= j.started <= until:
@@ -132,6 +165,29 @@ def compute(
         g.key = key
         g.queue = queue_stats(waits.get(key, []))
     return [groups[k] for k in sorted(groups)]
+
+
+def relative_energy(mode_text: str | None, curve: PowerCurve) -> float:
+    """Energy per unit of work under ``mode_text`` relative to ``max`` on ``curve`` (1: no saving).
+    A watts mode is interpolated between the curve's power-limit points (its first point is the
+    default limit); a mode the curve cannot place, or one no longer valid, counts as 1."""
+    try:
+        mode = parse_mode(mode_text)
+    except InvalidInput:
+        return 1.0
+    if mode.kind == MAX:
+        return 1.0
+    if mode.kind == "efficient":
+        return curve.efficient().energy
+    limits = sorted((p.setting.value, p.energy) for p in curve.points if p.setting.kind == "limit")
+    if not limits or mode.watts >= limits[-1][0]:
+        return 1.0
+    if mode.watts <= limits[0][0]:
+        return limits[0][1]
+    for (w0, e0), (w1, e1) in itertools.pairwise(limits):
+        if mode.watts <= w1:
+            return e0 + (e1 - e0) * (mode.watts - w0) / (w1 - w0)
+    return 1.0
 
 
 def _overlaps(r: Reading, start: datetime, end: datetime) -> bool:

@@ -71,3 +71,4 @@ class TelemetryPoint:
     energy_j: float | None
     ecc_errors: int | None = None  # raw points only
     xid_errors: int | None = None  # raw points only
+    power_limit_w: float | None = None  # the enforced limit; a minute's lowest (issue 33)

@@ -8,6 +8,10 @@ checkpoint and the restore, as Tiresias assumes); one without runs its whole dur
 way it keeps the GPU-seconds it received (its attained GPU time, which the ``las`` order reads), and
 the replay tells the scheduler each job's remaining time only through the oracle fields of the
 snapshot, which only the ``srtf-oracle`` policy reads.
+
+With a ``PowerConfig`` (``sim/power.py``) the replay also keeps a power budget in its own
+admission (a start the budget refuses stays pending; a capped one runs slower, its run time
+stretched by ``1 / speed``), releases deferrable jobs at their chosen hour, and meters energy.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.scheduler.fair_share import fair_shares
+from gpupool.sim.power import PowerConfig, PowerSim
 from gpupool.sim.trace_job import TraceJob
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -53,6 +59,7 @@ class SimResult:
     # demand is the GPUs its submitted, unfinished jobs ask for; spans where min(...) is 0 are skipped.
     entitled_by_project: dict[str, tuple[float, float]] = field(default_factory=dict)
     stopped_early: bool = False  # the replay gave up: enough jobs waited longer than the bound
+    power: dict[str, Any] | None = None  # PowerSim.figures(), with a PowerConfig
 
 
 def simulate(
@@ -62,11 +69,20 @@ def simulate(
     config: SchedulerConfig | None = None,
     memory: CycleMemory | None = None,
     give_up: tuple[float, int] | None = None,
+    power: PowerConfig | None = None,
 ) -> SimResult:
     """``memory``: the scheduler's carried-over state (tests pass one that checks itself).
     ``give_up=(wait_s, jobs)``: stop as soon as that many jobs have waited longer than ``wait_s``
     (the answer to "is a queue-time percentile below the target?" is then known to be no)."""
-    return _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory(), give_up).run()
+    replay = _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory(), give_up)
+    if power is not None:
+        replay.power = PowerSim(power, nodes)
+        replay.arrive = {i: replay.power.release(i, r.trace) for i, r in replay.runs.items()}
+        replay.arrivals.sort(key=lambda i: (replay.arrive[i], i))
+    result = replay.run()
+    if replay.power is not None:
+        result.power = replay.power.figures()
+    return result
 
 
 class _Replay:
@@ -85,6 +101,9 @@ class _Replay:
     ) -> None:
         self.runs = {i + 1: JobRun(job) for i, job in enumerate(jobs)}
         self.arrivals = sorted(self.runs, key=lambda i: (self.runs[i].trace.submit_time, i))
+        self.arrive = {i: r.trace.submit_time for i, r in self.runs.items()}  # when each enters the queue
+        self.power: PowerSim | None = None
+        self.speed: dict[int, float] = {}  # a running job's speed under its power limit (1: full)
         self.nodes = tuple(nodes)
         self.projects = tuple(projects)
         self.config = config
@@ -104,14 +123,19 @@ class _Replay:
     def run(self) -> SimResult:
         runs, arrivals, ends, wakes = self.runs, self.arrivals, self.ends, self.wakes
         next_arrival = 0
-        now = runs[arrivals[0]].trace.submit_time if arrivals else 0.0
+        arrive = self.arrive
+        # From the first submission, also when deferral releases it later: every replay of a trace
+        # meters the pool over the same start.
+        now = min(arrive[arrivals[0]], min(r.trace.submit_time for r in runs.values())) if arrivals else 0.0
         while next_arrival < len(arrivals) or ends or wakes:
             t = ends[0][0] if ends else math.inf
             if next_arrival < len(arrivals):
-                t = min(t, runs[arrivals[next_arrival]].trace.submit_time)
+                t = min(t, arrive[arrivals[next_arrival]])
             if wakes:
                 t = min(t, wakes[0])
             self._account(t - now)
+            if self.power is not None:
+                self.power.account(now, t)
             now = t
             while wakes and wakes[0] <= now:
                 heapq.heappop(wakes)
@@ -121,7 +145,7 @@ class _Replay:
                     self._stop(job_id)
                     runs[job_id].finish = now
                     self.wanted[runs[job_id].trace.spec.project] -= runs[job_id].trace.spec.total_gpus
-            while next_arrival < len(arrivals) and runs[arrivals[next_arrival]].trace.submit_time <= now:
+            while next_arrival < len(arrivals) and arrive[arrivals[next_arrival]] <= now:
                 job_id = arrivals[next_arrival]
                 trace = runs[job_id].trace
                 at = EPOCH + timedelta(seconds=trace.submit_time)
@@ -166,6 +190,12 @@ class _Replay:
             if wake > now and wake not in self.wakes:  # (a handful at most)
                 heapq.heappush(self.wakes, wake)
         for start in result.starts:
+            speed = 1.0
+            if self.power is not None:
+                admitted = self.power.admit(start.job_id, self.pending[start.job_id].spec, start.placements)
+                if admitted is None:
+                    continue  # waits for power: offered again at the next event
+                speed = self.speed[start.job_id] = admitted
             job = self.pending.pop(start.job_id)
             run = self.runs[start.job_id]
             run.start = now
@@ -173,7 +203,7 @@ class _Replay:
                 run.first_start = now
                 if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
                     self.late += 1
-            left = None if run.trace.duration is None else run.trace.duration - run.done
+            left = None if run.trace.duration is None else (run.trace.duration - run.done) / speed
             end = None if left is None else at + timedelta(seconds=left)
             self.running[job.id] = RunningJob(
                 job.id, job.spec, start.placements, at, owner=job.owner, attained=run.attained, oracle_end=end
@@ -191,7 +221,8 @@ class _Replay:
             ran = now - run.start if run.start is not None else 0.0
             run.start = None
             run.attained += ran * stopped.spec.total_gpus
-            run.done = run.done + max(0.0, ran - RESUME_LOSS_S) if stopped.spec.checkpoint_dir else 0.0
+            work = ran * self.speed.pop(victim.job_id, 1.0)
+            run.done = run.done + max(0.0, work - RESUME_LOSS_S) if stopped.spec.checkpoint_dir else 0.0
             duration = run.trace.duration
             self.pending[victim.job_id] = PendingJob(
                 victim.job_id,
@@ -209,6 +240,8 @@ class _Replay:
         if stopped is not None:
             self.end_of.pop(job_id, None)
             self.held[stopped.spec.project] -= stopped.spec.total_gpus
+            if self.power is not None:
+                self.power.stop(job_id)
         return stopped
 
     def _account(self, span: float) -> None:

@@ -46,6 +46,7 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         **across_projects(projects),
         "per_project": projects,
         "wall_s": wall_s,
+        **(result.power or {}),  # with a power model (sim/power.py): energy, peak kW, money, CO2
         "placed": sorted(r.trace.job_id for r in started),
     }
 

@@ -8,15 +8,20 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.accounting import JobStart, Reading, WorkerSpan
+from gpupool.domain.power import PowerCurve, default_curve
 from gpupool.domain.telemetry import Resolution
 from gpupool.store import telemetry as telemetry_repo
-from gpupool.store.orm import JobRow, WorkerRow
+from gpupool.store.orm import GpuRow, JobRow, WorkerRow
+
+# A GPU family's default power limit (W), for placing a watts mode on its default curve until the
+# probes store each GPU's own (GpuInfo.power_default_w). Simulated GPUs are named after these.
+FAMILY_DEFAULT_W = {"H200": 700, "H100": 700, "A100": 400, "L40S": 350, "L4": 72}
 
 
 def worker_spans(session: Session, since: datetime, until: datetime) -> list[WorkerSpan]:
     """Every worker that held GPUs at some time in [since, until], with its job's project and owner."""
     query = (
-        select(WorkerRow, JobRow.project, JobRow.owner)
+        select(WorkerRow, JobRow.project, JobRow.owner, JobRow.gpu_power)
         .join(JobRow, JobRow.id == WorkerRow.job_id)
         .where(
             WorkerRow.started_at.is_not(None),
@@ -26,11 +31,13 @@ def worker_spans(session: Session, since: datetime, until: datetime) -> list[Wor
         .order_by(WorkerRow.id)
     )
     spans = []
-    for w, project, owner in session.execute(query):
+    for w, project, owner, gpu_power in session.execute(query):
         if not w.gpus or w.started_at is None:
             continue
         share = w.gpu_share if w.gpu_share > 0 else 1.0
-        spans.append(WorkerSpan(w.job_id, project, owner, w.node, tuple(w.gpus), share, w.started_at, w.finished_at))
+        spans.append(
+            WorkerSpan(w.job_id, project, owner, w.node, tuple(w.gpus), share, w.started_at, w.finished_at, gpu_power)
+        )
     return spans
 
 
@@ -62,4 +69,19 @@ def readings(
                 out.setdefault((node, p.index), []).append(Reading(p.time, p.utilization_pct, p.energy_j, span))
     for series in out.values():
         series.sort(key=lambda r: r.time)
+    return out
+
+
+def power_curves(session: Session, spans: list[WorkerSpan]) -> dict[tuple[str, int], PowerCurve]:
+    """The power curve of each GPU a job with a power mode held, by (node, index): its family's
+    documented default (``default_curve``) until calibrated curves are stored; a GPU of an unknown
+    family gets none (its saving is not estimated)."""
+    wanted = {(s.node, i) for s in spans if s.gpu_power is not None for i in s.gpus}
+    if not wanted:
+        return {}
+    out: dict[tuple[str, int], PowerCurve] = {}
+    for node, index, model in session.execute(select(GpuRow.node, GpuRow.index, GpuRow.model)):
+        family = next((f for f in FAMILY_DEFAULT_W if f in model.upper()), None)
+        if (node, index) in wanted and family is not None:
+            out[(node, index)] = default_curve(model, FAMILY_DEFAULT_W[family])
     return out

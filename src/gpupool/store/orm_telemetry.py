@@ -1,4 +1,4 @@
-"""The telemetry tables (0005, 0006): GPU samples and their per-minute aggregates, idle spells
+"""The telemetry tables (0005, 0006, 0024): GPU samples and their per-minute aggregates, idle spells
 and alerts; and the calibrated power curves (0022). Apart from ``orm.py`` only to keep each
 module small; ``orm.py`` imports this one, so ``Base.metadata`` always holds them."""
 
@@ -35,6 +35,7 @@ class GpuSampleRow(Base):
     ecc_errors: Mapped[int | None] = mapped_column(Integer, nullable=True)
     xid_errors: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_xid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    power_limit_w: Mapped[float | None] = mapped_column(Float, nullable=True)  # the enforced limit (0024)
 
 
 class GpuMinuteRow(Base):
@@ -53,6 +54,7 @@ class GpuMinuteRow(Base):
     temperature_c: Mapped[float | None] = mapped_column(Float, nullable=True)  # peak
     power_w: Mapped[float | None] = mapped_column(Float, nullable=True)  # average
     energy_j: Mapped[float | None] = mapped_column(Float, nullable=True)  # the counter at the last sample
+    power_limit_w: Mapped[float | None] = mapped_column(Float, nullable=True)  # the lowest in force (0024)
     # How many samples each average is over: a reading the GPU refused (None) is not a zero.
     utilization_samples: Mapped[int] = mapped_column(Integer)
     power_samples: Mapped[int] = mapped_column(Integer)

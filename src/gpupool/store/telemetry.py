@@ -131,6 +131,7 @@ class _Minute:
     power_sum: float = 0.0
     power_n: int = 0
     energy: float | None = None  # a counter that only grows: the last value is the largest
+    power_limit: float | None = None  # the lowest limit in force during the minute
 
     def add(self, r: GpuSampleRow) -> None:
         self.samples += 1
@@ -145,6 +146,7 @@ class _Minute:
             self.power_sum += r.power_w
             self.power_n += 1
         self.energy = _max(self.energy, r.energy_j)
+        self.power_limit = _min(self.power_limit, r.power_limit_w)
 
     def merged(self, other: _Minute) -> _Minute:
         return _Minute(
@@ -158,6 +160,7 @@ class _Minute:
             power_sum=self.power_sum + other.power_sum,
             power_n=self.power_n + other.power_n,
             energy=_max(self.energy, other.energy),
+            power_limit=_min(self.power_limit, other.power_limit),
         )
 
     @classmethod
@@ -173,6 +176,7 @@ class _Minute:
             power_sum=(r.power_w or 0.0) * r.power_samples,
             power_n=r.power_samples,
             energy=r.energy_j,
+            power_limit=r.power_limit_w,
         )
 
     def fill(self, r: GpuMinuteRow) -> None:
@@ -184,6 +188,7 @@ class _Minute:
             self.power_n,
             self.energy,
         )
+        r.power_limit_w = self.power_limit
 
     @property
     def memory_avg(self) -> float:
@@ -211,6 +216,7 @@ class _Minute:
             temperature_c=self.temperature_max,
             power_w=self.power_avg,
             energy_j=self.energy,
+            power_limit_w=self.power_limit,
         )
 
 
@@ -261,6 +267,12 @@ def _max(a: float | None, b: float | None) -> float | None:
     return a if b is None else max(a, b)
 
 
+def _min(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
 def _row(s: GpuSample) -> dict[str, object]:
     return {
         "node": s.node,
@@ -277,6 +289,7 @@ def _row(s: GpuSample) -> dict[str, object]:
         "ecc_errors": s.ecc_errors,
         "xid_errors": s.xid_errors,
         "last_xid": s.last_xid,
+        "power_limit_w": s.power_limit_w,
     }
 
 
@@ -296,6 +309,7 @@ def _sample(r: GpuSampleRow) -> GpuSample:
         ecc_errors=r.ecc_errors,
         xid_errors=r.xid_errors,
         last_xid=r.last_xid,
+        power_limit_w=r.power_limit_w,
     )
 
 
@@ -315,4 +329,5 @@ def _raw_point(r: GpuSampleRow) -> TelemetryPoint:
         energy_j=r.energy_j,
         ecc_errors=r.ecc_errors,
         xid_errors=r.xid_errors,
+        power_limit_w=r.power_limit_w,
     )

@@ -41,6 +41,9 @@ def group_dict(g: GroupReport) -> dict[str, Any]:
         "used_gpu_hours": g.used_gpu_hours,
         "coverage": g.coverage,
         "energy_kwh": g.energy_kwh,
+        "avg_power_w": g.avg_power_w,
+        "kwh_per_gpu_hour": g.kwh_per_gpu_hour,
+        "energy_saved_kwh": g.energy_saved_kwh,
         "queue_count": g.queue.count,
         "queue_mean_s": g.queue.mean_s,
         "queue_p50_s": g.queue.p50_s,
@@ -64,4 +67,5 @@ def report(ctx: HeadContext, since: str | None = None, until: str | None = None,
         spans = accounting_repo.worker_spans(s, start, end)
         starts = accounting_repo.job_starts(s, start, end)
         readings = accounting_repo.readings(s, spans, start, end)
-    return Report(start, end, group_by, compute(spans, starts, readings, start, end, now, group_by))
+        curves = accounting_repo.power_curves(s, spans)
+    return Report(start, end, group_by, compute(spans, starts, readings, start, end, now, group_by, curves))

@@ -118,6 +118,7 @@ class TelemetryPointOut(BaseModel):
     energy_j: float | None = Field(description="the energy counter (only grows) at the last sample")
     ecc_errors: int | None = Field(None, description="raw samples: volatile uncorrected ECC errors")
     xid_errors: int | None = Field(None, description="raw samples: XID errors seen since the probe started")
+    power_limit_w: float | None = Field(None, description="the enforced power limit; a minute's lowest")
 
     @classmethod
     def of(cls, p: TelemetryPoint) -> TelemetryPointOut:
@@ -134,6 +135,7 @@ class TelemetryPointOut(BaseModel):
             energy_j=p.energy_j,
             ecc_errors=p.ecc_errors,
             xid_errors=p.xid_errors,
+            power_limit_w=p.power_limit_w,
         )
 
 

@@ -23,6 +23,7 @@ class GpuSampleOut(BaseModel):
     energy_j: float | None = Field(description="the energy counter: only grows")
     ecc_errors: int | None = Field(description="volatile uncorrected ECC errors")
     xid_errors: int | None = Field(description="XID errors seen since the probe started")
+    power_limit_w: float | None = Field(None, description="the power limit the GPU enforces; null where not read")
 
     @classmethod
     def of(cls, s: GpuSample) -> GpuSampleOut:
@@ -40,4 +41,5 @@ class GpuSampleOut(BaseModel):
             energy_j=s.energy_j,
             ecc_errors=s.ecc_errors,
             xid_errors=s.xid_errors,
+            power_limit_w=s.power_limit_w,
         )

@@ -78,7 +78,13 @@ function gpuTile(node, gpu, data, selected, onClick) {
       { class: "tile-stats" },
       h("span", { title: "memory used / total" }, reading ? `${fmtGiB(reading.memory_used_mib)} / ${fmtGiB(reading.memory_total_mib)}` : fmtGiB(gpu.memory_mib)),
       h("span", { title: "temperature" }, reading?.temperature_c != null ? `${fmtNum(reading.temperature_c, 0)}°C` : ""),
-      h("span", { title: "power" }, reading?.power_w != null ? `${fmtNum(reading.power_w, 0)} W` : ""),
+      h(
+        "span",
+        { title: "power draw / the GPU's power limit", testid: "gpu-power" },
+        reading?.power_w != null
+          ? `${fmtNum(reading.power_w, 0)} / ${reading.power_limit_w != null ? fmtNum(reading.power_limit_w, 0) : "–"} W`
+          : "",
+      ),
     ),
     h("div", { class: "tile-mem" }, h("span", { style: { width: `${Math.min(100, memPct)}%` } })),
     jobLine(data.holders.get(key)),
