@@ -13,13 +13,18 @@ from gpupool.cli import report as report_cli
 from gpupool.domain.accounting import GroupBy, Reading, WorkerSpan, compute, relative_energy
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.power import default_curve
+from gpupool.domain.projects import Project
+from gpupool.store import power_curves as curve_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import GpuRow
+from gpupool.store.tokens import Principal
 from gpupool.usecases import accounting as accounting_service
 from gpupool.usecases import jobs as job_service
+from gpupool.usecases import projects as project_service
 from tests.support.executor import USER
 from tests.support.harness import Harness
 
+ADMIN = Principal("root", "admin")
 T0 = datetime(2026, 3, 14, 12, 0, tzinfo=UTC)
 H100 = default_curve("H100", 700)
 
@@ -82,3 +87,24 @@ def test_the_report_over_a_store_has_the_power_fields(db: Database, capsys: pyte
     report_cli.console.print(report_cli.render_table(data))
     table = capsys.readouterr().out
     assert "avg W" in table and "saved kWh" in table
+
+
+def test_the_saving_follows_a_calibrated_curve_and_the_projects_default_mode(db: Database) -> None:
+    """A job without a mode in a project whose default is efficient saved energy too; a model's
+    calibrated curve replaces its family's default in the estimate."""
+    h = Harness(db)
+    h.tick()
+    project_service.set_project(h.ctx, Project.create("default", 2, gpu_power="efficient"), ADMIN, everyone=True)
+    with db.tx() as s:
+        s.execute(update(GpuRow).values(model="Simulated-H100"))
+        calibrated = [  # a model that saves 40 % at its efficient point
+            {"kind": "limit", "value": 700, "speed": 1.0, "energy": 1.0, "watts": 700.0},
+            {"kind": "limit", "value": 450, "speed": 0.85, "energy": 0.6, "watts": 450.0},
+        ]
+        curve_repo.save_curve(s, "Simulated-H100", "node-1", calibrated, T0)
+    job = job_service.submit(h.ctx, JobSpec.create(command=["train"], gpus=1), USER)
+    for _ in range(90):
+        h.tick()
+    group = {g["key"]: g for g in accounting_service.report(h.ctx, since="1h", by="job").to_dict()["groups"]}
+    used, saved = group[str(job.id)]["energy_kwh"], group[str(job.id)]["energy_saved_kwh"]
+    assert used > 0 and saved == pytest.approx(used / 0.6 - used)

@@ -10,11 +10,12 @@ from sqlalchemy.orm import Session
 from gpupool.domain.accounting import JobStart, Reading, WorkerSpan
 from gpupool.domain.power import PowerCurve, default_curve
 from gpupool.domain.telemetry import Resolution
+from gpupool.store import power_curves as curve_repo
 from gpupool.store import telemetry as telemetry_repo
-from gpupool.store.orm import GpuRow, JobRow, WorkerRow
+from gpupool.store.orm import GpuRow, JobRow, ProjectRow, WorkerRow
 
-# A GPU family's default power limit (W), for placing a watts mode on its default curve until the
-# probes store each GPU's own (GpuInfo.power_default_w). Simulated GPUs are named after these.
+# A GPU family's default power limit (W), for placing a watts mode on its default curve where a
+# GPU reported none of its own (GpuInfo.power_default_w). Simulated GPUs are named after these.
 FAMILY_DEFAULT_W = {"H200": 700, "H100": 700, "A100": 400, "L40S": 350, "L4": 72}
 
 
@@ -31,7 +32,9 @@ def worker_spans(session: Session, since: datetime, until: datetime) -> list[Wor
         .order_by(WorkerRow.id)
     )
     spans = []
-    for w, project, owner, gpu_power in session.execute(query):
+    defaults = {name: mode for name, mode in session.execute(select(ProjectRow.name, ProjectRow.gpu_power))}
+    for w, project, owner, asked in session.execute(query):
+        gpu_power = asked or defaults.get(project)  # a job without a mode ran in its project's
         if not w.gpus or w.started_at is None:
             continue
         share = w.gpu_share if w.gpu_share > 0 else 1.0
@@ -73,15 +76,19 @@ def readings(
 
 
 def power_curves(session: Session, spans: list[WorkerSpan]) -> dict[tuple[str, int], PowerCurve]:
-    """The power curve of each GPU a job with a power mode held, by (node, index): its family's
-    documented default (``default_curve``) until calibrated curves are stored; a GPU of an unknown
-    family gets none (its saving is not estimated)."""
+    """The power curve of each GPU a job with a power mode held, by (node, index): its model's
+    calibrated curve (``gpupool node calibrate-power``), else its family's documented default
+    (``default_curve``) at the default limit the GPU reported; a GPU of an unknown family that
+    reported none gets none (its saving is not estimated)."""
     wanted = {(s.node, i) for s in spans if s.gpu_power is not None for i in s.gpus}
     if not wanted:
         return {}
+    calibrated = curve_repo.curves(session)
     out: dict[tuple[str, int], PowerCurve] = {}
-    for node, index, model in session.execute(select(GpuRow.node, GpuRow.index, GpuRow.model)):
+    rows = session.execute(select(GpuRow.node, GpuRow.index, GpuRow.model, GpuRow.power_default_w))
+    for node, index, model, default_w in rows:
         family = next((f for f in FAMILY_DEFAULT_W if f in model.upper()), None)
-        if (node, index) in wanted and family is not None:
-            out[(node, index)] = default_curve(model, FAMILY_DEFAULT_W[family])
+        default_w = default_w or (FAMILY_DEFAULT_W[family] if family is not None else None)
+        if (node, index) in wanted and (model in calibrated or default_w):
+            out[(node, index)] = calibrated.get(model) or default_curve(model, int(default_w or 0))
     return out
