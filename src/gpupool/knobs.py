@@ -197,6 +197,9 @@ RECLAIM_MIN_RUN = duration(  # the bound is the scheduler's MAX_RECLAIM_MIN_RUN_
     0,
     DAY,
 )
+MAX_WAIT = duration(  # the bound is the scheduler's MAX_WAIT_BOUND_S (test_knobs checks)
+    "max_wait", "0s", "a job that waited this long goes first, the oldest first (0 to 30d; 0: off)", 0, 30 * DAY
+)
 BACKEND: Knob[str] = Knob(
     "backend", Backend, Backend.LOCAL, _choice, "local: virtual nodes on this machine; ray: every node of a Ray cluster"
 )
@@ -309,14 +312,11 @@ TLS_KEY = maybe_path("tls_key", "the certificate's private key (PEM)", _readable
 MAX_CONNECTIONS = whole(
     "max_connections", 1000, "connections served at once; more get 503 (16 to 100000)", low=16, high=100_000
 )
-SIGN_IN_LIMIT = whole(
-    "sign_in_limit",
-    20,
+_SIGN_IN_HELP = (
     "failed sign-ins from one address, each within 10s of the last, before it gets 429 until it is"
-    " quiet for 10s (0: no limit)",
-    low=0,
-    high=100_000,
+    " quiet for 10s (0: no limit)"
 )
+SIGN_IN_LIMIT = whole("sign_in_limit", 20, _SIGN_IN_HELP, low=0, high=100_000)
 TRUSTED_PROXY: Knob[tuple[str, ...]] = Knob(
     "trusted_proxy",
     list[str] | None,
@@ -343,12 +343,10 @@ MAX_SLOWDOWN = number("max_slowdown", 20.0, _SLOWDOWN_HELP, field="max_slowdown_
 def table(*knobs: Knob[Any]) -> tuple[Knob[Any], ...]:
     """The knobs, in ``gpupool up --help``'s order; a name, field or flag declared twice is refused."""
     for what in ("name", "setting", "flag", "envvar"):
-        seen: set[str] = set()
-        for knob in knobs:
-            key = getattr(knob, what)
-            if key in seen:
-                raise ValueError(f"knob {knob.name!r}: {what} {key!r} declared twice")
-            seen.add(key)
+        keys = [getattr(knob, what) for knob in knobs]
+        twice = [i for i, key in enumerate(keys) if key in keys[:i]]
+        if twice:
+            raise ValueError(f"knob {knobs[twice[0]].name!r}: {what} {keys[twice[0]]!r} declared twice")
     return knobs
 
 
@@ -368,6 +366,7 @@ KNOBS = table(
     PARTITION,
     INTERVAL,
     RECLAIM_MIN_RUN,
+    MAX_WAIT,
     BACKEND,
     RAY_ADDRESS,
     NODE_NAME,

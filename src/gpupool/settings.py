@@ -66,6 +66,7 @@ class Settings:
     policy: str = knobs.POLICY.default  # a name in scheduler.policies.POLICIES
     partition: str | None = knobs.PARTITION.default  # an isolating policy's partition; None: the policy's own
     reclaim_min_run_s: float = knobs.RECLAIM_MIN_RUN.default
+    max_wait_s: float = knobs.MAX_WAIT.default  # aging (issue 34); 0: off
     backend: str = knobs.BACKEND.default  # a row of backends.py's table
     ray_address: str | None = knobs.RAY_ADDRESS.default
     node_name: str | None = knobs.NODE_NAME.default
@@ -115,7 +116,7 @@ class Settings:
         from gpupool.scheduler import policies
 
         config = policies.for_head(self.policy, placement=self.placement, partition=self.partition)
-        return replace(config, reclaim_min_run_s=self.reclaim_min_run_s)
+        return replace(config, reclaim_min_run_s=self.reclaim_min_run_s, max_wait_s=self.max_wait_s)
 
     @property
     def idle(self) -> IdleSettings:

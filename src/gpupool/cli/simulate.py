@@ -19,7 +19,7 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig, registry
-from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S
+from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S, MAX_WAIT_BOUND_S
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
 from gpupool.sim.cluster import uniform
@@ -51,6 +51,7 @@ SeedOpt = Annotated[int | None, typer.Option(help="shuffle simultaneous arrivals
 ReclaimMinRunOpt = Annotated[
     str, typer.Option(help="a job that borrowed beyond its quota runs this long before reclaim stops it (0 to 1d)")
 ]
+MaxWaitOpt = Annotated[str, typer.Option(help="as gpupool up --max-wait: a job that waited this long goes first")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +76,20 @@ class Study:
         gpus_per_node: int,
         partition: str | None = None,
         reclaim_min_run: str = "0s",
+        max_wait: str = "0s",
     ) -> Study:
         """Everything checked before any replay starts, so bad input costs no waiting."""
         names = policy_names(policy, placement, partition)
         min_run_s = bounded_duration("--reclaim-min-run", reclaim_min_run, 0, MAX_RECLAIM_MIN_RUN_S)
+        max_wait_s = bounded_duration("--max-wait", max_wait, 0, MAX_WAIT_BOUND_S)
         parsed = Window.parse(window) if window else None
         project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
         if seed is not None:
             jobs = shuffle_arrivals(jobs, seed)
         configs = {
-            n: replace(_config(n, placement, partition), reclaim_min_run_s=min_run_s) for n in dict.fromkeys(names)
+            n: replace(_config(n, placement, partition), reclaim_min_run_s=min_run_s, max_wait_s=max_wait_s)
+            for n in dict.fromkeys(names)
         }
         return cls(fit_to_nodes(jobs, gpus_per_node), project_list, configs)
 
@@ -135,6 +139,7 @@ def simulate(
     seed: SeedOpt = None,
     partition: PartitionOpt = None,
     reclaim_min_run: ReclaimMinRunOpt = "0s",
+    max_wait: MaxWaitOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write per-job CSV and PNG plots into this directory")] = None,
     output: OutputOpt = Output.TABLE,
     power_budget: power_opts.BudgetOpt = None,
@@ -159,7 +164,18 @@ def simulate(
         raise InvalidInput("give the cluster: --nodes N [--gpus-per-node G] or --cluster NODES.csv")
     per_node = max(len(n.gpus) for n in node_list)
     study = Study.prepare(
-        trace, format, policy, placement, projects, window, scale_load, seed, per_node, partition, reclaim_min_run
+        trace,
+        format,
+        policy,
+        placement,
+        projects,
+        window,
+        scale_load,
+        seed,
+        per_node,
+        partition,
+        reclaim_min_run,
+        max_wait,
     )
     power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
     runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
@@ -243,6 +259,7 @@ def plan(
     scale_load: ScaleOpt = 1.0,
     seed: SeedOpt = None,
     reclaim_min_run: ReclaimMinRunOpt = "0s",
+    max_wait: MaxWaitOpt = "0s",
     report: Annotated[Path | None, typer.Option(help="write the curve as CSV and PNG into this directory")] = None,
     output: OutputOpt = Output.TABLE,
     power_budget: power_opts.BudgetOpt = None,
@@ -258,7 +275,18 @@ def plan(
     if gpus_per_node < 1 or max_nodes < 1:
         raise InvalidInput("--gpus-per-node and --max-nodes must be >= 1")
     study = Study.prepare(
-        trace, format, policy, placement, projects, window, scale_load, seed, gpus_per_node, None, reclaim_min_run
+        trace,
+        format,
+        policy,
+        placement,
+        projects,
+        window,
+        scale_load,
+        seed,
+        gpus_per_node,
+        None,
+        reclaim_min_run,
+        max_wait,
     )
 
     def power(cluster: list[Node]) -> PowerConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_RECLAIM_MIN_RUN_S = 86400.0  # a day: past it a lender's quota would hardly be a guarantee
+MAX_WAIT_BOUND_S = 30 * 86400.0  # --max-wait: past a month, aging would hardly keep a promise
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +49,6 @@ class SchedulerConfig:
     # back minutes after each start, again and again (106 times for one job in a Philly replay).
     # It delays a lender's quota by at most this long; 0 (the default) keeps quotas immediate.
     reclaim_min_run_s: float = 0.0
+    # A waiting job that has waited this long goes before every job that has not, oldest first
+    # (``aging``): no job starves behind a stream of favoured ones. 0 (the default): off.
+    max_wait_s: float = 0.0

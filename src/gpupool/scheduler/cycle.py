@@ -7,7 +7,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
-from gpupool.scheduler import registry
+from gpupool.scheduler import aging, registry
 from gpupool.scheduler.actions import allocate, backfill, displace, preempt, reclaim
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
@@ -103,8 +103,14 @@ def _explain(session: Session) -> dict[int, Reason]:
         reasons[job.id] = reason
     hooks = session.hooks
     notes = behind_lighter_users(session, session.queue, hooks.user_order, hooks.job_order)
+    max_wait_s, now = session.config.max_wait_s, session.snapshot.now
+    aged = aging.overdue(session.queue, now, max_wait_s)[0] if max_wait_s > 0 else []
+    first = {job.id for job in aged}  # they go before later jobs of lighter users too
     for job_id, note in notes.items():
         reason = reasons[job_id]
-        if reason.code in BEHIND_USERS:
+        if reason.code in BEHIND_USERS and job_id not in first:
             reasons[job_id] = Reason(reason.code, reason.message + note)
+    for job in aged:
+        reason = reasons[job.id]
+        reasons[job.id] = Reason(reason.code, reason.message + aging.note(aging.waited_s(job, now), max_wait_s))
     return reasons

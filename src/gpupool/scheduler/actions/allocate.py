@@ -7,25 +7,38 @@ policy's quota check lets it.
 A job that cannot start asks the policy's blocking hook what it blocks behind it: nothing
 (greedy), every queue (fifo), its own queue (fifo per project), or a reservation (default), after
 which every job left is the backfill action's to start, if it cannot delay the reserved one. A
-job that could not fit even an empty cluster (or its project's quota) blocks nothing."""
+job that could not fit even an empty cluster (or its project's quota) blocks nothing.
+
+With ``--max-wait`` (``aging``), the jobs that waited that long form a queue of their own, the
+longest waiting first, that comes before every other; each is checked and blocks as in its own
+queue, and one that does not fit is reserved for whatever the policy's blocking."""
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.hooks import Hooks, QuotaCheck, one_queue
+from gpupool.scheduler import aging
+from gpupool.scheduler.hooks import Hooks, QuotaCheck, UserOrder, one_line, one_queue
+from gpupool.scheduler.reservation import reserve
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.user_queue import UserQueue
+
+AGED = "\x00aged"  # the queue of the jobs past --max-wait: no project is named so
+_AS_GIVEN: UserOrder[Session] = UserOrder(one_line, lambda session, job: 0.0)  # the aged queue's order
 
 
 def run(session: Session) -> None:
     hooks = session.hooks
-    rank = hooks.queue_order.rank
-    queues = _queues(session, hooks)
+    rank, key = hooks.queue_order.rank, hooks.queue_order.key
+    if session.config.max_wait_s > 0:
+        rank, queues = _aged_first(session, hooks, rank)
+    else:
+        queues = _queues(session, hooks, session.queue)
     memo = _Memo(session, hooks.quota_check, rank)
     heap = [(rank(session, name), name) for name in queues]
     heapq.heapify(heap)
@@ -36,19 +49,22 @@ def run(session: Session) -> None:
         queue = queues[name]
         while True:  # the same queue's next job, for as long as it would come off the heap next anyway
             job = queue.popleft()
+            own = name if name != AGED else key(job)  # an aged job blocks, and is blocked, as in its queue
             refusal = memo.quota(job)
             if refusal is not None:
                 session.reasons[job.id] = refusal
                 waiting.append(job)
-                blocked.update(hooks.blocking(session, job, name, queues, refusal))
-            elif name in blocked or session.reservation is not None:
+                blocked.update(hooks.blocking(session, job, own, queues, refusal))
+            elif own in blocked or session.reservation is not None:
                 waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
             else:
                 placements = session.try_place_gang(job)
                 power = None if placements is None else session.start(job, placements)
                 if placements is None or power is not None:  # no room, or no power (a refusal)
                     waiting.append(job)
-                    blocked.update(hooks.blocking(session, job, name, queues, power))
+                    blocked.update(hooks.blocking(session, job, own, queues, power))
+                    if name == AGED and placements is None:
+                        _hold_place(session, job, own, blocked)
             if not queue:
                 break
             if name in blocked:
@@ -64,20 +80,51 @@ def run(session: Session) -> None:
     session.queue = waiting
 
 
-def _queues(session: Session, hooks: Hooks[Session]) -> dict[str, UserQueue]:
-    """The queue's jobs split by the queue order, each part kept in the job order."""
+def _queues(session: Session, hooks: Hooks[Session], queue: list[PendingJob]) -> dict[str, UserQueue]:
+    """``queue``'s jobs split by the queue order, each part kept in the job order."""
     key = hooks.queue_order.key
     by_key: dict[str, list[PendingJob]] = {}
     if key is one_queue:
-        by_key = {"": session.queue} if session.queue else {}
+        by_key = {"": queue} if queue else {}
     else:
-        for name, job in zip(map(key, session.queue), session.queue, strict=True):
+        for name, job in zip(map(key, queue), queue, strict=True):
             jobs = by_key.get(name)
             if jobs is None:
                 by_key[name] = [job]
             else:
                 jobs.append(job)
     return {name: UserQueue.of(session, hooks.user_order, hooks.job_order, jobs) for name, jobs in by_key.items()}
+
+
+def _aged_first(
+    session: Session, hooks: Hooks[Session], rank: Callable[[Session, str], tuple[float, str]]
+) -> tuple[Callable[[Session, str], tuple[float, str]], dict[str, UserQueue]]:
+    """The queues with the jobs past --max-wait taken out into ``AGED``, the longest waiting
+    first, and a queue rank that puts it before every other. The cycle wakes when the next job
+    would join it."""
+    aged, next_at = aging.overdue(session.queue, session.snapshot.now, session.config.max_wait_s)
+    if next_at is not None:
+        session.wake_at = next_at if session.wake_at is None else min(session.wake_at, next_at)
+    ids = {job.id for job in aged}
+    queues = _queues(session, hooks, [job for job in session.queue if job.id not in ids])
+    if not aged:
+        return rank, queues
+
+    def first(session: Session, name: str) -> tuple[float, str]:
+        return (-math.inf, name) if name == AGED else rank(session, name)
+
+    return first, {AGED: UserQueue.of(session, _AS_GIVEN, hooks.job_order, aged), **queues}
+
+
+def _hold_place(session: Session, job: PendingJob, own: str, blocked: set[str]) -> None:
+    """An aged job that does not fit keeps its place whatever the policy's blocking: where that
+    neither holds up its queue nor reserves (greedy: nobody waits for anybody), it gets the
+    reservation the default policy gives, or the stream it waited behind would take every GPU
+    that comes free again. (Without a backfill action, every later job then waits for it.)"""
+    if session.reservation is None and own not in blocked:
+        session.reservation = reserve(session, job)
+        if session.reservation is not None:
+            session.keep_reserved(session.reservation)
 
 
 def _wait_behind_reservation(
@@ -94,12 +141,13 @@ def _wait_behind_reservation(
     quota answer, for its reason (and a refusal may still hold up the queue)."""
     for job in queues[name].drain():
         waiting.append(job)
-        if name in blocked:
+        own = name if name != AGED else hooks.queue_order.key(job)
+        if own in blocked:
             continue
         refusal = memo.quota(job)
         if refusal is not None:
             session.reasons[job.id] = refusal
-            blocked.update(hooks.blocking(session, job, name, queues, refusal))
+            blocked.update(hooks.blocking(session, job, own, queues, refusal))
 
 
 class _Memo:
