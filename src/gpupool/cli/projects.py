@@ -23,7 +23,7 @@ def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
     with client(url) as c:
         listing = c.projects()
     if output is Output.JSON:
-        print_json(listing)
+        print_json(nested(listing))
         return
     console.print(projects_table(listing))
     if any(p.get("users") for p in listing):
@@ -50,6 +50,10 @@ def set_project(
             help="its jobs' GPU power when they name none: max, efficient or a limit such as 400W [default: max]"
         ),
     ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option(help="the unit above it, whose quota holds its quota; '' or none for none [default: as it was]"),
+    ] = None,
     everyone: Annotated[
         bool | None,
         typer.Option(
@@ -62,16 +66,17 @@ def set_project(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Create or change a project (admins). Every setting is replaced (one left out gets its
-    default) but who may submit, which stays as it was unless given."""
+    default) but who may submit and its parent, which stay as they were unless given."""
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
     mode = None if gpu_power is None else parse_mode(gpu_power).text  # refused here, before anything is sent
     with client(url) as c:
-        project = c.set_project(name, quota, limit, weight, timeout_s, everyone, mode)
+        above = None if parent is None else "" if parent.strip().lower() in ("", "none") else parent
+        project = c.set_project(name, quota, limit, weight, timeout_s, everyone, mode, above)
     if output is Output.JSON:
         print_json(project)
         return
     console.print(
-        f"project {name}: quota {project['quota']:g}, limit "
+        f"project {name}{_under(project)}: quota {project['quota']:g}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
         f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
         f"{'open to everyone' if project['everyone'] else 'members only'}; "
@@ -158,12 +163,13 @@ USER_COLUMNS = (
 
 
 def projects_table(listing: list[dict[str, Any]]) -> Listing:
+    """One row a project; in a tree (issue 34) each unit before its children, indented by depth."""
     table = Listing(PROJECT_COLUMNS)
-    for p in listing:
+    for depth, p in _depth_first(listing):
         limit = "-" if p["limit"] is None else f"{p['limit']:g}"
         pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
         table.add_row(
-            p["name"],
+            "  " * depth + p["name"],
             f"{p['quota']:g}",
             limit,
             f"{p['weight']:g}",
@@ -175,6 +181,31 @@ def projects_table(listing: list[dict[str, Any]]) -> Listing:
             _idle(p) if p.get("idle_timeout_s") else "-",
         )
     return table
+
+
+def nested(listing: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The projects as a tree for ``-o json``: the root's children, each with every field the
+    API gives and ``children`` (empty for a leaf), so a flat cluster lists as before."""
+    nodes = {p["name"]: {**p, "children": []} for p in listing}
+    tops: list[dict[str, Any]] = []
+    for p in listing:
+        above = nodes.get(p.get("parent") or "")
+        (tops if above is None else above["children"]).append(nodes[p["name"]])
+    return tops
+
+
+def _depth_first(listing: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    order: list[tuple[int, dict[str, Any]]] = []
+    todo = [(0, p) for p in reversed(nested(listing))]
+    while todo:
+        depth, p = todo.pop()
+        order.append((depth, p))
+        todo.extend((depth + 1, c) for c in reversed(p["children"]))
+    return order
+
+
+def _under(project: dict[str, Any]) -> str:
+    return f" (under {project['parent']})" if project.get("parent") else ""
 
 
 def users_table(listing: list[dict[str, Any]]) -> Listing:

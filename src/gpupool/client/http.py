@@ -250,12 +250,12 @@ class GpupoolClient(ServiceCalls):
         idle_timeout_s: float | None = None,
         everyone: bool | None = None,
         gpu_power: str | None = None,
+        parent: str | None = None,
     ) -> dict[str, Any]:
-        """``everyone``: open to every user; ``None`` leaves it as it was. ``gpu_power``: its jobs' default mode."""
+        """``everyone``, ``parent`` ("" for none): ``None`` leaves them as they were. ``gpu_power``: jobs' default."""
         body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        if everyone is not None:
-            body["everyone"] = everyone
-        body |= {"gpu_power": gpu_power} if gpu_power is not None else {}  # none: a head before issue 33 takes it
+        given = (("everyone", everyone), ("gpu_power", gpu_power), ("parent", parent))
+        body |= {k: v for k, v in given if v is not None}  # left out when not given: an older head takes it
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 
     def members(self, project: str) -> list[dict[str, Any]]:

@@ -29,6 +29,8 @@ class Project:
     idle_timeout_s: float | None = None
     # Its jobs' GPU power mode when they name none (issue 33): "max", "efficient", "400W"; None: max.
     gpu_power: str | None = None
+    # The organisational unit above it (issue 34, domain/tree.py); None: a child of the root.
+    parent: str | None = None
 
     @classmethod
     def create(
@@ -39,6 +41,7 @@ class Project:
         weight: float = 1.0,
         idle_timeout_s: float | None = None,
         gpu_power: str | None = None,
+        parent: str | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -57,6 +60,10 @@ class Project:
                 "idle timeout must be from 60 seconds (readings come every few seconds) to 365 days,"
                 f" got {idle_timeout_s!r}"
             )
+        if parent is not None and not NAME_RE.match(parent):
+            raise InvalidInput(f"invalid parent name {parent!r}: letters, digits, '.', '_' and '-', at most 63")
+        if parent == name:
+            raise InvalidInput(f"project {name} cannot be its own parent")
         return cls(
             name,
             float(quota),
@@ -64,6 +71,7 @@ class Project:
             float(weight),
             None if idle_timeout_s is None else float(idle_timeout_s),
             None if gpu_power is None else parse_mode(gpu_power).text,
+            parent,
         )
 
     def describe_idle_timeout(self) -> str:
@@ -78,6 +86,7 @@ def effective_projects(configured: list[Project], capacity: float) -> list[Proje
     is guaranteed what no other project is (the whole cluster on a fresh install), so interactive
     jobs, which must fit inside a quota, run without any set-up."""
     by_name = {p.name: p for p in configured}
-    unclaimed = max(0.0, float(capacity) - sum(p.quota for p in configured))
+    # A unit's quota holds its children's: only the top level's quotas claim the cluster.
+    unclaimed = max(0.0, float(capacity) - sum(p.quota for p in configured if p.parent is None))
     by_name.setdefault(DEFAULT_PROJECT, Project(DEFAULT_PROJECT, quota=unclaimed))
     return sorted(by_name.values(), key=lambda p: p.name)

@@ -1,6 +1,9 @@
 """Fair share: a project's quota plus its weight's part of the GPUs no quota covers (DESIGN §4).
 
 Pure arithmetic, shown to users as well as used for ordering, so both read the same numbers.
+In a tree of projects (issue 34) it is computed level by level: the root's children split the
+cluster, and each unit's share is split among its children the same way. With no parents set
+there is one level and the numbers are those of the flat list.
 """
 
 from __future__ import annotations
@@ -11,7 +14,24 @@ from gpupool.domain.projects import Project
 
 
 def fair_shares(projects: Iterable[Project], capacity: float) -> dict[str, float]:
+    """Every project's fair share, units' included."""
     listed = list(projects)
+    known = {p.name for p in listed}
+    below: dict[str | None, list[Project]] = {}
+    for p in listed:
+        below.setdefault(p.parent if p.parent in known else None, []).append(p)
+    shares = _split(below.get(None, []), capacity)
+    todo = [name for name in shares if name in below]
+    while todo:
+        unit = todo.pop()
+        split = _split(below[unit], shares[unit])
+        shares |= split
+        todo.extend(name for name in split if name in below)
+    return shares
+
+
+def _split(listed: list[Project], capacity: float) -> dict[str, float]:
+    """One level: each sibling's quota plus its weight's part of what their quotas leave."""
     if not listed:
         return {}
     beyond = max(0.0, capacity - sum(p.quota for p in listed))

@@ -23,6 +23,7 @@ from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
+from gpupool.scheduler.levels import Levels
 from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
@@ -62,6 +63,7 @@ class Session:
     partitions: dict[str, frozenset[str]] | None = None
     partition_gpus: dict[str, int] = field(default_factory=dict)
     power: PowerGate | None = None  # the power budgets, where one is in force (``scheduler/power.py``)
+    levels: Levels | None = None  # the tree of projects, where any has a parent (``scheduler/levels.py``)
 
     @classmethod
     def open(
@@ -100,6 +102,7 @@ class Session:
         )
         session._penalties = tuple(open_penalty(session) for open_penalty in hooks.node_penalties)
         session.power = PowerGate.open(snapshot)
+        session.levels = Levels.of(projects)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.errors import NotFound
+from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.domain.projects import DEFAULT_PROJECT
 from gpupool.store.orm import ProjectMemberRow, ProjectRow, UserRow
@@ -29,13 +29,27 @@ def project_access(
             "list projects with gpupool projects",
             code="project_not_found",
         )
+    if row is not None and (kids := _children(session, project)):
+        raise Conflict(
+            f"project {project} is a unit with child projects ({', '.join(kids)}): jobs go to leaf projects only;"
+            f" submit to one of them",
+            code="project_has_children",
+        )
     everyone = row is None or row.everyone
     return everyone, None if admin or everyone else role_in(session, project, user)
 
 
 def role_in(session: Session, project: str, user: str) -> ProjectRole | None:
+    """``user``'s role in ``project``: a manager of a unit above it manages it too (issue 34)."""
     member = session.get(ProjectMemberRow, (project, user))
-    return None if member is None else ProjectRole(member.role)
+    role = None if member is None else ProjectRole(member.role)
+    if role is ProjectRole.MANAGER:
+        return role
+    for unit in _units_above(session, project):
+        above = session.get(ProjectMemberRow, (unit, user))
+        if above is not None and above.role == ProjectRole.MANAGER.value:
+            return ProjectRole.MANAGER
+    return role
 
 
 def roles_of(session: Session, user: str) -> dict[str, ProjectRole]:
@@ -48,7 +62,20 @@ def managed_by(session: Session, user: str) -> set[str]:
     query = select(ProjectMemberRow.project).where(
         ProjectMemberRow.user == user, ProjectMemberRow.role == ProjectRole.MANAGER.value
     )
-    return set(session.scalars(query))
+    managed = set(session.scalars(query))
+    if managed:  # and everything below the units they manage (issue 34)
+        below: dict[str | None, list[str]] = defaultdict(list)
+        for name, parent in session.execute(
+            select(ProjectRow.name, ProjectRow.parent).where(ProjectRow.parent.is_not(None))
+        ):
+            below[parent].append(name)
+        todo = list(managed)
+        while todo:
+            for child in below.get(todo.pop(), []):
+                if child not in managed:
+                    managed.add(child)
+                    todo.append(child)
+    return managed
 
 
 def list_members(session: Session, project: str) -> list[Member]:
@@ -102,6 +129,21 @@ def forget_user(session: Session, user: str) -> None:
 def forget_project(session: Session, project: str) -> None:
     for row in session.scalars(select(ProjectMemberRow).where(ProjectMemberRow.project == project)):
         session.delete(row)
+
+
+def _children(session: Session, project: str) -> list[str]:
+    query = select(ProjectRow.name).where(ProjectRow.parent == project).order_by(ProjectRow.name)
+    return list(session.scalars(query))
+
+
+def _units_above(session: Session, project: str) -> list[str]:
+    """The units above ``project``, nearest first (stops at a cycle, which the store never writes)."""
+    found: list[str] = []
+    row = session.get(ProjectRow, project)
+    while row is not None and row.parent is not None and row.parent not in found:
+        found.append(row.parent)
+        row = session.get(ProjectRow, row.parent)
+    return found
 
 
 def _require_project(session: Session, project: str) -> None:

@@ -222,6 +222,8 @@ class ProjectRow(Base):
     everyone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Its jobs' GPU power mode when they name none (0022, issue 33); null: max.
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # The unit above it (0025, issue 34); null: a child of the root, as every project was before.
+    parent: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
 
 class ProjectMemberRow(Base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -12,6 +13,7 @@ from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 from gpupool.domain.records import LIVE_WORKER_STATES
+from gpupool.domain.tree import validate
 from gpupool.domain.usage import decayed_average
 from gpupool.store import members
 from gpupool.store.orm import JobRow, ProjectRow, ProjectUsageRow, WorkerRow
@@ -19,7 +21,7 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power)
+    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -34,10 +36,20 @@ def open_to_everyone(session: Session) -> set[str]:
     return {name for name, everyone in found.items() if everyone}
 
 
-def set_project(session: Session, project: Project, now: datetime, everyone: bool | None = None) -> Project:
+def set_project(
+    session: Session, project: Project, now: datetime, everyone: bool | None = None, keep_parent: bool = False
+) -> Project:
     """``everyone``: every user may submit here; ``None``: as it was (a new project: members
-    only, but ``default``: everyone)."""
+    only, but ``default``: everyone). ``keep_parent``: its parent as it was, not ``project``'s.
+    The tree is checked against every project, read FOR UPDATE so two changes cannot together
+    break a sum that each alone keeps (domain/tree.py)."""
     row = session.get(ProjectRow, project.name, with_for_update=True)
+    if keep_parent:
+        project = replace(project, parent=None if row is None else row.parent)
+    configured = [_project(r) for r in session.scalars(select(ProjectRow).with_for_update())]
+    validate(project, configured)
+    if project.parent is not None:
+        _refuse_unit_with_jobs(session, project.parent, project.name)
     if row is None:
         row = ProjectRow(name=project.name, created_at=now, everyone=project.name == DEFAULT_PROJECT)
         session.add(row)
@@ -46,6 +58,7 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
     row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
     row.idle_timeout_s = project.idle_timeout_s
     row.gpu_power = project.gpu_power
+    row.parent = project.parent
     add_event(
         session,
         now,
@@ -54,9 +67,32 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
         f"limit {project.describe_limit()}, weight {project.weight:g}, "
         f"idle timeout {project.describe_idle_timeout()}, "
         f"GPU power {project.gpu_power or 'max'}, "
-        f"{'open to everyone' if row.everyone else 'members only'}",
+        f"{'open to everyone' if row.everyone else 'members only'}"
+        + ("" if project.parent is None else f", under {project.parent}"),
     )
     return project
+
+
+def has_children(session: Session, name: str) -> bool:
+    return session.scalar(select(ProjectRow.name).where(ProjectRow.parent == name).limit(1)) is not None
+
+
+def _refuse_unit_with_jobs(session: Session, unit: str, child: str) -> None:
+    """A unit takes no jobs: one that still has some may not get its first child."""
+    if has_children(session, unit):
+        return
+    active = _active_jobs(session, unit)
+    if active:
+        raise Conflict(
+            f"project {unit} still has {active} pending or running job(s) and a unit with children takes none;"
+            f" let them finish or cancel them before putting {child} under it",
+            code="project_in_use",
+        )
+
+
+def _active_jobs(session: Session, name: str) -> int:
+    query = select(func.count(JobRow.id)).where(JobRow.project == name, JobRow.state.in_(ACTIVE_JOB_STATES))
+    return session.scalar(query) or 0
 
 
 def delete_project(session: Session, name: str, now: datetime) -> None:
@@ -65,9 +101,14 @@ def delete_project(session: Session, name: str, now: datetime) -> None:
     row = session.get(ProjectRow, name, with_for_update=True)
     if row is None:
         raise NotFound(f"no project {name}: list projects with gpupool projects", code="project_not_found")
-    active = session.scalar(
-        select(func.count(JobRow.id)).where(JobRow.project == name, JobRow.state.in_(ACTIVE_JOB_STATES))
-    )
+    children = session.scalars(select(ProjectRow.name).where(ProjectRow.parent == name).order_by(ProjectRow.name))
+    if kids := list(children):
+        raise Conflict(
+            f"project {name} is a unit with {len(kids)} child project(s) ({', '.join(kids)});"
+            " delete them or move them elsewhere (gpupool project set NAME --parent ...) first",
+            code="project_has_children",
+        )
+    active = _active_jobs(session, name)
     if active:
         raise Conflict(
             f"project {name} still has {active} pending or running job(s); cancel them or let them finish first",

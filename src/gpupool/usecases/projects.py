@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.domain.projects import Project, effective_projects
+from gpupool.domain.tree import ancestors
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.store import members as member_repo
 from gpupool.store import nodes as node_repo
@@ -51,6 +52,10 @@ def views(session: Tx) -> list[ProjectView]:
     shares = fair_shares(projects, capacity)
     users = user_usage_repo.by_project(session)
     everyone = project_repo.open_to_everyone(session)
+    parents = {p.name: p.parent for p in projects}
+    if any(parents.values()):  # a unit holds and waits for what the projects below it do
+        allocated, pending, recent = (_roll_up(f, parents) for f in (allocated, pending, recent))
+        pending_jobs = {k: int(v) for k, v in _roll_up({k: float(v) for k, v in pending_jobs.items()}, parents).items()}
     return [
         ProjectView(
             p,
@@ -66,12 +71,22 @@ def views(session: Tx) -> list[ProjectView]:
     ]
 
 
-def set_project(ctx: HeadContext, project: Project, who: Principal, everyone: bool | None = None) -> ProjectView:
+def _roll_up(figures: dict[str, float], parents: dict[str, str | None]) -> dict[str, float]:
+    rolled = dict(figures)
+    for name, value in figures.items():
+        for unit in ancestors(name, parents):
+            rolled[unit] = rolled.get(unit, 0.0) + value
+    return rolled
+
+
+def set_project(
+    ctx: HeadContext, project: Project, who: Principal, everyone: bool | None = None, keep_parent: bool = False
+) -> ProjectView:
     """``everyone``: every user may submit here; ``None``: as it was (a new project: members
-    only, but ``default``: everyone)."""
+    only, but ``default``: everyone). ``keep_parent``: its parent stays as it was."""
     require_admin(who, "set projects")
     with ctx.db.tx() as s:
-        project_repo.set_project(s, project, ctx.clock.now(), everyone)
+        project_repo.set_project(s, project, ctx.clock.now(), everyone, keep_parent)
         ctx.grants.forget()
     ctx.wake_controller()
     return next(v for v in listing(ctx) if v.project.name == project.name)

@@ -35,8 +35,10 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
         weight=body.weight,
         idle_timeout_s=body.idle_timeout_s,
         gpu_power=body.gpu_power,
+        parent=body.parent or None,
     )
-    return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone))
+    keep_parent = body.parent is None  # null: as it was; "": a child of the root
+    return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone, keep_parent))
 
 
 @router.delete("/{name}", status_code=204, response_class=Response)

@@ -31,6 +31,11 @@ class ProjectSet(BaseModel):
         description="every user may submit here, member or not; null: as it was"
         " (a new project: members only; default: everyone)",
     )
+    parent: str | None = Field(
+        None,
+        description="the organisational unit above the project (its quota holds the project's);"
+        ' "" for none (a child of the root); null: as it was (a new project: none)',
+    )
 
 
 class MemberSet(BaseModel):
@@ -78,6 +83,7 @@ class ProjectOut(BaseModel):
     idle_timeout_s: float | None
     gpu_power: str | None = Field(None, description="its jobs' GPU power mode when they name none; null: max")
     everyone: bool = Field(description="every user may submit here; else only its members")
+    parent: str | None = Field(None, description="the unit above it; null: a child of the root")
     allocated: float
     pending: float
     pending_jobs: int
@@ -100,6 +106,7 @@ class ProjectOut(BaseModel):
             idle_timeout_s=p.idle_timeout_s,
             gpu_power=p.gpu_power,
             everyone=v.everyone,
+            parent=p.parent,
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,

@@ -1,6 +1,11 @@
 """Reclaim: a project below its quota with work waiting takes GPUs back from projects that
 borrowed beyond theirs, preempting the fewest, most recently started over-quota train jobs,
-and never taking a lender below its own quota."""
+and never taking a lender below its own quota.
+
+In a tree of projects (issue 34, ``Levels.lenders``) GPUs go back to the level that lent them:
+the claim is that of the highest level on the waiting job's path still owed its GPUs, made on the
+branches beside it that hold beyond their quota, and no level of a lender's branch is taken below
+its quota. A flat list is the one-level case: exactly the rule above."""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ Allowed = Callable[[list[RunningJob], RunningJob], bool]
 def run(session: Session) -> None:
     # Candidates per reclaiming project, and those of them that ran the minimum: built once,
     # rebuilt only after victims change who borrows.
-    candidates_of: dict[str, tuple[list[RunningJob], list[RunningJob]]] = {}
+    candidates_of: dict[object, tuple[list[RunningJob], list[RunningJob]]] = {}
     allocated = session.allocated
     min_run_s = session.config.reclaim_min_run_s
     for job in session.queue:
@@ -30,19 +35,7 @@ def run(session: Session) -> None:
             continue
         if already_failed(session, job, "reclaim") and not min_run_s:
             continue  # (with a minimum run, the job may still be told when young borrowers can go)
-        known = candidates_of.get(project.name)
-        if known is None:
-            borrowing = {name for name in session.allocated if name != project.name and _borrowing(session, name)}
-            every = [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
-            grown = [r for r in every if _ran_enough(session, r)] if min_run_s else every
-            known = candidates_of[project.name] = (every, grown)
-        candidates, grown = known
-
-        def keeps_quota(chosen: list[RunningJob], victim: RunningJob, _session: Session = session) -> bool:
-            lender = victim.spec.project
-            taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
-            return _session.allocated.get(lender, 0.0) - taken >= _session.project(lender).quota - 1e-9
-
+        candidates, grown, keeps_quota = _candidates(session, job, candidates_of)
         victims = choose_victims(session, job, grown, keeps_quota, purpose="reclaim")
         if victims is None:
             if len(grown) < len(candidates):
@@ -59,6 +52,40 @@ def run(session: Session) -> None:
             else "reclaim: waiting for jobs being stopped to free their GPUs"
         )
         session.reasons[job.id] = Reason(ReasonCode.RECLAIM, message)
+
+
+def _candidates(
+    session: Session, job: PendingJob, known_by: dict[object, tuple[list[RunningJob], list[RunningJob]]]
+) -> tuple[list[RunningJob], list[RunningJob], Allowed]:
+    """The borrowers' running jobs ``job`` may take back (and those that ran the minimum), and
+    the rule that keeps each lender at its quota; remembered in ``known_by`` per project (per
+    project and size in a tree, where the level owed depends on the size)."""
+    name, levels, min_run_s = job.spec.project, session.levels, session.config.reclaim_min_run_s
+    key: object = name
+    scope: str | None = None
+    borrowing: set[str] = set()
+    if levels is not None:
+        borrowing, scope = levels.lenders(name, job.spec.total_gpus, session.allocated)
+        key = (name, job.spec.total_gpus)
+    known = known_by.get(key)
+    if known is None:
+        if levels is None:
+            borrowing = {other for other in session.allocated if other != name and _borrowing(session, other)}
+        every = [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
+        grown = [r for r in every if _ran_enough(session, r)] if min_run_s else every
+        known = known_by[key] = (every, grown)
+
+    def keeps_quota(chosen: list[RunningJob], victim: RunningJob) -> bool:
+        lender = victim.spec.project
+        if levels is not None:
+            taken: dict[str, float] = {lender: victim.spec.total_gpus}
+            for r in chosen:
+                taken[r.spec.project] = taken.get(r.spec.project, 0.0) + r.spec.total_gpus
+            return levels.keeps_quotas(lender, taken, session.allocated, scope)
+        took = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
+        return session.allocated.get(lender, 0.0) - took >= session.project(lender).quota - 1e-9
+
+    return known[0], known[1], keeps_quota
 
 
 def _told(borrower: str, job_id: int) -> Callable[[RunningJob], str]:

@@ -26,6 +26,8 @@ def borrow(session: Session, job: PendingJob) -> Reason | None:
             f"limit: project {project.name} holds {held:g} of its limit "
             f"{project.limit:g} GPUs; this job needs {need:g} more",
         )
+    if session.levels is not None and (above := session.levels.limit_refusal(project.name, need, session.allocated)):
+        return above  # a unit above it at its limit (issue 34)
     bound = session.bound.get(project.name, 0.0)
     if job.spec.quota_bound and bound + need > project.quota + 1e-9:
         return Reason(
