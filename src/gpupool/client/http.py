@@ -250,12 +250,12 @@ class GpupoolClient(ServiceCalls):
         idle_timeout_s: float | None = None,
         everyone: bool | None = None,
         gpu_power: str | None = None,
+        user_limit: float | None = None,
+        user_limits: dict[str, float | None] | None = None,
     ) -> dict[str, Any]:
-        """``everyone``: open to every user; ``None`` leaves it as it was. ``gpu_power``: its jobs' default mode."""
         body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        if everyone is not None:
-            body["everyone"] = everyone
-        body |= {"gpu_power": gpu_power} if gpu_power is not None else {}  # none: a head before issue 33 takes it
+        given = {"everyone": everyone, "gpu_power": gpu_power, "user_limit": user_limit, "user_limits": user_limits}
+        body |= {k: v for k, v in given.items() if v is not None and v != {}}  # only what is given: older heads take it
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 
     def members(self, project: str) -> list[dict[str, Any]]:

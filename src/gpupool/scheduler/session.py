@@ -27,6 +27,7 @@ from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
+_POLICY = frozenset({ReasonCode.LIMIT, ReasonCode.QUOTA, ReasonCode.POWER, ReasonCode.USER_LIMIT})
 
 
 @dataclass(slots=True)
@@ -306,10 +307,11 @@ class Session:
         self.reserved_gpus = []
 
     def policy_refused(self, job_id: int) -> bool:
-        """Refused by limit or quota: no amount of freed GPUs would let it start; or held for power,
-        which the budget gives back as jobs end: no job is stopped to make room for watts."""
+        """Refused by limit, quota or its user's limit: no amount of freed GPUs would let it start;
+        or held for power, which the budget gives back as jobs end: no job is stopped to make room
+        for watts."""
         reason = self.reasons.get(job_id)
-        return reason is not None and reason.code in (ReasonCode.LIMIT, ReasonCode.QUOTA, ReasonCode.POWER)
+        return reason is not None and reason.code in _POLICY
 
     def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
         """Start a job placed (committed) by ``try_place_gang`` if it fits the power budgets, capped

@@ -222,6 +222,9 @@ class ProjectRow(Base):
     everyone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Its jobs' GPU power mode when they name none (0022, issue 33); null: max.
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # GPUs one user may hold here at once, and per user {user: GPUs or null} (0026, issue 34); null: none.
+    user_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    user_limits: Mapped[dict[str, float | None] | None] = mapped_column(JSON, nullable=True)
 
 
 class ProjectMemberRow(Base):

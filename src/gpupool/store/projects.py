@@ -19,7 +19,10 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power)
+    per_user = tuple(sorted((row.user_limits or {}).items()))
+    return Project(
+        row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.user_limit, per_user
+    )
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -46,6 +49,7 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
     row.quota, row.limit, row.weight = project.quota, project.limit, project.weight
     row.idle_timeout_s = project.idle_timeout_s
     row.gpu_power = project.gpu_power
+    row.user_limit, row.user_limits = project.user_limit, dict(project.user_limits) or None
     add_event(
         session,
         now,
@@ -54,6 +58,7 @@ def set_project(session: Session, project: Project, now: datetime, everyone: boo
         f"limit {project.describe_limit()}, weight {project.weight:g}, "
         f"idle timeout {project.describe_idle_timeout()}, "
         f"GPU power {project.gpu_power or 'max'}, "
+        f"{'user limits ' + project.describe_user_limits() + ', ' if project.has_user_limits else ''}"
         f"{'open to everyone' if row.everyone else 'members only'}",
     )
     return project

@@ -35,6 +35,8 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
         weight=body.weight,
         idle_timeout_s=body.idle_timeout_s,
         gpu_power=body.gpu_power,
+        user_limit=body.user_limit,
+        user_limits=body.user_limits,
     )
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone))
 

@@ -2,7 +2,7 @@
 below its fair share first); within a queue, the job order (priority class, then submit time),
 with the policy's user order deciding between users within a class (by default the user who used
 least lately goes first: ``user_queue``). A job starts when its whole gang fits now and the
-policy's quota check lets it.
+policy's quota check lets it, and its owner's limit in the project (``user_limit``), if any.
 
 A job that cannot start asks the policy's blocking hook what it blocks behind it: nothing
 (greedy), every queue (fifo), its own queue (fifo per project), or a reservation (default), after
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler import user_limit
 from gpupool.scheduler.hooks import Hooks, QuotaCheck, one_queue
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.user_queue import UserQueue
@@ -31,16 +32,21 @@ def run(session: Session) -> None:
     heapq.heapify(heap)
     waiting: list[PendingJob] = []
     blocked: set[str] = set()  # queues held up behind a job that cannot start now
+    limited = user_limit.any_user_limits(session)  # else no job is checked for a user limit
     while heap:
         _, name = heapq.heappop(heap)
         queue = queues[name]
         while True:  # the same queue's next job, for as long as it would come off the heap next anyway
             job = queue.popleft()
             refusal = memo.quota(job)
+            mine = None if refusal is not None or not limited else user_limit.refusal(session, job)
             if refusal is not None:
                 session.reasons[job.id] = refusal
                 waiting.append(job)
                 blocked.update(hooks.blocking(session, job, name, queues, refusal))
+            elif mine is not None:  # its user's limit: it blocks nobody, other users' jobs may start
+                session.reasons[job.id] = mine
+                waiting.append(job)
             elif name in blocked or session.reservation is not None:
                 waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
             else:
@@ -59,7 +65,7 @@ def run(session: Session) -> None:
                 heapq.heappush(heap, entry)
                 break
             if session.reservation is not None:
-                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked)
+                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked, limited)
                 break
     session.queue = waiting
 
@@ -88,6 +94,7 @@ def _wait_behind_reservation(
     queues: dict[str, UserQueue],
     waiting: list[PendingJob],
     blocked: set[str],
+    limited: bool,
 ) -> None:
     """The rest of a queue that comes first behind the reservation. Nothing starts any more, so
     its rank stays what it is and it stays first until it is empty: each job needs only its
@@ -100,6 +107,8 @@ def _wait_behind_reservation(
         if refusal is not None:
             session.reasons[job.id] = refusal
             blocked.update(hooks.blocking(session, job, name, queues, refusal))
+        elif limited and (mine := user_limit.refusal(session, job)) is not None:
+            session.reasons[job.id] = mine
 
 
 class _Memo:
