@@ -49,6 +49,10 @@ class Session:
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
     # GPUs this cycle started, by (project, user): the user order.
     user_started: dict[tuple[str, str], float] = field(default_factory=dict)
+    # GPUs being freed for waiting jobs this cycle (``victims.stop_for``), by (project, user), and
+    # whether any project has user limits (None: not asked yet): what ``user_limit`` reads.
+    user_promised: dict[tuple[str, str], float] = field(default_factory=dict)
+    user_limited: bool | None = None
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve

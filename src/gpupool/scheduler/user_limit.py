@@ -2,10 +2,13 @@
 project at once (``Project.user_limit``, or that user's own figure in ``user_limits``).
 
 What a user holds is what their running jobs there hold (those being stopped too: their GPUs are
-not back yet, as for the project's own limit) plus what this cycle started for them, so a limit
-holds within a cycle as across cycles; a fractional GPU counts by its share. A job over it waits
-with ``user_limit``; that is a policy refusal (``Session.policy_refused``): no job is stopped to
-make room for it, and it reserves nothing, since other users' jobs may use what it cannot."""
+not back yet, as for the project's own limit), plus what this cycle started for them and the GPUs
+it is freeing for their waiting jobs (reclaim, preempt, displace), so a limit holds within a cycle
+as across cycles; a fractional GPU counts by its share. A job over it waits with ``user_limit``, a
+policy refusal (``Session.policy_refused``): no job is stopped to make room for it, and it blocks
+and reserves nothing, since other users' jobs may use what it cannot.
+
+Without a user limit anywhere, nothing is checked: every decision is as it was."""
 
 from __future__ import annotations
 
@@ -17,8 +20,22 @@ EPSILON = 1e-9
 
 
 def any_user_limits(session: Session) -> bool:
-    """Whether any project has a user limit: without one, no job is checked (nothing changes)."""
-    return any(p.has_user_limits for p in session.projects.values())
+    """Whether any project has a user limit (asked once a cycle)."""
+    known = session.user_limited
+    if known is None:
+        known = session.user_limited = any(p.has_user_limits for p in session.projects.values())
+    return known
+
+
+def held_back(session: Session, job: PendingJob) -> bool:
+    """For the actions that stop jobs: True, with the job's reason set, where its owner's limit
+    holds it now (GPUs already being freed for their other jobs count)."""
+    if not any_user_limits(session):
+        return False
+    reason = refusal(session, job)
+    if reason is not None:
+        session.reasons[job.id] = reason
+    return reason is not None
 
 
 def refusal(session: Session, job: PendingJob) -> Reason | None:
@@ -31,17 +48,19 @@ def refusal(session: Session, job: PendingJob) -> Reason | None:
     if limit is None:
         return None
     key = (project.name, user)
-    held = session.memory.user_held(*key) + session.user_started.get(key, 0.0)
+    promised = session.user_promised.get(key, 0.0)
+    held = session.memory.user_held(*key) + session.user_started.get(key, 0.0) + promised
     need = job.spec.total_gpus
     if held + need <= limit + EPSILON:
         return None
     flag = f"--user-limit {user}={limit:g}" if user in dict(project.user_limits) else "--user-limit"
-    who = user or "its owner"
+    freeing = " (GPUs being freed for their other jobs included)" if promised else ""
     if need > limit + EPSILON:
         more = f"this job needs {need:g}, more than that: it starts only once the limit is raised"
     else:
         more = f"this job needs {need:g} more"
     return Reason(
         ReasonCode.USER_LIMIT,
-        f"user limit: {who} holds {held:g} of their {limit:g} GPUs in project {project.name} ({flag}); {more}",
+        f"user limit: {user or 'its owner'} holds {held:g} of their {limit:g} GPUs in project {project.name}"
+        f"{freeing} ({flag}); {more}",
     )
