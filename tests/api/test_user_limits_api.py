@@ -38,6 +38,7 @@ with warnings.catch_warnings():
         ({"user_limit": float("nan")}, "a user limit must be a number"),
         ({"user_limits": {"ann": 2e6}}, "at most 1000000"),
         ({"user_limits": {"bad name": 1}}, "invalid user name 'bad name'"),
+        ({"user_limits": {"": 1}}, "invalid user name ''"),
     ],
 )
 def test_bad_user_limits_are_refused_naming_the_numbers(kwargs: dict[str, object], message: str) -> None:

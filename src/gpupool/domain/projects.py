@@ -106,8 +106,8 @@ def _user_limits(
 ) -> tuple[float | None, tuple[tuple[str, float | None], ...]]:
     """The user limits, checked: numbers within bounds, users by the names rule, none above the
     project's own limit (it could never be reached, and says the admin meant something else)."""
-    for user, value in [("", default), *sorted(per_user.items())]:
-        if user and not NAME_RE.match(user):
+    for user, value in [(None, default), *sorted(per_user.items())]:
+        if user is not None and not NAME_RE.match(user):
             raise InvalidInput(f"invalid user name {user!r} in a user limit: letters, digits, '.', '_' and '-'")
         if value is None:
             continue
