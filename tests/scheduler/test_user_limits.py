@@ -143,6 +143,20 @@ def test_an_interactive_job_over_its_users_limit_displaces_no_train_job() -> Non
     assert promised.pending[2].code is ReasonCode.USER_LIMIT
 
 
+def test_displace_stops_no_job_for_a_job_its_users_limit_holds_back() -> None:
+    """Under the least-attained order, new jobs displace long-running checkpointed ones; one of
+    ann's two new jobs may, the other would take her over her limit of 1."""
+    long_run = timedelta(hours=2)
+    spec = replace(running(9, ("n1", (0,))).spec, checkpoint_dir="/ckpt", project="vision")
+    busy = [RunningJob(10 + i, spec, (running(0, ("n1", (i,))).placements), T0 - long_run) for i in range(2)]
+    queue = [job(1, "ann"), job(2, "ann")]
+    free = schedule(snapshot([node("n1", 2)], queue, busy, [vision()]))
+    assert len(free.preemptions) == 2  # without a limit both displace one
+    result = schedule(snapshot([node("n1", 2)], queue, busy, [vision(ann=1)]))
+    assert len(result.preemptions) == 1
+    assert result.pending[2].code is ReasonCode.USER_LIMIT
+
+
 OWNERS = ["ann", "bob", "cy"]
 
 

@@ -205,7 +205,7 @@ def _idle(project: dict[str, Any]) -> str:
 
 
 def _user_limits(project: dict[str, Any]) -> str:
-    """ "user limit 4, ann=8, " as ``--user-limit`` takes them; "" where the project has none."""
+    """The user limits as ``--user-limit`` takes them ("user limit 4, ann=8, "); "" where there are none."""
     default, per_user = project.get("user_limit"), project.get("user_limits") or {}
     if default is None and not per_user:
         return ""
