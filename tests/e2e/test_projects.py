@@ -60,6 +60,13 @@ def test_projects_set_list_usage_and_delete(head: HeadProcess) -> None:
         (["project", "set", "bad name", "--quota", "1"], "invalid project name"),
         (["project", "set", "x", "--weight", "0"], "weight must be above 0"),
         (["project", "delete", "nope"], "no project nope"),
+        (
+            ["project", "set", "x", "--limit", "6", "--user-limit", "8"],
+            "a user limit of 8 is above project x's limit of 6",
+        ),
+        (["project", "set", "x", "--limit", "6", "--user-limit", "ann=7"], "ann's user limit of 7 is above"),
+        (["project", "set", "x", "--user-limit", "lots"], "--user-limit 'lots': give GPUs (4)"),
+        (["project", "set", "x", "--user-limit", "2", "--user-limit", "3"], "is given twice"),
     ],
 )
 def test_project_bad_input(shared_head: HeadProcess, args: list[str], message: str) -> None:
@@ -67,3 +74,27 @@ def test_project_bad_input(shared_head: HeadProcess, args: list[str], message: s
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error:") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_user_limit_holds_a_users_jobs_and_shows_in_the_listing(head: HeadProcess) -> None:
+    """The head's own user (admin) at their limit in a project: the third job waits with
+    ``user_limit``; the listing shows the limits in JSON and under the table."""
+    out = head.cli("project", "set", "vision", "--quota", "4", "--user-limit", "1", "--user-limit", "admin=2")
+    assert out.returncode == 0, out.stderr
+    assert "user limit 1, admin=2" in out.stdout
+    ids = [head.cli("submit", "--project", "vision", "--", "sleep", "30").stdout.split()[-1] for _ in range(3)]
+    with head.client() as c:
+        for job_id in ids[:2]:
+            wait_state(c, int(job_id), ("running",))
+        wait_state(c, int(ids[2]), ("pending",))
+    why = json.loads(head.cli("why", ids[2], "-o", "json").stdout)
+    assert why["reason_code"] == "user_limit", why
+    assert "admin holds 2 of their 2 GPUs in project vision (--user-limit admin=2)" in why["reason"], why
+    vision = {p["name"]: p for p in json.loads(head.cli("projects", "-o", "json").stdout)}["vision"]
+    assert (vision["user_limit"], vision["user_limits"]) == (1.0, {"admin": 2.0})
+    assert "project vision: user limit 1, admin=2" in head.cli("projects").stdout
+    for job_id in ids:
+        head.cli("cancel", job_id)
+    assert head.cli("project", "set", "vision", "--quota", "4").returncode == 0  # every setting replaced
+    vision = {p["name"]: p for p in json.loads(head.cli("projects", "-o", "json").stdout)}["vision"]
+    assert (vision["user_limit"], vision["user_limits"]) == (None, {})

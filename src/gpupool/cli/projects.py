@@ -12,6 +12,7 @@ from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.permissions import ProjectRole
 from gpupool.domain.power import parse_mode
+from gpupool.domain.projects import parse_user_limits
 
 project_app = typer.Typer(
     help="Set up or remove a project (queue): quota, limit, weight, and who may submit to it.", no_args_is_help=True
@@ -26,6 +27,9 @@ def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
         print_json(nested(listing))
         return
     console.print(projects_table(listing))
+    for p in listing:  # only where an admin set them: the table stays as it was without
+        if limits := _user_limits(p):
+            console.print(f"project {p['name']}: {limits.removesuffix(', ')}")
     if any(p.get("users") for p in listing):
         console.print()
         console.print(users_table(listing))
@@ -54,6 +58,13 @@ def set_project(
         str | None,
         typer.Option(help="the unit above it, whose quota holds its quota; '' or none for none [default: as it was]"),
     ] = None,
+    user_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="GPUs one user's jobs may hold here at once (4), or one user's (ann=8); again for more users;"
+            " none: no limit [default: none]"
+        ),
+    ] = None,
     everyone: Annotated[
         bool | None,
         typer.Option(
@@ -69,9 +80,12 @@ def set_project(
     default) but who may submit and its parent, which stay as they were unless given."""
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
     mode = None if gpu_power is None else parse_mode(gpu_power).text  # refused here, before anything is sent
+    per_user_default, per_user = parse_user_limits(user_limit or [])
     with client(url) as c:
         above = None if parent is None else "" if parent.strip().lower() in ("", "none") else parent
-        project = c.set_project(name, quota, limit, weight, timeout_s, everyone, mode, above)
+        project = c.set_project(
+            name, quota, limit, weight, timeout_s, everyone, mode, above, per_user_default, per_user
+        )
     if output is Output.JSON:
         print_json(project)
         return
@@ -79,7 +93,7 @@ def set_project(
         f"project {name}{_under(project)}: quota {project['quota']:g}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
         f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
-        f"{'open to everyone' if project['everyone'] else 'members only'}; "
+        f"{_user_limits(project)}{'open to everyone' if project['everyone'] else 'members only'}; "
         f"fair share now {project['fair_share']:g} GPUs"
     )
     if not project["everyone"]:
@@ -221,3 +235,13 @@ def users_table(listing: list[dict[str, Any]]) -> Listing:
 def _idle(project: dict[str, Any]) -> str:
     seconds = project.get("idle_timeout_s")
     return "never" if seconds is None else span(int(seconds))
+
+
+def _user_limits(project: dict[str, Any]) -> str:
+    """The user limits as ``--user-limit`` takes them ("user limit 4, ann=8, "); "" where there are none."""
+    default, per_user = project.get("user_limit"), project.get("user_limits") or {}
+    if default is None and not per_user:
+        return ""
+    each = ["none" if default is None else f"{default:g}"]
+    each += [f"{user}={'none' if value is None else format(value, 'g')}" for user, value in sorted(per_user.items())]
+    return f"user limit {', '.join(each)}, "

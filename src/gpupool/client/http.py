@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from urllib.parse import urlsplit
 
 from gpupool.client import transport as plain
+from gpupool.client.projects import ProjectCalls
 from gpupool.client.services import ServiceCalls
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec, Submission
@@ -110,7 +111,7 @@ class _Response(Protocol):
     def json(self) -> Any: ...
 
 
-class GpupoolClient(ServiceCalls):
+class GpupoolClient(ServiceCalls, ProjectCalls):
     def __init__(
         self,
         url: str,
@@ -237,38 +238,6 @@ class GpupoolClient(ServiceCalls):
 
     def why(self, job_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/api/v1/jobs/{job_id}/why"))
-
-    def projects(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/api/v1/projects"))
-
-    def set_project(
-        self,
-        name: str,
-        quota: float,
-        limit: float | None,
-        weight: float,
-        idle_timeout_s: float | None = None,
-        everyone: bool | None = None,
-        gpu_power: str | None = None,
-        parent: str | None = None,
-    ) -> dict[str, Any]:
-        """``everyone``, ``parent`` ("" for none): ``None`` leaves them as they were. ``gpu_power``: jobs' default."""
-        body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        given = (("everyone", everyone), ("gpu_power", gpu_power), ("parent", parent))
-        body |= {k: v for k, v in given if v is not None}  # left out when not given: an older head takes it
-        return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
-
-    def members(self, project: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/api/v1/projects/{project}/members"))
-
-    def add_member(self, project: str, user: str, role: str = "member") -> dict[str, Any]:
-        return dict(self._call("PUT", f"/api/v1/projects/{project}/members/{user}", json={"role": role}))
-
-    def remove_member(self, project: str, user: str) -> None:
-        self._send("DELETE", f"/api/v1/projects/{project}/members/{user}")
-
-    def delete_project(self, name: str) -> None:
-        self._send("DELETE", f"/api/v1/projects/{name}")
 
     def users(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/api/v1/users"))

@@ -36,6 +36,7 @@ class ReasonCode(enum.StrEnum):
     ARRAY_LIMIT = "array_limit"  # its array already runs as many tasks as its %N allows
     IMAGE = "image"  # a node could not get its image (--image) now: it waits, and is tried again
     POWER = "power"  # it would take the pool, or its node, over its power budget (issue 33)
+    USER_LIMIT = "user_limit"  # its owner holds what their limit in the project allows (issue 34)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidInput
@@ -31,6 +32,11 @@ class Project:
     gpu_power: str | None = None
     # The organisational unit above it (issue 34, domain/tree.py); None: a child of the root.
     parent: str | None = None
+    # GPUs one user's jobs may hold here at once (issue 34), a fractional GPU by its share; None: no
+    # such limit. ``user_limits`` overrides it for the users it names, sorted by user (a tuple, so a
+    # project stays hashable); None there: that user has no user limit.
+    user_limit: float | None = None
+    user_limits: tuple[tuple[str, float | None], ...] = ()
 
     @classmethod
     def create(
@@ -42,6 +48,8 @@ class Project:
         idle_timeout_s: float | None = None,
         gpu_power: str | None = None,
         parent: str | None = None,
+        user_limit: float | None = None,
+        user_limits: Mapping[str, float | None] | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -72,13 +80,52 @@ class Project:
             None if idle_timeout_s is None else float(idle_timeout_s),
             None if gpu_power is None else parse_mode(gpu_power).text,
             parent,
+            *_user_limits(name, limit, user_limit, user_limits or {}),
         )
+
+    @property
+    def has_user_limits(self) -> bool:
+        return self.user_limit is not None or bool(self.user_limits)
+
+    def limit_for(self, user: str) -> float | None:
+        """The most GPUs ``user``'s jobs may hold here at once; None: no user limit for them."""
+        for name, value in self.user_limits:
+            if name == user:
+                return value
+        return self.user_limit
+
+    def describe_user_limits(self) -> str:
+        """As ``--user-limit`` takes them: "4", "4, ann=8", "none, ann=8"; "none" when there are none."""
+        return ", ".join([_show(self.user_limit), *(f"{user}={_show(value)}" for user, value in self.user_limits)])
 
     def describe_idle_timeout(self) -> str:
         return "off" if self.idle_timeout_s is None else f"{self.idle_timeout_s:g}s"
 
     def describe_limit(self) -> str:
         return "none" if self.limit is None else f"{self.limit:g}"
+
+
+def _show(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _user_limits(
+    project: str, limit: float | None, default: float | None, per_user: Mapping[str, float | None]
+) -> tuple[float | None, tuple[tuple[str, float | None], ...]]:
+    """The user limits, checked: numbers within bounds, users by the names rule, none above the
+    project's own limit (it could never be reached, and says the admin meant something else)."""
+    for user, value in [(None, default), *sorted(per_user.items())]:
+        if user is not None and not NAME_RE.match(user):
+            raise InvalidInput(f"invalid user name {user!r} in a user limit: letters, digits, '.', '_' and '-'")
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or math.isnan(value) or not 0 < value <= MAX_GPUS:
+            raise InvalidInput(f"a user limit must be a number above 0 and at most {MAX_GPUS}, got {value!r}")
+        if limit is not None and value > limit + 1e-9:
+            whose = f"{user}'s user limit" if user else "a user limit"
+            raise InvalidInput(f"{whose} of {value:g} is above project {project}'s limit of {limit:g}")
+    pairs = tuple((user, None if value is None else float(value)) for user, value in sorted(per_user.items()))
+    return (None if default is None else float(default)), pairs
 
 
 def effective_projects(configured: list[Project], capacity: float) -> list[Project]:
@@ -90,3 +137,31 @@ def effective_projects(configured: list[Project], capacity: float) -> list[Proje
     unclaimed = max(0.0, float(capacity) - sum(p.quota for p in configured if p.parent is None))
     by_name.setdefault(DEFAULT_PROJECT, Project(DEFAULT_PROJECT, quota=unclaimed))
     return sorted(by_name.values(), key=lambda p: p.name)
+
+
+def parse_user_limits(given: Iterable[str]) -> tuple[float | None, dict[str, float | None]]:
+    """``--user-limit`` as given, once or more: ``4`` (every user), ``ann=8`` (one user), ``none``
+    or ``ann=none`` (no limit). The numbers are checked against the project by ``Project.create``."""
+    default: float | None = None
+    per_user: dict[str, float | None] = {}
+    seen_default = False
+    for text in given:
+        user, _, figure = text.rpartition("=")
+        user = user.strip()
+        if user in per_user or (not user and seen_default):
+            raise InvalidInput(f"--user-limit {user + '=' if user else ''}... is given twice: give each once")
+        value = _figure(text, figure.strip())
+        if user:
+            per_user[user] = value
+        else:
+            default, seen_default = value, True
+    return default, per_user
+
+
+def _figure(text: str, figure: str) -> float | None:
+    if figure.lower() == "none":
+        return None
+    try:
+        return float(figure)
+    except ValueError:
+        raise InvalidInput(f"--user-limit {text!r}: give GPUs (4), a user's GPUs (ann=8), or none (no limit)") from None

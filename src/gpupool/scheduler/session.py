@@ -28,6 +28,7 @@ from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
 _PROJECT = attrgetter("spec.project")
+_POLICY = frozenset({ReasonCode.LIMIT, ReasonCode.QUOTA, ReasonCode.POWER, ReasonCode.USER_LIMIT})
 
 
 @dataclass(slots=True)
@@ -49,6 +50,10 @@ class Session:
     bound: dict[str, float] = field(default_factory=dict)  # GPUs of interactive and inference jobs, by project
     # GPUs this cycle started, by (project, user): the user order.
     user_started: dict[tuple[str, str], float] = field(default_factory=dict)
+    # GPUs being freed for waiting jobs this cycle (``victims.stop_for``), by (project, user), and
+    # whether any project has user limits (None: not asked yet): what ``user_limit`` reads.
+    user_promised: dict[tuple[str, str], float] = field(default_factory=dict)
+    user_limited: bool | None = None
     reservation: Reservation | None = None  # set by allocate, honoured by backfill
     reserved_gpus: list[tuple[str, int]] = field(default_factory=list)  # free GPUs the reservation keeps
     no_victims: set[tuple[object, ...]] = field(default_factory=set)  # shapes no victim set can serve
@@ -309,10 +314,11 @@ class Session:
         self.reserved_gpus = []
 
     def policy_refused(self, job_id: int) -> bool:
-        """Refused by limit or quota: no amount of freed GPUs would let it start; or held for power,
-        which the budget gives back as jobs end: no job is stopped to make room for watts."""
+        """Refused by limit, quota or its user's limit: no amount of freed GPUs would let it start;
+        or held for power, which the budget gives back as jobs end: no job is stopped to make room
+        for watts."""
         reason = self.reasons.get(job_id)
-        return reason is not None and reason.code in (ReasonCode.LIMIT, ReasonCode.QUOTA, ReasonCode.POWER)
+        return reason is not None and reason.code in _POLICY
 
     def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
         """Start a job placed (committed) by ``try_place_gang`` if it fits the power budgets, capped

@@ -74,6 +74,8 @@ def stop_for(
         session.allocated[victim.spec.project] -= victim.spec.total_gpus
         session.preemptions.append(Preempt(victim.id, why(victim), for_job=job.id))
     session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
+    mine = (job.spec.project, job.owner)
+    session.user_promised[mine] = session.user_promised.get(mine, 0.0) + job.spec.total_gpus
 
 
 def saying(why: str) -> Callable[[RunningJob], str]:

@@ -57,7 +57,7 @@ def load_cluster(path: Path) -> list[Node]:
 
 
 def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
-    """``name,quota[,limit,weight]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
+    """``name,quota[,limit,weight,user_limit]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
     each VC becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole
     nodes of quota."""
     rows = read_rows(path, "projects file")
@@ -67,14 +67,20 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
             if "vc" in row and "node num" in row:
                 projects.append(Project.create(f"vc-{row['vc']}", float(int(row["node num"]) * gpus_per_node)))
                 continue
-            limit = row.get("limit") or None
+            limit, per_user = row.get("limit") or None, row.get("user_limit") or None  # (user_limit: issue 34)
             projects.append(
                 Project.create(
-                    row["name"], float(row["quota"]), float(limit) if limit else None, float(row.get("weight") or 1.0)
+                    row["name"],
+                    float(row["quota"]),
+                    float(limit) if limit else None,
+                    float(row.get("weight") or 1.0),
+                    user_limit=float(per_user) if per_user else None,
                 )
             )
         except (KeyError, ValueError, GpupoolError) as exc:
-            raise InvalidInput(f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight]") from None
+            raise InvalidInput(
+                f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight,user_limit]"
+            ) from None
     return projects
 
 

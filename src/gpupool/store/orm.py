@@ -224,6 +224,9 @@ class ProjectRow(Base):
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The unit above it (0025, issue 34); null: a child of the root, as every project was before.
     parent: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # GPUs one user may hold here at once, and per user {user: GPUs or null} (0026, issue 34); null: none.
+    user_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    user_limits: Mapped[dict[str, float | None] | None] = mapped_column(JSON, nullable=True)
 
 
 class ProjectMemberRow(Base):

@@ -21,7 +21,18 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
+    per_user = tuple(sorted((row.user_limits or {}).items()))
+    return Project(
+        row.name,
+        row.quota,
+        row.limit,
+        row.weight,
+        row.idle_timeout_s,
+        row.gpu_power,
+        row.parent,
+        row.user_limit,
+        per_user,
+    )
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -59,6 +70,7 @@ def set_project(
     row.idle_timeout_s = project.idle_timeout_s
     row.gpu_power = project.gpu_power
     row.parent = project.parent
+    row.user_limit, row.user_limits = project.user_limit, dict(project.user_limits) or None
     add_event(
         session,
         now,
@@ -67,6 +79,7 @@ def set_project(
         f"limit {project.describe_limit()}, weight {project.weight:g}, "
         f"idle timeout {project.describe_idle_timeout()}, "
         f"GPU power {project.gpu_power or 'max'}, "
+        f"{'user limits ' + project.describe_user_limits() + ', ' if project.has_user_limits else ''}"
         f"{'open to everyone' if row.everyone else 'members only'}"
         + ("" if project.parent is None else f", under {project.parent}"),
     )

@@ -26,6 +26,12 @@ class ProjectSet(BaseModel):
         None,
         description="its jobs' GPU power mode when they name none: max, efficient or a limit such as 400W; null: max",
     )
+    user_limit: float | None = Field(
+        None, description="GPUs one user's jobs may hold here at once, fractional GPUs by their share; null: no limit"
+    )
+    user_limits: dict[str, float | None] = Field(
+        default_factory=dict, description="the same for the users named, over user_limit; null: no limit for them"
+    )
     everyone: bool | None = Field(
         None,
         description="every user may submit here, member or not; null: as it was"
@@ -84,6 +90,10 @@ class ProjectOut(BaseModel):
     gpu_power: str | None = Field(None, description="its jobs' GPU power mode when they name none; null: max")
     everyone: bool = Field(description="every user may submit here; else only its members")
     parent: str | None = Field(None, description="the unit above it; null: a child of the root")
+    user_limit: float | None = Field(None, description="GPUs one user's jobs may hold here at once; null: no limit")
+    user_limits: dict[str, float | None] = Field(
+        default_factory=dict, description="per-user figures over user_limit; null: no limit for that user"
+    )
     allocated: float
     pending: float
     pending_jobs: int
@@ -107,6 +117,8 @@ class ProjectOut(BaseModel):
             gpu_power=p.gpu_power,
             everyone=v.everyone,
             parent=p.parent,
+            user_limit=p.user_limit,
+            user_limits=dict(p.user_limits),
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,

@@ -2,7 +2,7 @@
 below its fair share first); within a queue, the job order (priority class, then submit time),
 with the policy's user order deciding between users within a class (by default the user who used
 least lately goes first: ``user_queue``). A job starts when its whole gang fits now and the
-policy's quota check lets it.
+policy's quota check lets it, and its owner's limit in the project (``user_limit``), if any.
 
 A job that cannot start asks the policy's blocking hook what it blocks behind it: nothing
 (greedy), every queue (fifo), its own queue (fifo per project), or a reservation (default), after
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from gpupool.domain.decisions import Reason
 from gpupool.domain.jobs import Priority
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler import aging
+from gpupool.scheduler import aging, user_limit
 from gpupool.scheduler.hooks import Hooks, QuotaCheck, UserOrder, one_line, one_queue
 from gpupool.scheduler.reservation import reserve
 from gpupool.scheduler.session import Session
@@ -44,6 +44,7 @@ def run(session: Session) -> None:
     heapq.heapify(heap)
     waiting: list[PendingJob] = []
     blocked: set[str] = set()  # queues held up behind a job that cannot start now
+    limited = user_limit.any_user_limits(session)  # else no job is checked for a user limit
     while heap:
         _, name = heapq.heappop(heap)
         queue = queues[name]
@@ -51,20 +52,18 @@ def run(session: Session) -> None:
             job = queue.popleft()
             own = name if name != AGED else key(job)  # an aged job blocks, and is blocked, as in its queue
             refusal = memo.quota(job)
+            mine = _user_limited(session, job, limited, refusal)
             if refusal is not None:
                 session.reasons[job.id] = refusal
                 waiting.append(job)
                 blocked.update(hooks.blocking(session, job, own, queues, refusal))
+            elif mine is not None:  # its user's limit: it blocks nobody, other users' jobs may start
+                session.reasons[job.id] = mine
+                waiting.append(job)
             elif own in blocked or session.reservation is not None:
                 waiting.append(job)  # behind a job that cannot start, or behind the reservation: backfill decides
             else:
-                placements = session.try_place_gang(job)
-                power = None if placements is None else session.start(job, placements)
-                if placements is None or power is not None:  # no room, or no power (a refusal)
-                    waiting.append(job)
-                    blocked.update(hooks.blocking(session, job, own, queues, power))
-                    if name == AGED and placements is None:
-                        _hold_place(session, job, own, blocked)
+                _try_start(session, job, name == AGED, own, queues, waiting, blocked)
             if not queue:
                 break
             if name in blocked:
@@ -75,9 +74,34 @@ def run(session: Session) -> None:
                 heapq.heappush(heap, entry)
                 break
             if session.reservation is not None:
-                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked)
+                _wait_behind_reservation(session, hooks, memo, name, queues, waiting, blocked, limited)
                 break
     session.queue = waiting
+
+
+def _try_start(
+    session: Session,
+    job: PendingJob,
+    aged: bool,
+    own: str,
+    queues: dict[str, UserQueue],
+    waiting: list[PendingJob],
+    blocked: set[str],
+) -> None:
+    """Start the job where its gang fits and the power budget lets it; else it waits, blocking
+    what the policy says (an aged job that does not fit keeps its place: ``_hold_place``)."""
+    placements = session.try_place_gang(job)
+    power = None if placements is None else session.start(job, placements)
+    if placements is None or power is not None:  # no room, or no power (a refusal)
+        waiting.append(job)
+        blocked.update(session.hooks.blocking(session, job, own, queues, power))
+        if aged and placements is None:
+            _hold_place(session, job, own, blocked)
+
+
+def _user_limited(session: Session, job: PendingJob, limited: bool, refusal: Reason | None) -> Reason | None:
+    """Its owner's limit in the project, for a job its quota lets through (``limited``: some project has one)."""
+    return None if refusal is not None or not limited else user_limit.refusal(session, job)
 
 
 def _queues(session: Session, hooks: Hooks[Session], queue: list[PendingJob]) -> dict[str, UserQueue]:
@@ -135,6 +159,7 @@ def _wait_behind_reservation(
     queues: dict[str, UserQueue],
     waiting: list[PendingJob],
     blocked: set[str],
+    limited: bool,
 ) -> None:
     """The rest of a queue that comes first behind the reservation. Nothing starts any more, so
     its rank stays what it is and it stays first until it is empty: each job needs only its
@@ -148,6 +173,8 @@ def _wait_behind_reservation(
         if refusal is not None:
             session.reasons[job.id] = refusal
             blocked.update(hooks.blocking(session, job, own, queues, refusal))
+        elif limited and (mine := user_limit.refusal(session, job)) is not None:
+            session.reasons[job.id] = mine
 
 
 class _Memo:

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
+from gpupool.scheduler import user_limit
 from gpupool.scheduler.reservation import Reservation
 from gpupool.scheduler.session import Session
 
@@ -25,8 +26,13 @@ def run(session: Session) -> None:
     failed_alike: dict[tuple[object, int, int | None], tuple[int, bool, bool]] = {}
     blocked_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
     cluster, reasons = session.cluster, session.reasons
+    limited = user_limit.any_user_limits(session)
     for job in session.queue:
         if job.id == reservation.job_id or session.policy_refused(job.id):
+            waiting.append(job)
+            continue
+        if limited and (mine := user_limit.refusal(session, job)) is not None:  # this cycle's starts count
+            reasons[job.id] = mine
             waiting.append(job)
             continue
         demand, workers = session.demand(job), job.spec.workers

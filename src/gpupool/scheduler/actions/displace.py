@@ -19,6 +19,7 @@ from itertools import chain
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import user_limit
 from gpupool.scheduler.displace_index import DisplaceIndex
 from gpupool.scheduler.fair_share import rank_holding
 from gpupool.scheduler.session import Session
@@ -43,7 +44,7 @@ def run(session: Session) -> None:
     for job in session.queue:
         if tries >= TRIES:
             break
-        if job.spec.quota_bound or session.policy_refused(job.id):
+        if job.spec.quota_bound or session.policy_refused(job.id) or user_limit.held_back(session, job):
             continue
         given = session.reasons.get(job.id)
         if given is not None and given.code in _PROMISED:

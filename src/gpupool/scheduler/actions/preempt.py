@@ -5,6 +5,7 @@ inference jobs are never displaced."""
 from __future__ import annotations
 
 from gpupool.domain.decisions import Reason, ReasonCode
+from gpupool.scheduler import user_limit
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import choose_victims, saying, stop_for
 
@@ -12,6 +13,8 @@ from gpupool.scheduler.victims import choose_victims, saying, stop_for
 def run(session: Session) -> None:
     for job in session.queue:
         if not job.spec.quota_bound or session.policy_refused(job.id):  # train jobs first: most of a queue
+            continue
+        if user_limit.held_back(session, job):  # its owner's limit: no job is stopped for it
             continue
         # Only train jobs are preemptible, and only interactive and inference jobs get here: every
         # preemptible job of the project ranks below this one.

@@ -15,6 +15,7 @@ from datetime import timedelta
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.durations import format_duration
 from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import user_limit
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims, stop_for
 
@@ -31,7 +32,7 @@ def run(session: Session) -> None:
         project = session.project(job.spec.project)
         if allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
             continue  # only GPUs within the quota are taken back (most of a queue: checked first)
-        if session.policy_refused(job.id):  # limit or quota: reclaim cannot help
+        if session.policy_refused(job.id) or user_limit.held_back(session, job):  # reclaim cannot help
             continue
         if already_failed(session, job, "reclaim") and not min_run_s:
             continue  # (with a minimum run, the job may still be told when young borrowers can go)
