@@ -69,6 +69,7 @@ FULL_SPEC: dict[str, Any] = {
     "checkpoint_dir": "/data/ckpt/résumé run",
     "expose": 8888,
     "image": "nvcr.io/nvidia/pytorch:24.10-py3@sha256:abababababababababababababababababababababababababababababababab",
+    "gpu_power": "400W",
 }
 # What only the service layer sets on a replica's spec (JobSpec.create takes none of it).
 REPLICA_FIELDS: dict[str, Any] = {"service": "web", "port_env": "MODEL_PORT"}
