@@ -6,6 +6,9 @@ function the controller calls once per cycle. Cases (nodes x 8 GPUs, 64 CPUs, 51
 * small: 100 nodes, 500 running jobs, 1,000 pending
 * scale: 1,000 nodes, 5,000 running jobs, 10,000 pending (the figure from the issue)
 * big: 10,000 nodes, 50,000 running, 100,000 pending (only with --big; can take very long)
+* --tree (issue 34): the scale case's jobs over 176 projects under 20 labs under 4 faculties
+  (200 projects in 3 levels, each unit limited to 4x its quota), timed beside the same 176
+  projects flat; the tree's cycle should be at most 1.5x the flat one's
 
 Running jobs are placed consistently (no GPU or CPU core used twice, shares of one GPU add up
 to at most 1): mostly 1-GPU jobs, some 2/4/8-GPU, a few 2-worker gangs of 8, some 0.5-GPU
@@ -39,7 +42,7 @@ whose result must equal the steady one. --sweep does the same at 100, 1,000 and 
 
     .venv/bin/python benchmarks/scheduler_cycle.py [--repeats 5] [--seed 1] [--big] [--profile] [--json]
         [--steady-cycles 7] [--warmup 3] [--changes 5] [--no-steady] [--sweep] [--sweep-nodes 100,1000,10000]
-        [--placement binpack]
+        [--placement binpack] [--tree]
 """
 
 from __future__ import annotations
@@ -360,6 +363,85 @@ def make_projects(capacity: int) -> tuple[Any, ...]:
 
 
 # --------------------------------------------------------------------------------------------
+# A tree of projects (issue 34): the scale case's jobs under 200 projects in 3 levels
+
+TREE_FACULTIES = 4
+TREE_LABS = 5  # per faculty
+TREE_LEAVES = 176  # over the 20 labs (8 or 9 each): 4 + 20 + 176 = 200 projects
+TREE_LIMIT = 4.0  # each unit's limit, times its quota: checked for every job, binding for the busiest
+
+
+def tree_projects(capacity: int) -> tuple[list[Any], list[str]]:
+    """4 faculties over 5 labs each over 8-9 projects: 60 % of the GPUs as quotas, split level by
+    level (each level's children within their unit's), each unit limited to TREE_LIMIT times its
+    quota so the unit-limit check runs for every job; and the leaves' names."""
+    from gpupool.domain.projects import Project
+
+    faculty_quota = math.floor(QUOTA_PART * capacity / TREE_FACULTIES)
+    lab_quota = faculty_quota // TREE_LABS
+    labs = [f"lab-{f}-{i}" for f in range(TREE_FACULTIES) for i in range(TREE_LABS)]
+    faculty_limit, lab_limit = TREE_LIMIT * faculty_quota, TREE_LIMIT * lab_quota
+    projects = [Project(f"faculty-{f}", float(faculty_quota), faculty_limit) for f in range(TREE_FACULTIES)]
+    projects += [Project(lab, float(lab_quota), lab_limit, parent=f"faculty-{lab.split('-')[1]}") for lab in labs]
+    leaves = []
+    for k in range(TREE_LEAVES):
+        lab = labs[k % len(labs)]
+        per_lab = math.ceil(TREE_LEAVES / len(labs))
+        leaves.append(Project(f"p{k:03d}", float(lab_quota // per_lab), parent=lab))
+    return [Project("default", quota=0.0), *projects, *leaves], [p.name for p in leaves]
+
+
+def tree_snapshots(snap: Snapshot, seed: int) -> tuple[Snapshot, Snapshot]:
+    """The same jobs spread over the 176 leaf projects (each of the 10 names' jobs over its own
+    slice of leaves): flat (the leaves alone, no parent) and in the tree."""
+    projects, leaves = tree_projects(sum(len(n.gpus) for n in snap.nodes))
+    rng = random.Random(f"{seed}:tree")
+    slices = {name: leaves[i :: len(PROJECTS)] for i, name in enumerate(PROJECTS)}
+
+    def move(spec: JobSpec) -> JobSpec:
+        return dataclasses.replace(spec, project=rng.choice(slices.get(spec.project, leaves)))
+
+    running = tuple(dataclasses.replace(j, spec=move(j.spec)) for j in snap.running)
+    pending = tuple(dataclasses.replace(j, spec=move(j.spec)) for j in snap.pending)
+    flat = tuple(dataclasses.replace(p, parent=None) for p in projects if p.name == "default" or p.name in leaves)
+    base = dataclasses.replace(snap, running=running, pending=pending)
+    return dataclasses.replace(base, projects=flat), dataclasses.replace(base, projects=tuple(projects))
+
+
+def run_tree(args: argparse.Namespace, trace: Trace) -> dict[str, Any]:
+    """The scale case (1,000 nodes x 8 GPUs) under 200 projects in 3 levels beside the same 176
+    leaf projects flat: cycle time of each (median of --repeats) and their ratio (target <= 1.5)."""
+    nodes, running, pending = CASES["scale"]
+    built = build_snapshot(nodes, running, pending, args.seed, trace)
+    config = preset(args.policy, placement=args.placement)
+    out: dict[str, Any] = {"nodes": nodes, "running": running, "pending": pending, "projects": {}}
+    for label, snap in zip(("flat", "tree"), tree_snapshots(built.snapshot, args.seed), strict=True):
+        times, result = time_cycles(snap, config, args.repeats)
+        out[label] = {
+            "projects": len(snap.projects),
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "started": len(result.starts),
+            "preemptions": len(result.preemptions),
+            "reasons": dict(Counter(str(r.code) for r in result.pending.values()).most_common()),
+        }
+    out["ratio"] = out["tree"]["median_s"] / out["flat"]["median_s"]
+    return out
+
+
+def print_tree(tree: dict[str, Any]) -> None:
+    print(f"\n== tree: {tree['nodes']:,} nodes x 8 GPUs, {tree['running']:,} running, {tree['pending']:,} pending ==")
+    for label in ("flat", "tree"):
+        row = tree[label]
+        print(
+            f"  {label}: {row['projects']} projects, schedule() median {_ms(row['median_s'])}, min {_ms(row['min_s'])};"
+            f" starts {row['started']:,}, preempts {row['preemptions']:,}: {row['reasons']}"
+        )
+    verdict = "within" if tree["ratio"] <= 1.5 else "OVER"
+    print(f"  tree / flat: {tree['ratio']:.2f}x ({verdict} the 1.5x target)")
+
+
+# --------------------------------------------------------------------------------------------
 # Measuring
 
 
@@ -658,6 +740,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steady-cycles", type=int, default=7, help="timed steady-state cycles (default 7)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed cycles after the cold one (default 3)")
     parser.add_argument("--changes", type=int, default=5, help="jobs ended and arrived per cycle (default 5)")
+    parser.add_argument(
+        "--tree", action="store_true", help="also the scale case under a 3-level tree of 200 projects beside it flat"
+    )
     parser.add_argument("--sweep", action="store_true", help="also sweep the node count (steady and cold)")
     parser.add_argument("--sweep-nodes", default="100,1000,10000", help="node counts of --sweep")
     args = parser.parse_args(argv)
@@ -689,13 +774,21 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             print_case(case)
             sys.stdout.flush()
+    tree = None
+    if args.tree:
+        tree = run_tree(args, trace)
+        if not args.json:
+            print_tree(tree)
     sweep = []
     if args.sweep:
         say("\nsweep (5 running and 10 pending jobs a node; steady: median of the timed cycles):")
         sweep = run_sweep(args, trace)
     if args.json:
         print(
-            json.dumps({"machine": info, "seed": args.seed, "trace": source, "cases": cases, "sweep": sweep}, indent=2)
+            json.dumps(
+                {"machine": info, "seed": args.seed, "trace": source, "cases": cases, "sweep": sweep, "tree": tree},
+                indent=2,
+            )
         )
     return 0
 

@@ -415,7 +415,8 @@ def sqlite(tmp_path: Path) -> Iterator[Database]:
 
 @pytest.fixture
 def scrape(sqlite: Database, now: datetime) -> Scrape:
-    """/metrics over 3 nodes x 2 GPUs; projects a (quota 2, limit 3) and b (quota 1). a1 (a, 2 GPUs)
+    """/metrics over 3 nodes x 2 GPUs; projects a (quota 2, limit 3), b (quota 1) and lab-x (1) under
+    unit lab (quota 1, limit 2). a1 (a, 2 GPUs)
     and b1 (b, 1) run, a2 (a, 2) waits beyond a's limit, b2 (b, 1) succeeded; b1's GPU reads 0 %
     for 11 minutes (idle); then node-3 goes down."""
     clock = FakeClock(now)
@@ -437,7 +438,9 @@ def scrape(sqlite: Database, now: datetime) -> Scrape:
     with sqlite.tx() as s:
         token = create_token(s, "alice", "user", now)
     controller.tick()
-    for project in (Project.create("a", 2, limit=3), Project.create("b", 1)):
+    # lab, a unit over lab-x (issue 34), so that the per-unit series have samples too.
+    units = (Project.create("lab", 1, limit=2), Project.create("lab-x", 1, parent="lab"))
+    for project in (Project.create("a", 2, limit=3), Project.create("b", 1), *units):
         project_service.set_project(ctx, project, admin, everyone=True)
 
     def submit(project: str, gpus: float) -> int:
@@ -473,6 +476,7 @@ def scrape(sqlite: Database, now: datetime) -> Scrape:
             out.samples.setdefault(sample.name, set()).update(sample.labels)
     # The scenario is what it says: per-GPU series of the live nodes, an XID, a limit.
     assert "DCGM_FI_DEV_XID_ERRORS" in out.samples and "gpupool_gpu_limit" in out.samples
+    assert "gpupool_unit_gpu_limit" in out.samples
     return out
 
 

@@ -417,3 +417,63 @@ def test_the_head_serves_the_dashboard_files_without_a_token_and_the_data_only_w
         assert http.get("/api/v1/nodes").status_code == 401
     announced = f"dashboard: {head.url}/ui/ (gpupool dashboard prints a signed-in link)\n"
     wait_for(lambda: announced in head.output, 5, what="the head to announce the dashboard")
+
+
+def test_the_projects_panel_shows_the_tree_with_each_levels_bar(
+    head: HeadProcess, browser: Any, playwright_api: Any
+) -> None:
+    """Issue 34: unit org (quota 2) over unit lab (quota 1) and project web, lab over project
+    vision; a 1-GPU job in vision. The panel lists each unit before its children, indented by
+    depth, and every level's row says what the projects below it hold against its quota and fair
+    share. Everything is deleted afterwards (leaves first), so the head is as it was."""
+    expect = playwright_api.expect
+
+    def ok(*args: str) -> str:
+        out = head.cli(*args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    ok("project", "set", "org", "--quota", "2")
+    ok("project", "set", "lab", "--quota", "1", "--parent", "org")
+    ok("project", "set", "web", "--quota", "1", "--parent", "org")
+    ok("project", "set", "vision", "--quota", "1", "--parent", "lab", "--everyone")
+    job = ok("submit", "--project", "vision", "--gpus", "1", "--", "sleep", "60").split()[-1]
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        with head.client() as c:
+            wait_state(c, int(job), ("running",))
+        page = context.new_page()
+        page.goto(f"{head.url}/ui/#token={head.token()}")
+        rows = page.get_by_test_id("project-row")
+        expect(page.locator('[data-testid="project-row"][data-project="vision"]')).to_be_visible()
+        expect(rows).to_have_count(5)  # default and the four of the tree
+        order = [(r.get_attribute("data-project"), r.get_attribute("data-depth")) for r in rows.all()]
+        assert order == [("default", "0"), ("org", "0"), ("lab", "1"), ("vision", "2"), ("web", "1")]
+
+        def row(name: str) -> Any:
+            return page.locator(f'[data-testid="project-row"][data-project="{name}"]')
+
+        for unit in ("org", "lab"):
+            expect(row(unit)).to_have_attribute("data-unit", "1")
+            expect(row(unit).get_by_test_id("project-facts")).to_contain_text("1 held below")
+        expect(row("lab")).to_have_attribute("data-parent", "org")
+        expect(row("org").get_by_test_id("project-facts")).to_contain_text("quota 2")
+        expect(row("lab").get_by_test_id("project-facts")).to_contain_text("quota 1")
+        expect(row("vision").get_by_test_id("project-facts")).to_contain_text("1 held")
+        expect(row("vision")).to_have_attribute("data-unit", "0")
+        expect(row("web").get_by_test_id("project-facts")).to_contain_text("0 held")
+        for name in ("org", "lab", "vision"):
+            expect(row(name).get_by_test_id("project-facts")).to_contain_text("fair share")
+        indent = [
+            row(n).locator(".project-name").evaluate("e => getComputedStyle(e).paddingLeft")
+            for n in ("org", "lab", "vision")
+        ]
+        assert indent == ["0px", "18px", "36px"]
+        page.get_by_test_id("projects").screenshot(path=str(ARTIFACTS / "dashboard-project-tree.png"))
+    finally:
+        context.close()
+        head.cli("cancel", job)
+        with head.client() as c:
+            wait_state(c, int(job), ("cancelled",))
+        for name in ("vision", "web", "lab", "org"):
+            ok("project", "delete", name)

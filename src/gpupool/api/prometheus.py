@@ -6,7 +6,8 @@ Two kinds:
   (``usecases/metrics.py``); nothing elsewhere in the head updates a gauge, so the figures are
   never out of step with the store, and a head restart loses none of them:
   ``gpupool_jobs{state,project}``, ``gpupool_gpus_allocated{project}``, ``gpupool_gpu_quota{project}``,
-  ``gpupool_gpu_limit{project}``, ``gpupool_gpu_fair_share{project}``, ``gpupool_nodes{state}``,
+  ``gpupool_gpu_limit{project}``, ``gpupool_gpu_fair_share{project}``, per unit of a tree of
+  projects ``gpupool_unit_*{unit,parent}`` (``unit_families``), ``gpupool_nodes{state}``,
   ``gpupool_gpus{node,state}``; and per GPU, from its newest telemetry sample, dcgm-exporter's
   ``DCGM_FI_DEV_*`` series with its labels (``dcgm_families``); allocated-but-idle GPUs
   (``gpupool_gpus_idle{project}``, ``gpupool_gpu_idle_seconds{node,gpu,job,project,user}``) and
@@ -101,6 +102,7 @@ class StoreCollector(Collector):
         figures = metrics_service.read(self._db, self._clock.now(), self._idle_after_s)
         yield from job_families(figures)
         yield from project_families(figures)
+        yield from unit_families(figures)
         yield from node_families(figures)
         yield from idle_and_alert_families(figures)
         yield from dcgm_families(figures)
@@ -167,6 +169,44 @@ def project_families(figures: ClusterFigures) -> Iterator[Metric]:
         if view.project.limit is not None:
             limit.add_metric([name], view.project.limit)
     yield from (allocated, quota, limit, share)
+
+
+def unit_families(figures: ClusterFigures) -> Iterator[Metric]:
+    """Per organisational unit (issue 34: a project with children), with the unit above it
+    (``parent``, empty for a child of the root), so a dashboard can draw the tree level by level:
+    what the projects below it hold and wait for, at any depth, against its quota, limit and fair
+    share (split level by level). No samples in a flat list; ``gpupool_gpu_*{project}`` carry
+    every project and unit as before."""
+    labels = ["unit", "parent"]
+    allocated = GaugeMetricFamily(
+        "gpupool_unit_gpus_allocated", "GPUs held by the live workers of every project below the unit", labels=labels
+    )
+    pending = GaugeMetricFamily(
+        "gpupool_unit_gpus_pending", "GPUs the waiting jobs of every project below the unit ask for", labels=labels
+    )
+    quota = GaugeMetricFamily("gpupool_unit_gpu_quota", "GPUs guaranteed to the unit", labels=labels)
+    limit = GaugeMetricFamily(
+        "gpupool_unit_gpu_limit",
+        "Most GPUs the projects below the unit may hold together (absent: no limit)",
+        labels=labels,
+    )
+    share = GaugeMetricFamily(
+        "gpupool_unit_gpu_fair_share",
+        "The unit's fair share, split from its parent's level by level",
+        labels=labels,
+    )
+    units = {v.project.parent for v in figures.projects} - {None}
+    for view in figures.projects:
+        if view.project.name not in units:
+            continue
+        values = [view.project.name, view.project.parent or ""]
+        allocated.add_metric(values, view.allocated)
+        pending.add_metric(values, view.pending)
+        quota.add_metric(values, view.project.quota)
+        share.add_metric(values, view.fair_share)
+        if view.project.limit is not None:
+            limit.add_metric(values, view.project.limit)
+    yield from (allocated, pending, quota, limit, share)
 
 
 def node_families(figures: ClusterFigures) -> Iterator[Metric]:

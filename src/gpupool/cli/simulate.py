@@ -35,7 +35,8 @@ FORMATS = "auto, gpupool, philly, itp, openb or tiresias"
 
 FormatOpt = Annotated[str, typer.Option("--format", help=FORMATS)]
 ProjectsOpt = Annotated[
-    Path | None, typer.Option(help="projects CSV: name,quota[,limit,weight] (or Helios' vc,node num)")
+    Path | None,
+    typer.Option(help="projects CSV: name,quota[,limit,weight,parent] (or Helios' vc,node num[,parent])"),
 ]
 PlacementOpt = Annotated[str, typer.Option(help="frag (fragmentation-aware, the default), binpack, spread or topology")]
 WindowOpt = Annotated[
@@ -85,6 +86,7 @@ class Study:
         parsed = Window.parse(window) if window else None
         project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
+        sim_cluster.check_leaves(project_list, (j.spec.project for j in jobs))
         if seed is not None:
             jobs = shuffle_arrivals(jobs, seed)
         configs = {
@@ -206,6 +208,8 @@ def simulate(
     console.print(_table(f"{trace.name}: {len(node_list)} nodes, {capacity} GPUs", figures))
     for name, f in figures.items():
         if name in study.policies:
+            if f.get("per_unit"):
+                console.print(_units_table(f"{name}: per unit", f["per_unit"]))
             console.print(_projects_table(f"{name}: per project", f["per_project"]))
 
 
@@ -213,7 +217,7 @@ def _table(title: str, figures: dict[str, dict[str, Any]]) -> Listing:
     table = Listing([Col("FIGURE"), *(Col(name.upper(), justify="right") for name in figures)], title=title)
     keys = dict.fromkeys(k for f in figures.values() for k in f)  # comparisons only some columns have
     for key in keys:
-        if key not in ("placed", "per_project"):
+        if key not in ("placed", "per_project", "per_unit"):
             table.add_row(key, *(_cell(key, f.get(key)) for f in figures.values()))
     return table
 
@@ -223,6 +227,16 @@ def _projects_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
     table = Listing([Col("PROJECT"), *(Col(k.upper(), justify="right") for k in keys)], title=title)
     for name, row in rows.items():
         table.add_row(name, *(_cell(k, row[k]) for k in keys))
+    return table
+
+
+def _units_table(title: str, rows: dict[str, dict[str, Any]]) -> Listing:
+    """The units of a tree of projects (issue 34), over the jobs of every project below each."""
+    keys = ("projects", "jobs", "started", "completed", "avg_queue_s", "p95_queue_s", "avg_slowdown")
+    columns = [Col("UNIT"), Col("PARENT"), *(Col(k.upper(), justify="right") for k in keys)]
+    table = Listing(columns, title=title)
+    for name, row in rows.items():
+        table.add_row(name, row["parent"] or "—", *(_cell(k, row[k]) for k in keys))
     return table
 
 

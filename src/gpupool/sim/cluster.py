@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+from gpupool.domain import tree
 from gpupool.domain.errors import GpupoolError, InvalidInput
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
@@ -57,15 +59,22 @@ def load_cluster(path: Path) -> list[Node]:
 
 
 def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
-    """``name,quota[,limit,weight,user_limit]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
+    """``name,quota[,limit,weight,user_limit,parent]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
     each VC becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole
-    nodes of quota."""
+    nodes of quota. ``parent`` (issue 34) puts a project under a unit, a row of the same file, so
+    that a trace can be replayed under an organisation before it is set up; the tree is checked
+    as ``gpupool project set --parent`` checks it (no cycle, no missing unit, children's quotas
+    within their unit's)."""
     rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
         try:
             if "vc" in row and "node num" in row:
-                projects.append(Project.create(f"vc-{row['vc']}", float(int(row["node num"]) * gpus_per_node)))
+                projects.append(
+                    Project.create(
+                        f"vc-{row['vc']}", float(int(row["node num"]) * gpus_per_node), parent=row.get("parent") or None
+                    )
+                )
                 continue
             limit, per_user = row.get("limit") or None, row.get("user_limit") or None  # (user_limit: issue 34)
             projects.append(
@@ -75,13 +84,30 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
                     float(limit) if limit else None,
                     float(row.get("weight") or 1.0),
                     user_limit=float(per_user) if per_user else None,
+                    parent=row.get("parent") or None,
                 )
             )
         except (KeyError, ValueError, GpupoolError) as exc:
             raise InvalidInput(
-                f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight,user_limit]"
+                f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight,user_limit,parent]"
             ) from None
+    for project in projects:
+        try:
+            tree.validate(project, projects)
+        except GpupoolError as exc:
+            raise InvalidInput(f"{path}: {exc}") from None
     return projects
+
+
+def check_leaves(projects: Iterable[Project], job_projects: Iterable[str]) -> None:
+    """Refuse a trace whose jobs name a unit (a project with children): jobs go to leaves only."""
+    units = {p.parent for p in projects if p.parent is not None}
+    named = sorted(units & set(job_projects))
+    if named:
+        raise InvalidInput(
+            f"the trace submits jobs to {', '.join(named)}, which the projects file makes a unit"
+            " (a project with children): jobs go to the projects below it"
+        )
 
 
 def _node(name: str, gpus: int, model: str, cpus: int, memory_mib: int) -> Node:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
+from gpupool.domain.tree import ancestors
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.sim.power import PowerConfig, PowerSim
@@ -261,8 +262,17 @@ class _Replay:
 
 def trace_shares(projects: Sequence[Project], names: Sequence[str], capacity: int) -> dict[str, float]:
     """Fair shares among the projects a trace's jobs name (configured or not), as the fairness
-    figures reckon them: a configured project without jobs takes no share."""
-    present = set(names)
+    figures reckon them: a configured project without jobs takes no share, but a unit above one
+    that has jobs does (issue 34), so that its share is split level by level as the scheduler's."""
+    present = set(names) | units_above(projects, names)
     chosen = [p for p in projects if p.name in present]
     chosen += [Project(n) for n in sorted(present - {p.name for p in chosen})]
     return fair_shares(chosen, capacity)
+
+
+def units_above(projects: Sequence[Project], names: Iterable[str]) -> set[str]:
+    """The units above the named projects, at any depth (none in a flat list)."""
+    parents = {p.name: p.parent for p in projects}
+    if not any(parents.values()):
+        return set()
+    return {unit for name in set(names) for unit in ancestors(name, parents)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gpupool.domain.tree import ancestors
 from gpupool.sim.engine import JobRun, SimResult
 
 
@@ -46,6 +47,38 @@ def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
             "p95_queue_s": _pct(waits, 95) if waits else None,
             "avg_slowdown": _mean(done) if done else None,
             "entitled": _entitled(result, name),
+        }
+    return rows
+
+
+def per_unit(result: SimResult) -> dict[str, dict[str, Any]]:
+    """In a tree of projects (issue 34), ``{unit: {parent, projects, jobs, started, completed,
+    avg_queue_s, p95_queue_s, avg_slowdown}}`` over the jobs of every project below each unit, at
+    any depth, by name: how each faculty or lab fared, beside ``per_project``. Empty for a flat
+    list. ``parent``: the unit above it (None: a child of the root)."""
+    parents = {p.name: p.parent for p in result.projects}
+    if not any(parents.values()):
+        return {}
+    below: dict[str, list[JobRun]] = {unit: [] for unit in parents.values() if unit is not None}
+    projects: dict[str, set[str]] = {unit: set() for unit in below}
+    for run in result.runs.values():
+        for unit in ancestors(run.trace.spec.project, parents):
+            below.setdefault(unit, []).append(run)
+            projects.setdefault(unit, set()).add(run.trace.spec.project)
+    rows: dict[str, dict[str, Any]] = {}
+    for name in sorted(below):
+        runs = below[name]
+        waits = sorted(r.first_start - r.trace.submit_time for r in runs if r.first_start is not None)
+        done = [s for s in (slowdown(r) for r in runs) if s is not None]
+        rows[name] = {
+            "parent": parents.get(name),
+            "projects": len(projects[name]),
+            "jobs": len(runs),
+            "started": len(waits),
+            "completed": sum(1 for r in runs if r.finish is not None),
+            "avg_queue_s": _mean(waits) if waits else None,
+            "p95_queue_s": _pct(waits, 95) if waits else None,
+            "avg_slowdown": _mean(done) if done else None,
         }
     return rows
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from gpupool.domain.projects import Project
 from gpupool.scheduler.fair_share import fair_shares
-from gpupool.sim.engine import SimResult
-from gpupool.sim.fairness import across_projects, per_project
+from gpupool.sim.engine import SimResult, units_above
+from gpupool.sim.fairness import across_projects, per_project, per_unit
 
 
 def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
@@ -45,6 +45,7 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
         "fairness": fairness(result, makespan),
         **across_projects(projects),
         "per_project": projects,
+        **({"per_unit": units} if (units := per_unit(result)) else {}),  # a tree of projects only
         "wall_s": wall_s,
         **(result.power or {}),  # with a power model (sim/power.py): energy, peak kW, money, CO2
         "placed": sorted(r.trace.job_id for r in started),
@@ -54,10 +55,11 @@ def summarize(result: SimResult, wall_s: float) -> dict[str, Any]:
 def fairness(result: SimResult, makespan: float) -> float:
     """Jain's index over projects' average allocation divided by their fair share (1 = fair)."""
     names = {r.trace.spec.project for r in result.runs.values()}
+    units = units_above(result.projects, names)  # their shares are split among the projects below
     projects = [p for p in result.projects if p.name in names]
     known = {p.name for p in projects}
     projects += [Project(n) for n in sorted(names - known)]
-    shares = fair_shares(projects, result.capacity)
+    shares = fair_shares([*projects, *(p for p in result.projects if p.name in units)], result.capacity)
     xs = [
         result.allocation_by_project.get(p.name, 0.0) / makespan / shares[p.name]
         for p in projects

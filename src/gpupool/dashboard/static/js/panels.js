@@ -99,12 +99,37 @@ function marker(kind, value, scale, label) {
   return h("span", { class: `bar-marker marker-${kind}`, title: label, style: { left: `${Math.min(100, (100 * value) / scale)}%` } });
 }
 
-function projectRow(p, scale) {
+// A tree of projects (issue 34): each unit before its children, depth first, siblings in the
+// API's (name) order; a project whose parent is not listed is a child of the root. A flat list
+// keeps its order and every depth is 0.
+function treeOrder(projects) {
+  const names = new Set(projects.map((p) => p.name));
+  const below = new Map();
+  for (const p of projects) {
+    const parent = p.parent && names.has(p.parent) ? p.parent : null;
+    if (!below.has(parent)) below.set(parent, []);
+    below.get(parent).push(p);
+  }
+  const out = [];
+  const seen = new Set();
+  const visit = (parent, depth) => {
+    for (const p of below.get(parent) ?? []) {
+      if (seen.has(p.name)) continue;
+      seen.add(p.name);
+      out.push({ p, depth, unit: below.has(p.name) });
+      visit(p.name, depth + 1);
+    }
+  };
+  visit(null, 0);
+  return out;
+}
+
+function projectRow(p, scale, depth = 0, unit = false) {
   const pct = (v) => `${Math.min(100, (100 * v) / scale)}%`;
   const own = Math.min(p.allocated, p.quota);
   const borrowed = Math.max(0, p.allocated - p.quota);
   const facts = [
-    `${fmtNum(p.allocated, 2)} held`,
+    unit ? `${fmtNum(p.allocated, 2)} held below` : `${fmtNum(p.allocated, 2)} held`,
     `quota ${fmtNum(p.quota, 2)}`,
     `fair share ${fmtNum(p.fair_share, 2)}`,
     `limit ${p.limit === null ? "none" : fmtNum(p.limit, 2)}`,
@@ -113,8 +138,17 @@ function projectRow(p, scale) {
   ].filter(Boolean);
   return h(
     "div",
-    { class: "project-row", testid: "project-row", dataset: { project: p.name } },
-    h("div", { class: "project-name" }, p.name, h("span", { class: "project-weight" }, `weight ${fmtNum(p.weight, 2)}`)),
+    {
+      class: unit ? "project-row project-unit" : "project-row",
+      testid: "project-row",
+      dataset: { project: p.name, depth: String(depth), parent: p.parent ?? "", unit: unit ? "1" : "0" },
+    },
+    h(
+      "div",
+      { class: "project-name", style: { paddingLeft: `${depth * 18}px` } },
+      p.name,
+      h("span", { class: "project-weight" }, `${unit ? "unit · " : ""}weight ${fmtNum(p.weight, 2)}`),
+    ),
     h(
       "div",
       { class: "bar", title: facts.join(" · ") },
@@ -144,6 +178,6 @@ export function renderProjects(el, projects) {
       h("span", { class: "key key-line marker-limit" }), "limit",
       h("span", { class: "scale-note" }, `scale 0–${fmtNum(scale, 1)} GPUs`),
     ),
-    ...projects.map((p) => projectRow(p, scale)),
+    ...treeOrder(projects).map(({ p, depth, unit }) => projectRow(p, scale, depth, unit)),
   );
 }
