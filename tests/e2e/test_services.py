@@ -90,19 +90,21 @@ def test_a_killed_replica_is_started_again_as_the_same_job(head: HeadProcess, cl
     pid = int(get(victim, "/pid"))
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid), 10, what="the replica's process to die")
-    after = wait_for(
-        lambda: (
-            (s := ready(client, "web", 2))
-            and victim["replica"] in {e["replica"] for e in s["endpoints"]}
-            and client.job(int(victim["replica"]))["restarts"] == 1
-            and s
-        ),
-        WAIT,
-        0.2,
-        "the killed replica to be started again",
-    )
-    again = next(e for e in after["endpoints"] if e["replica"] == victim["replica"])
-    assert int(get(again, "/pid")) != pid
+
+    def restarted() -> tuple[dict[str, Any], int] | None:
+        """The service and its restarted replica's pid, once that replica answers (an endpoint read
+        in the moment before the head saw its worker die is the old one, and refuses)."""
+        s = ready(client, "web", 2)
+        if not s or client.job(int(victim["replica"]))["restarts"] != 1:
+            return None
+        again = next((e for e in s["endpoints"] if e["replica"] == victim["replica"]), None)
+        try:
+            return None if again is None else (s, int(get(again, "/pid")))
+        except httpx.HTTPError:
+            return None
+
+    after, new_pid = wait_for(restarted, WAIT, 0.2, "the killed replica to be started again")
+    assert new_pid != pid
     assert {r["job_id"] for r in after["replica_list"]} == {r["job_id"] for r in before["replica_list"]}
     assert [get(e, "/healthz") for e in after["endpoints"]] == ["ok", "ok"]
 
