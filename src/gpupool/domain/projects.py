@@ -31,6 +31,9 @@ class Project:
     gpu_power: str | None = None
     # The organisational unit above it (issue 34, domain/tree.py); None: a child of the root.
     parent: str | None = None
+    # At most this many GPUs of its unused quota are lent to others (issue 34, Kueue's lendingLimit);
+    # the rest stays idle for it. None: it lends all, as before.
+    lend_limit: float | None = None
 
     @classmethod
     def create(
@@ -42,6 +45,7 @@ class Project:
         idle_timeout_s: float | None = None,
         gpu_power: str | None = None,
         parent: str | None = None,
+        lend_limit: float | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -55,6 +59,7 @@ class Project:
                 raise InvalidInput(f"limit must be a number from 0 to {MAX_GPUS}, got {limit!r}")
             if limit < quota:
                 raise InvalidInput(f"limit {limit:g} is below quota {quota:g}: a project may always use its quota")
+        _check_lend_limit(lend_limit, quota)
         if idle_timeout_s is not None and not (math.isfinite(idle_timeout_s) and 60 <= idle_timeout_s <= MAX_IDLE_S):
             raise InvalidInput(
                 "idle timeout must be from 60 seconds (readings come every few seconds) to 365 days,"
@@ -72,6 +77,7 @@ class Project:
             None if idle_timeout_s is None else float(idle_timeout_s),
             None if gpu_power is None else parse_mode(gpu_power).text,
             parent,
+            None if lend_limit is None else float(lend_limit),
         )
 
     def describe_idle_timeout(self) -> str:
@@ -79,6 +85,19 @@ class Project:
 
     def describe_limit(self) -> str:
         return "none" if self.limit is None else f"{self.limit:g}"
+
+    def describe_lend_limit(self) -> str:
+        return "all" if self.lend_limit is None else f"{self.lend_limit:g}"
+
+
+def _check_lend_limit(lend_limit: float | None, quota: float) -> None:
+    """0 to the quota: only unused quota is lent, so a lend limit above it would mean nothing."""
+    if lend_limit is None:
+        return
+    if math.isnan(lend_limit) or not 0 <= lend_limit <= MAX_GPUS:
+        raise InvalidInput(f"lend limit must be a number from 0 to {MAX_GPUS}, got {lend_limit!r}")
+    if lend_limit > quota:
+        raise InvalidInput(f"lend limit {lend_limit:g} is above quota {quota:g}: a project lends only its unused quota")
 
 
 def effective_projects(configured: list[Project], capacity: float) -> list[Project]:

@@ -224,6 +224,8 @@ class ProjectRow(Base):
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The unit above it (0025, issue 34); null: a child of the root, as every project was before.
     parent: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # At most this many GPUs of its unused quota are lent (0028, issue 34); null: all, as before.
+    lend_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ProjectMemberRow(Base):

@@ -21,7 +21,8 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
+    settings = (row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
+    return Project(row.name, *settings, lend_limit=row.lend_limit)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -59,6 +60,7 @@ def set_project(
     row.idle_timeout_s = project.idle_timeout_s
     row.gpu_power = project.gpu_power
     row.parent = project.parent
+    row.lend_limit = project.lend_limit
     add_event(
         session,
         now,
@@ -68,7 +70,8 @@ def set_project(
         f"idle timeout {project.describe_idle_timeout()}, "
         f"GPU power {project.gpu_power or 'max'}, "
         f"{'open to everyone' if row.everyone else 'members only'}"
-        + ("" if project.parent is None else f", under {project.parent}"),
+        + ("" if project.parent is None else f", under {project.parent}")
+        + ("" if project.lend_limit is None else f", lends at most {project.lend_limit:g}"),
     )
     return project
 

@@ -36,6 +36,7 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
         idle_timeout_s=body.idle_timeout_s,
         gpu_power=body.gpu_power,
         parent=body.parent or None,
+        lend_limit=body.lend_limit,
     )
     keep_parent = body.parent is None  # null: as it was; "": a child of the root
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone, keep_parent))

@@ -36,6 +36,9 @@ class ProjectSet(BaseModel):
         description="the organisational unit above the project (its quota holds the project's);"
         ' "" for none (a child of the root); null: as it was (a new project: none)',
     )
+    lend_limit: float | None = Field(
+        None, description="most GPUs of its unused quota lent to others (0 to its quota); null: all"
+    )
 
 
 class MemberSet(BaseModel):
@@ -84,6 +87,7 @@ class ProjectOut(BaseModel):
     gpu_power: str | None = Field(None, description="its jobs' GPU power mode when they name none; null: max")
     everyone: bool = Field(description="every user may submit here; else only its members")
     parent: str | None = Field(None, description="the unit above it; null: a child of the root")
+    lend_limit: float | None = Field(None, description="most GPUs of its unused quota lent to others; null: all")
     allocated: float
     pending: float
     pending_jobs: int
@@ -107,6 +111,7 @@ class ProjectOut(BaseModel):
             gpu_power=p.gpu_power,
             everyone=v.everyone,
             parent=p.parent,
+            lend_limit=p.lend_limit,
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,
