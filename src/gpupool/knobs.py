@@ -190,16 +190,13 @@ PARTITION = maybe_text(
     "partition", "fifo-isolated confines a project to: nodes (its own, sized by its quota; the default) or gpus"
 )
 INTERVAL = number("interval", 0.5, "seconds between controller cycles", field="interval_s", low=0.01, high=60)
-RECLAIM_MIN_RUN = duration(  # the bound is the scheduler's MAX_RECLAIM_MIN_RUN_S (test_knobs checks)
-    "reclaim_min_run",
-    "0s",
-    "a job that borrowed beyond its quota runs this long before reclaim stops it (0 to 1d)",
-    0,
-    DAY,
-)
+_MIN_RUN_HELP = "a job that borrowed beyond its quota runs this long before reclaim stops it (0 to 1d)"
+RECLAIM_MIN_RUN = duration("reclaim_min_run", "0s", _MIN_RUN_HELP, 0, DAY)  # bound: MAX_RECLAIM_MIN_RUN_S (test_knobs)
 MAX_WAIT = duration(  # the bound is the scheduler's MAX_WAIT_BOUND_S (test_knobs checks)
     "max_wait", "0s", "a job that waited this long goes first, the oldest first (0 to 30d; 0: off)", 0, 30 * DAY
 )
+_FAIR_HELP = "reclaim also takes checkpointed jobs back from projects above their fair share for those below it"
+FAIR_RECLAIM = switch("fair_reclaim", False, _FAIR_HELP + " that wait, after --reclaim-min-run", "--fair-reclaim")
 BACKEND: Knob[str] = Knob(
     "backend", Backend, Backend.LOCAL, _choice, "local: virtual nodes on this machine; ray: every node of a Ray cluster"
 )
@@ -367,6 +364,7 @@ KNOBS = table(
     INTERVAL,
     RECLAIM_MIN_RUN,
     MAX_WAIT,
+    FAIR_RECLAIM,
     BACKEND,
     RAY_ADDRESS,
     NODE_NAME,

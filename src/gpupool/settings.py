@@ -67,6 +67,7 @@ class Settings:
     partition: str | None = knobs.PARTITION.default  # an isolating policy's partition; None: the policy's own
     reclaim_min_run_s: float = knobs.RECLAIM_MIN_RUN.default
     max_wait_s: float = knobs.MAX_WAIT.default  # aging (issue 34); 0: off
+    fair_reclaim: bool = knobs.FAIR_RECLAIM.default  # reclaim beyond quotas, down to fair shares (issue 34)
     backend: str = knobs.BACKEND.default  # a row of backends.py's table
     ray_address: str | None = knobs.RAY_ADDRESS.default
     node_name: str | None = knobs.NODE_NAME.default
@@ -116,7 +117,8 @@ class Settings:
         from gpupool.scheduler import policies
 
         config = policies.for_head(self.policy, placement=self.placement, partition=self.partition)
-        return replace(config, reclaim_min_run_s=self.reclaim_min_run_s, max_wait_s=self.max_wait_s)
+        min_run_s, max_wait_s, fair = self.reclaim_min_run_s, self.max_wait_s, self.fair_reclaim
+        return replace(config, reclaim_min_run_s=min_run_s, max_wait_s=max_wait_s, fair_reclaim=fair)
 
     @property
     def idle(self) -> IdleSettings:

@@ -65,6 +65,10 @@ def set_project(
             " none: no limit [default: none]"
         ),
     ] = None,
+    lend_limit: Annotated[
+        float | None,
+        typer.Option(help="most GPUs of its unused quota lent to others; the rest stays idle for it [default: all]"),
+    ] = None,
     everyone: Annotated[
         bool | None,
         typer.Option(
@@ -84,13 +88,13 @@ def set_project(
     with client(url) as c:
         above = None if parent is None else "" if parent.strip().lower() in ("", "none") else parent
         project = c.set_project(
-            name, quota, limit, weight, timeout_s, everyone, mode, above, per_user_default, per_user
+            name, quota, limit, weight, timeout_s, everyone, mode, above, per_user_default, per_user, lend_limit
         )
     if output is Output.JSON:
         print_json(project)
         return
     console.print(
-        f"project {name}{_under(project)}: quota {project['quota']:g}, limit "
+        f"project {name}{_under(project)}: quota {project['quota']:g}{_lends(project)}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
         f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
         f"{_user_limits(project)}{'open to everyone' if project['everyone'] else 'members only'}; "
@@ -184,7 +188,7 @@ def projects_table(listing: list[dict[str, Any]]) -> Listing:
         pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
         table.add_row(
             "  " * depth + p["name"],
-            f"{p['quota']:g}",
+            f"{p['quota']:g}{_lends(p, short=True)}",
             limit,
             f"{p['weight']:g}",
             f"{p['fair_share']:.1f}",
@@ -216,6 +220,14 @@ def _depth_first(listing: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any
         order.append((depth, p))
         todo.extend((depth + 1, c) for c in reversed(p["children"]))
     return order
+
+
+def _lends(project: dict[str, Any], short: bool = False) -> str:
+    """Its lend limit beside its quota, where one is set (issue 34): a cluster that sets none lists as before."""
+    lends = project.get("lend_limit")
+    if lends is None:
+        return ""
+    return f" (lend {lends:g})" if short else f" (lends at most {lends:g} of it)"
 
 
 def _under(project: dict[str, Any]) -> str:

@@ -230,8 +230,7 @@ class GpupoolClient(ServiceCalls, ProjectCalls):
 
     def events(self, job_id: int, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """A page of the job's events, oldest first: pass the last ``id`` seen as ``after``."""
-        params = {"after": after, "limit": limit}
-        return list(self._call("GET", f"/api/v1/jobs/{job_id}/events", params=params))
+        return list(self._call("GET", f"/api/v1/jobs/{job_id}/events", params={"after": after, "limit": limit}))
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         return dict(self._call("POST", f"/api/v1/jobs/{job_id}/cancel"))

@@ -37,6 +37,9 @@ class Project:
     # project stays hashable); None there: that user has no user limit.
     user_limit: float | None = None
     user_limits: tuple[tuple[str, float | None], ...] = ()
+    # At most this many GPUs of its unused quota are lent to others (issue 34, Kueue's lendingLimit);
+    # the rest stays idle for it. None: it lends all, as before.
+    lend_limit: float | None = None
 
     @classmethod
     def create(
@@ -50,6 +53,7 @@ class Project:
         parent: str | None = None,
         user_limit: float | None = None,
         user_limits: Mapping[str, float | None] | None = None,
+        lend_limit: float | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -63,6 +67,7 @@ class Project:
                 raise InvalidInput(f"limit must be a number from 0 to {MAX_GPUS}, got {limit!r}")
             if limit < quota:
                 raise InvalidInput(f"limit {limit:g} is below quota {quota:g}: a project may always use its quota")
+        _check_lend_limit(lend_limit, quota)
         if idle_timeout_s is not None and not (math.isfinite(idle_timeout_s) and 60 <= idle_timeout_s <= MAX_IDLE_S):
             raise InvalidInput(
                 "idle timeout must be from 60 seconds (readings come every few seconds) to 365 days,"
@@ -81,6 +86,7 @@ class Project:
             None if gpu_power is None else parse_mode(gpu_power).text,
             parent,
             *_user_limits(name, limit, user_limit, user_limits or {}),
+            None if lend_limit is None else float(lend_limit),
         )
 
     @property
@@ -103,6 +109,19 @@ class Project:
 
     def describe_limit(self) -> str:
         return "none" if self.limit is None else f"{self.limit:g}"
+
+    def describe_lend_limit(self) -> str:
+        return "all" if self.lend_limit is None else f"{self.lend_limit:g}"
+
+
+def _check_lend_limit(lend_limit: float | None, quota: float) -> None:
+    """0 to the quota: only unused quota is lent, so a lend limit above it would mean nothing."""
+    if lend_limit is None:
+        return
+    if math.isnan(lend_limit) or not 0 <= lend_limit <= MAX_GPUS:
+        raise InvalidInput(f"lend limit must be a number from 0 to {MAX_GPUS}, got {lend_limit!r}")
+    if lend_limit > quota:
+        raise InvalidInput(f"lend limit {lend_limit:g} is above quota {quota:g}: a project lends only its unused quota")
 
 
 def _show(value: float | None) -> str:

@@ -52,3 +52,6 @@ class SchedulerConfig:
     # A waiting job that has waited this long goes before every job that has not, oldest first
     # (``aging``): no job starves behind a stream of favoured ones. 0 (the default): off.
     max_wait_s: float = 0.0
+    # Beyond quotas, reclaim also takes checkpointed jobs that ran the minimum back from projects
+    # above their fair share for projects below it that wait (``actions/fair_reclaim``). Off: as before.
+    fair_reclaim: bool = False

@@ -23,6 +23,7 @@ from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
+from gpupool.scheduler.lending import Lending
 from gpupool.scheduler.levels import Levels
 from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
@@ -69,6 +70,7 @@ class Session:
     partition_gpus: dict[str, int] = field(default_factory=dict)
     power: PowerGate | None = None  # the power budgets, where one is in force (``scheduler/power.py``)
     levels: Levels | None = None  # the tree of projects, where any has a parent (``scheduler/levels.py``)
+    lending: Lending | None = None  # capacity never lent, where any project has a lend limit (``lending``)
 
     @classmethod
     def open(
@@ -108,6 +110,7 @@ class Session:
         session._penalties = tuple(open_penalty(session) for open_penalty in hooks.node_penalties)
         session.power = PowerGate.open(snapshot)
         session.levels = Levels.of(projects)
+        session.lending = Lending.of(projects, cluster.capacity)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -322,17 +325,20 @@ class Session:
 
     def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
         """Start a job placed (committed) by ``try_place_gang`` if it fits the power budgets, capped
-        where it may be; otherwise give its placements back and return why it waits (``power``)."""
-        cap = None
-        if self.power is not None:
+        where it may be, and lends no capacity kept idle (``lending``); otherwise give its placements
+        back and return why it waits (``power``, ``quota``)."""
+        cap, refusal = None, None
+        if self.lending is not None:  # backfill starts jobs the quota check passed before others started
+            refusal = self.lending.refusal(job.spec.project, job.spec.total_gpus, self.allocated)
+        if self.power is not None and refusal is None:
             refusal, cap = self.power.admit(job, placements)
-            if refusal is not None:
-                generation = self.cluster.generation
-                for p in reversed(placements):
-                    self.cluster.give_back(p)
-                self.cluster.generation = generation  # nothing came back that was not free before
-                self.reasons[job.id] = refusal
-                return refusal
+        if refusal is not None:
+            generation = self.cluster.generation
+            for p in reversed(placements):
+                self.cluster.give_back(p)
+            self.cluster.generation = generation  # nothing came back that was not free before
+            self.reasons[job.id] = refusal
+            return refusal
         self.record_start(job, placements, cap)
         return None
 

@@ -227,6 +227,8 @@ class ProjectRow(Base):
     # GPUs one user may hold here at once, and per user {user: GPUs or null} (0026, issue 34); null: none.
     user_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
     user_limits: Mapped[dict[str, float | None] | None] = mapped_column(JSON, nullable=True)
+    # At most this many GPUs of its unused quota are lent (0027, issue 34); null: all, as before.
+    lend_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ProjectMemberRow(Base):

@@ -22,17 +22,8 @@ from gpupool.store.transitions import add_event
 
 def _project(row: ProjectRow) -> Project:
     per_user = tuple(sorted((row.user_limits or {}).items()))
-    return Project(
-        row.name,
-        row.quota,
-        row.limit,
-        row.weight,
-        row.idle_timeout_s,
-        row.gpu_power,
-        row.parent,
-        row.user_limit,
-        per_user,
-    )
+    settings = (row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
+    return Project(row.name, *settings, row.user_limit, per_user, lend_limit=row.lend_limit)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -71,6 +62,7 @@ def set_project(
     row.gpu_power = project.gpu_power
     row.parent = project.parent
     row.user_limit, row.user_limits = project.user_limit, dict(project.user_limits) or None
+    row.lend_limit = project.lend_limit
     add_event(
         session,
         now,
@@ -81,7 +73,8 @@ def set_project(
         f"GPU power {project.gpu_power or 'max'}, "
         f"{'user limits ' + project.describe_user_limits() + ', ' if project.has_user_limits else ''}"
         f"{'open to everyone' if row.everyone else 'members only'}"
-        + ("" if project.parent is None else f", under {project.parent}"),
+        + ("" if project.parent is None else f", under {project.parent}")
+        + ("" if project.lend_limit is None else f", lends at most {project.lend_limit:g}"),
     )
     return project
 

@@ -38,6 +38,7 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
         parent=body.parent or None,
         user_limit=body.user_limit,
         user_limits=body.user_limits,
+        lend_limit=body.lend_limit,
     )
     keep_parent = body.parent is None  # null: as it was; "": a child of the root
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone, keep_parent))

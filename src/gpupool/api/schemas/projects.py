@@ -42,6 +42,9 @@ class ProjectSet(BaseModel):
         description="the organisational unit above the project (its quota holds the project's);"
         ' "" for none (a child of the root); null: as it was (a new project: none)',
     )
+    lend_limit: float | None = Field(
+        None, description="most GPUs of its unused quota lent to others (0 to its quota); null: all"
+    )
 
 
 class MemberSet(BaseModel):
@@ -94,6 +97,7 @@ class ProjectOut(BaseModel):
     user_limits: dict[str, float | None] = Field(
         default_factory=dict, description="per-user figures over user_limit; null: no limit for that user"
     )
+    lend_limit: float | None = Field(None, description="most GPUs of its unused quota lent to others; null: all")
     allocated: float
     pending: float
     pending_jobs: int
@@ -119,6 +123,7 @@ class ProjectOut(BaseModel):
             parent=p.parent,
             user_limit=p.user_limit,
             user_limits=dict(p.user_limits),
+            lend_limit=p.lend_limit,
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,

@@ -16,6 +16,7 @@ from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.durations import format_duration
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import user_limit
+from gpupool.scheduler.actions import fair_reclaim
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, choose_victims, stop_for
 
@@ -53,6 +54,7 @@ def run(session: Session) -> None:
             else "reclaim: waiting for jobs being stopped to free their GPUs"
         )
         session.reasons[job.id] = Reason(ReasonCode.RECLAIM, message)
+    fair_reclaim.run(session)  # beyond quotas, where --fair-reclaim asks (off by default)
 
 
 def _candidates(

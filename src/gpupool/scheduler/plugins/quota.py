@@ -28,6 +28,8 @@ def borrow(session: Session, job: PendingJob) -> Reason | None:
         )
     if session.levels is not None and (above := session.levels.limit_refusal(project.name, need, session.allocated)):
         return above  # a unit above it at its limit (issue 34)
+    if session.lending is not None and (kept := session.lending.refusal(project.name, need, session.allocated)):
+        return kept  # idle GPUs another project or unit does not lend (issue 34)
     bound = session.bound.get(project.name, 0.0)
     if job.spec.quota_bound and bound + need > project.quota + 1e-9:
         return Reason(
