@@ -10,6 +10,7 @@ from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print
 from gpupool.cli.render import span
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
+from gpupool.domain.model_quotas import flag, parse_figures
 from gpupool.domain.permissions import ProjectRole
 from gpupool.domain.power import parse_mode
 
@@ -34,8 +35,13 @@ def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
 @project_app.command("set")
 def set_project(
     name: str,
-    quota: Annotated[float, typer.Option(help="GPUs guaranteed to the project")] = 0.0,
-    limit: Annotated[float | None, typer.Option(help="most GPUs it may hold, borrowing included")] = None,
+    quota: Annotated[
+        str, typer.Option(help="GPUs guaranteed to the project: a total (8), per GPU model (H100=8,A100=16), or both")
+    ] = "0",
+    limit: Annotated[
+        str | None,
+        typer.Option(help="most GPUs it may hold, borrowing included: a total, per GPU model (H100=12), or both"),
+    ] = None,
     weight: Annotated[float, typer.Option(help="its part of the GPUs beyond all quotas")] = 1.0,
     idle_timeout: Annotated[
         str | None,
@@ -69,9 +75,13 @@ def set_project(
     default) but who may submit and its parent, which stay as they were unless given."""
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
     mode = None if gpu_power is None else parse_mode(gpu_power).text  # refused here, before anything is sent
+    total, quotas = parse_figures("quota", quota)
+    cap, limits = (None, {}) if limit is None else parse_figures("limit", limit)
     with client(url) as c:
         above = None if parent is None else "" if parent.strip().lower() in ("", "none") else parent
-        project = c.set_project(name, quota, limit, weight, timeout_s, everyone, mode, above)
+        given = sum(quotas.values()) if total is None else total
+        per_model = {"quota_by_model": quotas, "limit_by_model": limits}
+        project = c.set_project(name, given, cap, weight, timeout_s, everyone, mode, above, per_model)
     if output is Output.JSON:
         print_json(project)
         return
@@ -79,11 +89,18 @@ def set_project(
         f"project {name}{_under(project)}: quota {project['quota']:g}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
         f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
-        f"{'open to everyone' if project['everyone'] else 'members only'}; "
+        f"{'open to everyone' if project['everyone'] else 'members only'}{_per_model(project)}; "
         f"fair share now {project['fair_share']:g} GPUs"
     )
     if not project["everyone"]:
         console.print(f"add who may submit here with: gpupool project add-member {name} USER")
+
+
+def _per_model(project: dict[str, Any]) -> str:
+    """``, per model quota H100=8, limit H100=12``: the per-GPU-model figures, where set."""
+    quotas, limits = project.get("quota_by_model") or {}, project.get("limit_by_model") or {}
+    said = [f"quota {flag(quotas)}"] * bool(quotas) + [f"limit {flag(limits)}"] * bool(limits)
+    return f", per model {', '.join(said)}" if said else ""
 
 
 @project_app.command("delete")
@@ -167,10 +184,13 @@ def projects_table(listing: list[dict[str, Any]]) -> Listing:
     table = Listing(PROJECT_COLUMNS)
     for depth, p in _depth_first(listing):
         limit = "-" if p["limit"] is None else f"{p['limit']:g}"
+        if p.get("limit_by_model"):  # per GPU model (issue 34 item 2), beside the total
+            limit += f" ({flag(p['limit_by_model'])})"
+        quota = f"{p['quota']:g}" + (f" ({flag(p['quota_by_model'])})" if p.get("quota_by_model") else "")
         pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
         table.add_row(
             "  " * depth + p["name"],
-            f"{p['quota']:g}",
+            quota,
             limit,
             f"{p['weight']:g}",
             f"{p['fair_share']:.1f}",

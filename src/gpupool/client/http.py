@@ -229,8 +229,7 @@ class GpupoolClient(ServiceCalls):
 
     def events(self, job_id: int, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """A page of the job's events, oldest first: pass the last ``id`` seen as ``after``."""
-        params = {"after": after, "limit": limit}
-        return list(self._call("GET", f"/api/v1/jobs/{job_id}/events", params=params))
+        return list(self._call("GET", f"/api/v1/jobs/{job_id}/events", params={"after": after, "limit": limit}))
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         return dict(self._call("POST", f"/api/v1/jobs/{job_id}/cancel"))
@@ -251,11 +250,12 @@ class GpupoolClient(ServiceCalls):
         everyone: bool | None = None,
         gpu_power: str | None = None,
         parent: str | None = None,
+        per_model: dict[str, dict[str, float]] | None = None,
     ) -> dict[str, Any]:
-        """``everyone``, ``parent`` ("" for none): ``None`` leaves them as they were. ``gpu_power``: jobs' default."""
+        """``everyone``, ``parent`` ("" for none): None keeps them. ``per_model``: {quota,limit}_by_model, if set."""
         body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        given = (("everyone", everyone), ("gpu_power", gpu_power), ("parent", parent))
-        body |= {k: v for k, v in given if v is not None}  # left out when not given: an older head takes it
+        given: dict[str, Any] = {"everyone": everyone, "gpu_power": gpu_power, "parent": parent, **(per_model or {})}
+        body |= {k: v for k, v in given.items() if v is not None and v != {}}  # left out: an older head takes it
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 
     def members(self, project: str) -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from gpupool.domain import model_quotas
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.power import parse_mode
 
@@ -31,6 +33,10 @@ class Project:
     gpu_power: str | None = None
     # The organisational unit above it (issue 34, domain/tree.py); None: a child of the root.
     parent: str | None = None
+    # GPUs of one model guaranteed, and the most of one model it may hold (issue 34 item 2,
+    # domain/model_quotas.py); empty: totals only, as before. Left out of the hash: a mapping.
+    quota_by_model: Mapping[str, float] = field(default_factory=dict, hash=False)
+    limit_by_model: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @classmethod
     def create(
@@ -42,6 +48,8 @@ class Project:
         idle_timeout_s: float | None = None,
         gpu_power: str | None = None,
         parent: str | None = None,
+        quota_by_model: Mapping[str, float] | None = None,
+        limit_by_model: Mapping[str, float] | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -64,6 +72,8 @@ class Project:
             raise InvalidInput(f"invalid parent name {parent!r}: letters, digits, '.', '_' and '-', at most 63")
         if parent == name:
             raise InvalidInput(f"project {name} cannot be its own parent")
+        quotas, limits = dict(quota_by_model or {}), dict(limit_by_model or {})
+        model_quotas.check(quota, limit, quotas, limits)
         return cls(
             name,
             float(quota),
@@ -72,6 +82,8 @@ class Project:
             None if idle_timeout_s is None else float(idle_timeout_s),
             None if gpu_power is None else parse_mode(gpu_power).text,
             parent,
+            {m: float(v) for m, v in sorted(quotas.items())},
+            {m: float(v) for m, v in sorted(limits.items())},
         )
 
     def describe_idle_timeout(self) -> str:

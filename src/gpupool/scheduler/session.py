@@ -24,6 +24,7 @@ from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.levels import Levels
+from gpupool.scheduler.per_model import PerModel
 from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
@@ -64,6 +65,7 @@ class Session:
     partition_gpus: dict[str, int] = field(default_factory=dict)
     power: PowerGate | None = None  # the power budgets, where one is in force (``scheduler/power.py``)
     levels: Levels | None = None  # the tree of projects, where any has a parent (``scheduler/levels.py``)
+    per_model: PerModel | None = None  # per-GPU-model quotas and limits, where any is set (``scheduler/per_model.py``)
 
     @classmethod
     def open(
@@ -103,6 +105,7 @@ class Session:
         session._penalties = tuple(open_penalty(session) for open_penalty in hooks.node_penalties)
         session.power = PowerGate.open(snapshot)
         session.levels = Levels.of(projects)
+        session.per_model = PerModel.of(projects.values(), snapshot)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -183,6 +186,8 @@ class Session:
         A shape (demand and gang size) that failed is not tried again until resources come back
         (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
         demand = self.demand(job)
+        if self.per_model is not None:  # only the models its project may still take (issue 34 item 2)
+            demand = self.per_model.narrow(job.spec.project, demand, job.spec.total_gpus, self.cluster.models)
         only = self.nodes_of(job.spec.project)
         shape = _shape(demand, job.spec.workers, bool(self.reserved_gpus), None if only is None else job.spec.project)
         if self._failed.get(shape) == self.cluster.generation:
@@ -334,6 +339,8 @@ class Session:
         self.starts.append(StartJob(job.id, placements, cap))
         self.started_jobs[job.id] = job
         self.allocated[job.spec.project] += job.spec.total_gpus
+        if self.per_model is not None:
+            self.per_model.add(job.spec.project, placements)
         mine = (job.spec.project, job.owner)
         self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus
         if job.spec.quota_bound:

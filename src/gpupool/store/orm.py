@@ -224,6 +224,9 @@ class ProjectRow(Base):
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The unit above it (0025, issue 34); null: a child of the root, as every project was before.
     parent: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # Per-GPU-model quota and limit, model -> GPUs (0027, issue 34 item 2); null: totals only.
+    quota_by_model: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    limit_by_model: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
 
 
 class ProjectMemberRow(Base):

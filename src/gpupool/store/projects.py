@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
+from gpupool.domain.model_quotas import flag
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.tree import validate
@@ -21,7 +22,17 @@ from gpupool.store.transitions import add_event
 
 
 def _project(row: ProjectRow) -> Project:
-    return Project(row.name, row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
+    return Project(
+        row.name,
+        row.quota,
+        row.limit,
+        row.weight,
+        row.idle_timeout_s,
+        row.gpu_power,
+        row.parent,
+        dict(row.quota_by_model or {}),
+        dict(row.limit_by_model or {}),
+    )
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -59,6 +70,8 @@ def set_project(
     row.idle_timeout_s = project.idle_timeout_s
     row.gpu_power = project.gpu_power
     row.parent = project.parent
+    row.quota_by_model = dict(project.quota_by_model) or None
+    row.limit_by_model = dict(project.limit_by_model) or None
     add_event(
         session,
         now,
@@ -68,7 +81,9 @@ def set_project(
         f"idle timeout {project.describe_idle_timeout()}, "
         f"GPU power {project.gpu_power or 'max'}, "
         f"{'open to everyone' if row.everyone else 'members only'}"
-        + ("" if project.parent is None else f", under {project.parent}"),
+        + ("" if project.parent is None else f", under {project.parent}")
+        + (f", per model quota {flag(project.quota_by_model)}" if project.quota_by_model else "")
+        + (f", per model limit {flag(project.limit_by_model)}" if project.limit_by_model else ""),
     )
     return project
 

@@ -30,12 +30,14 @@ def show(name: str, ctx: Ctx, who: Caller) -> ProjectOut:
 def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOut:
     project = Project.create(
         name,
-        quota=body.quota,
+        quota=sum(body.quota_by_model.values()) if body.quota is None else body.quota,
         limit=body.limit,
         weight=body.weight,
         idle_timeout_s=body.idle_timeout_s,
         gpu_power=body.gpu_power,
         parent=body.parent or None,
+        quota_by_model=body.quota_by_model,
+        limit_by_model=body.limit_by_model,
     )
     keep_parent = body.parent is None  # null: as it was; "": a child of the root
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone, keep_parent))

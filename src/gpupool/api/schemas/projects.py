@@ -14,8 +14,14 @@ from gpupool.usecases.projects import ProjectView
 class ProjectSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    quota: float = Field(0.0, description="GPUs guaranteed to the project")
+    quota: float | None = Field(
+        None, description="GPUs guaranteed to the project; null: the sum of quota_by_model (0 without it)"
+    )
     limit: float | None = Field(None, description="most GPUs it may hold, borrowing included; null for no limit")
+    quota_by_model: dict[str, float] = Field(
+        default_factory=dict, description="GPUs of each model guaranteed (model as --gpu-model names it)"
+    )
+    limit_by_model: dict[str, float] = Field(default_factory=dict, description="most GPUs of each model it may hold")
     weight: float = Field(1.0, description="its part of the GPUs beyond all quotas")
     idle_timeout_s: float | None = Field(
         None,
@@ -84,6 +90,8 @@ class ProjectOut(BaseModel):
     gpu_power: str | None = Field(None, description="its jobs' GPU power mode when they name none; null: max")
     everyone: bool = Field(description="every user may submit here; else only its members")
     parent: str | None = Field(None, description="the unit above it; null: a child of the root")
+    quota_by_model: dict[str, float] = Field(default_factory=dict, description="GPUs of each model guaranteed")
+    limit_by_model: dict[str, float] = Field(default_factory=dict, description="most GPUs of each model it may hold")
     allocated: float
     pending: float
     pending_jobs: int
@@ -107,6 +115,8 @@ class ProjectOut(BaseModel):
             gpu_power=p.gpu_power,
             everyone=v.everyone,
             parent=p.parent,
+            quota_by_model=dict(p.quota_by_model),
+            limit_by_model=dict(p.limit_by_model),
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,
