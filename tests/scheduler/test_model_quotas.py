@@ -127,3 +127,13 @@ def test_without_per_model_figures_nothing_is_built() -> None:
     assert open_session(plain, SchedulerConfig()).per_model is None
     given = snapshot(FLEET, [], None, [Project.create("vision", limit_by_model={"H100": 1})])
     assert open_session(given, SchedulerConfig()).per_model is not None
+
+
+def test_why_says_which_limit_left_a_model_out() -> None:
+    # vision may hold 2 H100 and does; the A100s are nlp's: its job waits, and why says why the
+    # free H100s are not for it.
+    projects = [Project.create("vision", limit_by_model={"H100": 2}), Project("nlp", quota=4)]
+    held = _holding("nlp", "a1", 100) + _holding("vision", "h1", 200, count=2)
+    result = _run([pending(1, project="vision")], projects, held)
+    assert not result.starts and not result.preemptions
+    assert result.pending[1].message.endswith("; only on A100: project vision holds 2 of its 2 H100 (--limit H100=2)")

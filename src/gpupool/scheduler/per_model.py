@@ -24,6 +24,7 @@ from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import RunningJob, Snapshot
+from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.demand import WorkerDemand
 
 EPS = 1e-9
@@ -91,6 +92,19 @@ class PerModel:
             return demand
         allowed = (here if demand.models is None else demand.models) - blocked.keys()
         return replace(demand, models=frozenset(allowed))
+
+    def narrowed(
+        self, project: str, demand: WorkerDemand, need: float, cluster: ClusterState
+    ) -> tuple[WorkerDemand, str]:
+        """``narrow``, and what ``why`` adds where it narrowed: the limits that left models out."""
+        found = self.narrow(project, demand, need, cluster.models)
+        if found is demand:
+            return demand, ""
+        full = sorted(self._blocked(project, need).items())
+        said = ", ".join(
+            f"{self.held.get((project, m), 0.0):g} of its {cap:g} {m} (--limit {m}={cap:g})" for m, cap in full
+        )
+        return found, f"; only on {'|'.join(sorted(found.models or ())) or 'no model'}: project {project} holds {said}"
 
     def _blocked(self, project: str, need: float) -> dict[str, float]:
         limits = self.limits.get(project)
