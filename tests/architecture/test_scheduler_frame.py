@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         "parts",
         frozenset(
             {"capacity", "cluster", "config", "demand", "explain", "fair_share", "fit", "incremental"}
-            | {"partition", "power", "reserved", "levels"}
+            | {"partition", "power", "reserved", "levels", "per_model"}
             | {"aging", "lending"}
         ),
     ),

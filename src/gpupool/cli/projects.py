@@ -10,6 +10,7 @@ from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print
 from gpupool.cli.render import span
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
+from gpupool.domain.model_quotas import flag, parse_figures
 from gpupool.domain.permissions import ProjectRole
 from gpupool.domain.power import parse_mode
 from gpupool.domain.projects import parse_user_limits
@@ -38,8 +39,13 @@ def projects(url: UrlOpt = "http://127.0.0.1:7070", output: OutputOpt = Output.T
 @project_app.command("set")
 def set_project(
     name: str,
-    quota: Annotated[float, typer.Option(help="GPUs guaranteed to the project")] = 0.0,
-    limit: Annotated[float | None, typer.Option(help="most GPUs it may hold, borrowing included")] = None,
+    quota: Annotated[
+        str, typer.Option(help="GPUs guaranteed to the project: a total (8), per GPU model (H100=8,A100=16), or both")
+    ] = "0",
+    limit: Annotated[
+        str | None,
+        typer.Option(help="most GPUs it may hold, borrowing included: a total, per GPU model (H100=12), or both"),
+    ] = None,
     weight: Annotated[float, typer.Option(help="its part of the GPUs beyond all quotas")] = 1.0,
     idle_timeout: Annotated[
         str | None,
@@ -85,11 +91,14 @@ def set_project(
     timeout_s = None if idle_timeout is None else parse_duration(idle_timeout)
     mode = None if gpu_power is None else parse_mode(gpu_power).text  # refused here, before anything is sent
     per_user_default, per_user = parse_user_limits(user_limit or [])
+    total, quotas = parse_figures("quota", quota)
+    cap, limits = (None, {}) if limit is None else parse_figures("limit", limit)
     with client(url) as c:
         above = None if parent is None else "" if parent.strip().lower() in ("", "none") else parent
-        project = c.set_project(
-            name, quota, limit, weight, timeout_s, everyone, mode, above, per_user_default, per_user, lend_limit
-        )
+        given = sum(quotas.values()) if total is None else total
+        per_model = {"quota_by_model": quotas, "limit_by_model": limits}
+        settings = (per_user_default, per_user, lend_limit, per_model)
+        project = c.set_project(name, given, cap, weight, timeout_s, everyone, mode, above, *settings)
     if output is Output.JSON:
         print_json(project)
         return
@@ -97,11 +106,18 @@ def set_project(
         f"project {name}{_under(project)}: quota {project['quota']:g}{_lends(project)}, limit "
         f"{'none' if project['limit'] is None else format(project['limit'], 'g')}, weight "
         f"{project['weight']:g}, idle timeout {_idle(project)}, GPU power {project.get('gpu_power') or 'max'}, "
-        f"{_user_limits(project)}{'open to everyone' if project['everyone'] else 'members only'}; "
+        f"{_user_limits(project)}{'open to everyone' if project['everyone'] else 'members only'}{_per_model(project)}; "
         f"fair share now {project['fair_share']:g} GPUs"
     )
     if not project["everyone"]:
         console.print(f"add who may submit here with: gpupool project add-member {name} USER")
+
+
+def _per_model(project: dict[str, Any]) -> str:
+    """``, per model quota H100=8, limit H100=12``: the per-GPU-model figures, where set."""
+    quotas, limits = project.get("quota_by_model") or {}, project.get("limit_by_model") or {}
+    said = [f"quota {flag(quotas)}"] * bool(quotas) + [f"limit {flag(limits)}"] * bool(limits)
+    return f", per model {', '.join(said)}" if said else ""
 
 
 @project_app.command("delete")
@@ -185,10 +201,13 @@ def projects_table(listing: list[dict[str, Any]]) -> Listing:
     table = Listing(PROJECT_COLUMNS)
     for depth, p in _depth_first(listing):
         limit = "-" if p["limit"] is None else f"{p['limit']:g}"
+        if p.get("limit_by_model"):  # per GPU model (issue 34 item 2), beside the total
+            limit += f" ({flag(p['limit_by_model'])})"
+        quota = f"{p['quota']:g}" + (f" ({flag(p['quota_by_model'])})" if p.get("quota_by_model") else "")
         pending = f"{p['pending']:g} ({p['pending_jobs']})" if p["pending_jobs"] else "-"
         table.add_row(
             "  " * depth + p["name"],
-            f"{p['quota']:g}{_lends(p, short=True)}",
+            f"{quota}{_lends(p, short=True)}",
             limit,
             f"{p['weight']:g}",
             f"{p['fair_share']:.1f}",

@@ -29,11 +29,12 @@ class ProjectCalls:
         user_limit: float | None = None,
         user_limits: dict[str, float | None] | None = None,
         lend_limit: float | None = None,
+        per_model: dict[str, dict[str, float]] | None = None,
     ) -> dict[str, Any]:
         """``everyone``, ``parent`` ("" for none): ``None`` leaves them as they were. ``gpu_power``: jobs' default."""
         body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        given = {"everyone": everyone, "gpu_power": gpu_power, "parent": parent, "user_limit": user_limit}
-        given |= {"lend_limit": lend_limit}
+        given: dict[str, Any] = {"everyone": everyone, "gpu_power": gpu_power, "parent": parent, "user_limit": user_limit}
+        given |= {"lend_limit": lend_limit, **(per_model or {})}
         body |= {k: v for k, v in (given | {"user_limits": user_limits}).items() if v is not None and v != {}}
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 

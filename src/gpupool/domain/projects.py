@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpupool.domain import model_quotas
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.power import parse_mode
 
@@ -40,6 +41,10 @@ class Project:
     # At most this many GPUs of its unused quota are lent to others (issue 34, Kueue's lendingLimit);
     # the rest stays idle for it. None: it lends all, as before.
     lend_limit: float | None = None
+    # GPUs of one model guaranteed, and the most of one model it may hold (issue 34 item 2,
+    # domain/model_quotas.py); empty: totals only, as before. Left out of the hash: a mapping.
+    quota_by_model: Mapping[str, float] = field(default_factory=dict, hash=False)
+    limit_by_model: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @classmethod
     def create(
@@ -54,6 +59,8 @@ class Project:
         user_limit: float | None = None,
         user_limits: Mapping[str, float | None] | None = None,
         lend_limit: float | None = None,
+        quota_by_model: Mapping[str, float] | None = None,
+        limit_by_model: Mapping[str, float] | None = None,
     ) -> Project:
         if not NAME_RE.match(name):
             raise InvalidInput(f"invalid project name {name!r}: letters, digits, '.', '_' and '-', at most 63")
@@ -77,6 +84,8 @@ class Project:
             raise InvalidInput(f"invalid parent name {parent!r}: letters, digits, '.', '_' and '-', at most 63")
         if parent == name:
             raise InvalidInput(f"project {name} cannot be its own parent")
+        quotas, limits = dict(quota_by_model or {}), dict(limit_by_model or {})
+        model_quotas.check(quota, limit, quotas, limits)
         return cls(
             name,
             float(quota),
@@ -87,6 +96,8 @@ class Project:
             parent,
             *_user_limits(name, limit, user_limit, user_limits or {}),
             None if lend_limit is None else float(lend_limit),
+            {m: float(v) for m, v in sorted(quotas.items())},
+            {m: float(v) for m, v in sorted(limits.items())},
         )
 
     @property

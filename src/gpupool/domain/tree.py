@@ -64,6 +64,13 @@ def validate(changed: Project, configured: Iterable[Project]) -> None:
                 f"{unit} has quota {quota:g}; its children's quotas would sum to {total:g}"
                 f" ({', '.join(f'{c.name} {c.quota:g}' for c in kids)})"
             )
+        for model, own in projects[unit].quota_by_model.items():  # issue 34 item 2: per model too
+            given = [(c.name, c.quota_by_model[model]) for c in kids if model in c.quota_by_model]
+            if sum(v for _, v in given) > own + EPS:
+                raise InvalidInput(
+                    f"{unit} has quota {model}={own:g}; its children's {model} quotas would sum to"
+                    f" {sum(v for _, v in given):g} ({', '.join(f'{n} {v:g}' for n, v in given)})"
+                )
 
 
 def _upto(start: str, stop: str, parents: Mapping[str, str | None]) -> list[str]:

@@ -89,9 +89,13 @@ def _explain(session: Session) -> dict[int, Reason]:
     reasons: dict[int, Reason] = {}
     given, demands = session.reasons, session.memory.demands  # (a pass over every waiting job)
     for job in session.queue:
-        reason = given.get(job.id)  # a policy reason (quota, limit) given by an action
+        reason, note = given.get(job.id), ""  # a policy reason (quota, limit) given by an action
         if reason is None:
             demand = demands.get(job.id) or session.demand(job)
+            if session.per_model is not None:  # placed only on models its per-model limits leave
+                demand, note = session.per_model.narrowed(
+                    job.spec.project, demand, job.spec.total_gpus, session.cluster
+                )
             members = session.nodes_of(job.spec.project)
             shape = (demand, job.spec.workers, None if members is None else job.spec.project)
             reason = by_shape.get(shape)
@@ -100,7 +104,7 @@ def _explain(session: Session) -> dict[int, Reason]:
                 reason = by_shape[shape] = explain_partition(job, session.cluster, demand, members, owned)
             elif reason is None:
                 reason = by_shape[shape] = explain(job, session.cluster, demand, known)
-        reasons[job.id] = reason
+        reasons[job.id] = Reason(reason.code, reason.message + note) if note else reason
     hooks = session.hooks
     notes = behind_lighter_users(session, session.queue, hooks.user_order, hooks.job_order)
     max_wait_s, now = session.config.max_wait_s, session.snapshot.now

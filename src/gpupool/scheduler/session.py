@@ -25,6 +25,7 @@ from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
 from gpupool.scheduler.incremental import CycleMemory
 from gpupool.scheduler.lending import Lending
 from gpupool.scheduler.levels import Levels
+from gpupool.scheduler.per_model import PerModel
 from gpupool.scheduler.power import PowerGate
 from gpupool.scheduler.reserved import Reservation
 
@@ -71,6 +72,7 @@ class Session:
     power: PowerGate | None = None  # the power budgets, where one is in force (``scheduler/power.py``)
     levels: Levels | None = None  # the tree of projects, where any has a parent (``scheduler/levels.py``)
     lending: Lending | None = None  # capacity never lent, where any project has a lend limit (``lending``)
+    per_model: PerModel | None = None  # per-GPU-model quotas and limits, where any is set (``scheduler/per_model.py``)
 
     @classmethod
     def open(
@@ -111,6 +113,7 @@ class Session:
         session.power = PowerGate.open(snapshot)
         session.levels = Levels.of(projects)
         session.lending = Lending.of(projects, cluster.capacity)
+        session.per_model = PerModel.of(projects.values(), snapshot)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -191,6 +194,8 @@ class Session:
         A shape (demand and gang size) that failed is not tried again until resources come back
         (the cluster's generation moves), which makes a long queue of similar jobs cheap."""
         demand = self.demand(job)
+        if self.per_model is not None:  # only the models its project may still take (issue 34 item 2)
+            demand = self.per_model.narrow(job.spec.project, demand, job.spec.total_gpus, self.cluster.models)
         only = self.nodes_of(job.spec.project)
         shape = _shape(demand, job.spec.workers, bool(self.reserved_gpus), None if only is None else job.spec.project)
         if self._failed.get(shape) == self.cluster.generation:
@@ -346,6 +351,8 @@ class Session:
         self.starts.append(StartJob(job.id, placements, cap))
         self.started_jobs[job.id] = job
         self.allocated[job.spec.project] += job.spec.total_gpus
+        if self.per_model is not None:
+            self.per_model.add(job.spec.project, placements)
         mine = (job.spec.project, job.owner)
         self.user_started[mine] = self.user_started.get(mine, 0.0) + job.spec.total_gpus
         if job.spec.quota_bound:

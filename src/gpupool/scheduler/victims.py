@@ -72,6 +72,8 @@ def stop_for(
     victims are chosen."""
     for victim in victims:
         session.allocated[victim.spec.project] -= victim.spec.total_gpus
+        if session.per_model is not None:
+            session.per_model.release(victim)
         session.preemptions.append(Preempt(victim.id, why(victim), for_job=job.id))
     session.allocated[job.spec.project] = session.allocated.get(job.spec.project, 0.0) + job.spec.total_gpus
     mine = (job.spec.project, job.owner)

@@ -229,6 +229,9 @@ class ProjectRow(Base):
     user_limits: Mapped[dict[str, float | None] | None] = mapped_column(JSON, nullable=True)
     # At most this many GPUs of its unused quota are lent (0027, issue 34); null: all, as before.
     lend_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Per-GPU-model quota and limit, model -> GPUs (0028, issue 34 item 2); null: totals only.
+    quota_by_model: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    limit_by_model: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
 
 
 class ProjectMemberRow(Base):

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import Conflict, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
+from gpupool.domain.model_quotas import flag
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
 from gpupool.domain.records import LIVE_WORKER_STATES
 from gpupool.domain.tree import validate
@@ -23,7 +24,8 @@ from gpupool.store.transitions import add_event
 def _project(row: ProjectRow) -> Project:
     per_user = tuple(sorted((row.user_limits or {}).items()))
     settings = (row.quota, row.limit, row.weight, row.idle_timeout_s, row.gpu_power, row.parent)
-    return Project(row.name, *settings, row.user_limit, per_user, lend_limit=row.lend_limit)
+    per_model = dict(row.quota_by_model or {}), dict(row.limit_by_model or {})
+    return Project(row.name, *settings, row.user_limit, per_user, row.lend_limit, *per_model)
 
 
 def list_projects(session: Session) -> list[Project]:
@@ -63,6 +65,8 @@ def set_project(
     row.parent = project.parent
     row.user_limit, row.user_limits = project.user_limit, dict(project.user_limits) or None
     row.lend_limit = project.lend_limit
+    row.quota_by_model = dict(project.quota_by_model) or None
+    row.limit_by_model = dict(project.limit_by_model) or None
     add_event(
         session,
         now,
@@ -74,7 +78,9 @@ def set_project(
         f"{'user limits ' + project.describe_user_limits() + ', ' if project.has_user_limits else ''}"
         f"{'open to everyone' if row.everyone else 'members only'}"
         + ("" if project.parent is None else f", under {project.parent}")
-        + ("" if project.lend_limit is None else f", lends at most {project.lend_limit:g}"),
+        + ("" if project.lend_limit is None else f", lends at most {project.lend_limit:g}")
+        + (f", per model quota {flag(project.quota_by_model)}" if project.quota_by_model else "")
+        + (f", per model limit {flag(project.limit_by_model)}" if project.limit_by_model else ""),
     )
     return project
 

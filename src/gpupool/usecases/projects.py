@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpupool.domain.errors import InvalidInput
+from gpupool.domain.model_quotas import unknown_models
 from gpupool.domain.permissions import Member, ProjectRole
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.tree import ancestors
@@ -86,10 +88,21 @@ def set_project(
     only, but ``default``: everyone). ``keep_parent``: its parent stays as it was."""
     require_admin(who, "set projects")
     with ctx.db.tx() as s:
+        _refuse_unknown_models(s, project)
         project_repo.set_project(s, project, ctx.clock.now(), everyone, keep_parent)
         ctx.grants.forget()
     ctx.wake_controller()
     return next(v for v in listing(ctx) if v.project.name == project.name)
+
+
+def _refuse_unknown_models(session: Tx, project: Project) -> None:
+    """A per-model quota or limit must name a model some node has (issue 34 item 2)."""
+    named = project.quota_by_model.keys() | project.limit_by_model.keys()
+    if not named:
+        return
+    here = (g.model for n in node_repo.load_nodes(session) for g in n.gpus)
+    if refusal := unknown_models(named, here):
+        raise InvalidInput(refusal, code="gpu_model")
 
 
 def delete_project(ctx: HeadContext, name: str, who: Principal) -> None:

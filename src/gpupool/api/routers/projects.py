@@ -30,7 +30,7 @@ def show(name: str, ctx: Ctx, who: Caller) -> ProjectOut:
 def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOut:
     project = Project.create(
         name,
-        quota=body.quota,
+        quota=sum(body.quota_by_model.values()) if body.quota is None else body.quota,
         limit=body.limit,
         weight=body.weight,
         idle_timeout_s=body.idle_timeout_s,
@@ -39,6 +39,8 @@ def set_project(name: str, body: ProjectSet, ctx: Ctx, who: Caller) -> ProjectOu
         user_limit=body.user_limit,
         user_limits=body.user_limits,
         lend_limit=body.lend_limit,
+        quota_by_model=body.quota_by_model,
+        limit_by_model=body.limit_by_model,
     )
     keep_parent = body.parent is None  # null: as it was; "": a child of the root
     return ProjectOut.of(project_service.set_project(ctx, project, who, body.everyone, keep_parent))

@@ -14,8 +14,14 @@ from gpupool.usecases.projects import ProjectView
 class ProjectSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    quota: float = Field(0.0, description="GPUs guaranteed to the project")
+    quota: float | None = Field(
+        None, description="GPUs guaranteed to the project; null: the sum of quota_by_model (0 without it)"
+    )
     limit: float | None = Field(None, description="most GPUs it may hold, borrowing included; null for no limit")
+    quota_by_model: dict[str, float] = Field(
+        default_factory=dict, description="GPUs of each model guaranteed (model as --gpu-model names it)"
+    )
+    limit_by_model: dict[str, float] = Field(default_factory=dict, description="most GPUs of each model it may hold")
     weight: float = Field(1.0, description="its part of the GPUs beyond all quotas")
     idle_timeout_s: float | None = Field(
         None,
@@ -98,6 +104,8 @@ class ProjectOut(BaseModel):
         default_factory=dict, description="per-user figures over user_limit; null: no limit for that user"
     )
     lend_limit: float | None = Field(None, description="most GPUs of its unused quota lent to others; null: all")
+    quota_by_model: dict[str, float] = Field(default_factory=dict, description="GPUs of each model guaranteed")
+    limit_by_model: dict[str, float] = Field(default_factory=dict, description="most GPUs of each model it may hold")
     allocated: float
     pending: float
     pending_jobs: int
@@ -124,6 +132,8 @@ class ProjectOut(BaseModel):
             user_limit=p.user_limit,
             user_limits=dict(p.user_limits),
             lend_limit=p.lend_limit,
+            quota_by_model=dict(p.quota_by_model),
+            limit_by_model=dict(p.limit_by_model),
             allocated=v.allocated,
             pending=v.pending,
             pending_jobs=v.pending_jobs,

@@ -37,7 +37,13 @@ def run(session: Session) -> None:
             continue
         if already_failed(session, job, "reclaim") and not min_run_s:
             continue  # (with a minimum run, the job may still be told when young borrowers can go)
-        candidates, grown, keeps_quota = _candidates(session, job, candidates_of)
+        owed = None
+        if session.per_model is not None:  # issue 34 item 2: only GPUs of a model it is owed
+            models, need = session.demand(job).models, job.spec.total_gpus
+            owed = session.per_model.owed(project.name, models, need, session.cluster.models)
+            if owed is not None and not owed:
+                continue
+        candidates, grown, keeps_quota = _candidates(session, job, candidates_of, owed)
         victims = choose_victims(session, job, grown, keeps_quota, purpose="reclaim")
         if victims is None:
             if len(grown) < len(candidates):
@@ -58,28 +64,41 @@ def run(session: Session) -> None:
 
 
 def _candidates(
-    session: Session, job: PendingJob, known_by: dict[object, tuple[list[RunningJob], list[RunningJob]]]
+    session: Session,
+    job: PendingJob,
+    known_by: dict[object, tuple[list[RunningJob], list[RunningJob]]],
+    owed: frozenset[str] | None = None,
 ) -> tuple[list[RunningJob], list[RunningJob], Allowed]:
     """The borrowers' running jobs ``job`` may take back (and those that ran the minimum), and
     the rule that keeps each lender at its quota; remembered in ``known_by`` per project (per
-    project and size in a tree, where the level owed depends on the size)."""
+    project and size in a tree, where the level owed depends on the size). With per-model
+    figures (``session.per_model``), ``owed``: the models whose GPUs it may take (None: any)."""
     name, levels, min_run_s = job.spec.project, session.levels, session.config.reclaim_min_run_s
-    key: object = name
+    per_model = session.per_model
+    key: object = name if per_model is None else (name, owed)
     scope: str | None = None
     borrowing: set[str] = set()
     if levels is not None:
         borrowing, scope = levels.lenders(name, job.spec.total_gpus, session.allocated)
-        key = (name, job.spec.total_gpus)
+        key = (name, job.spec.total_gpus, owed)
     known = known_by.get(key)
     if known is None:
         if levels is None:
             borrowing = {other for other in session.allocated if other != name and _borrowing(session, other)}
         every = [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
+        if per_model is not None and owed is not None:
+            every = [r for r in every if per_model.holds_any(r, owed)]
         grown = [r for r in every if _ran_enough(session, r)] if min_run_s else every
         known = known_by[key] = (every, grown)
 
     def keeps_quota(chosen: list[RunningJob], victim: RunningJob) -> bool:
         lender = victim.spec.project
+        if per_model is not None and not per_model.keeps(
+            lender, [*(r for r in chosen if r.spec.project == lender), victim]
+        ):
+            return False
+        if per_model is not None and levels is None and lender in per_model.quotas:
+            return True  # its per-model quotas are its guarantee (checked above), not the total
         if levels is not None:
             taken: dict[str, float] = {lender: victim.spec.total_gpus}
             for r in chosen:
@@ -129,4 +148,6 @@ def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJ
 
 
 def _borrowing(session: Session, name: str) -> bool:
+    if session.per_model is not None:  # beyond its total, or beyond any of its per-model quotas
+        return session.per_model.borrowing(name, session.allocated.get(name, 0.0))
     return session.allocated.get(name, 0.0) > session.project(name).quota + 1e-9

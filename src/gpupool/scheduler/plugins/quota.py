@@ -30,6 +30,10 @@ def borrow(session: Session, job: PendingJob) -> Reason | None:
         return above  # a unit above it at its limit (issue 34)
     if session.lending is not None and (kept := session.lending.refusal(project.name, need, session.allocated)):
         return kept  # idle GPUs another project or unit does not lend (issue 34)
+    if session.per_model is not None:  # every model it could land on at the project's limit for it
+        models = session.demand(job).models
+        if by_model := session.per_model.limit_refusal(project.name, models, need, session.cluster.models):
+            return by_model
     bound = session.bound.get(project.name, 0.0)
     if job.spec.quota_bound and bound + need > project.quota + 1e-9:
         return Reason(
