@@ -33,9 +33,9 @@ class ProjectCalls:
     ) -> dict[str, Any]:
         """``everyone``, ``parent`` ("" for none): ``None`` leaves them as they were. ``gpu_power``: jobs' default."""
         body: dict[str, Any] = {"quota": quota, "limit": limit, "weight": weight, "idle_timeout_s": idle_timeout_s}
-        given: dict[str, Any] = {"everyone": everyone, "gpu_power": gpu_power, "parent": parent, "user_limit": user_limit}
-        given |= {"lend_limit": lend_limit, **(per_model or {})}
-        body |= {k: v for k, v in (given | {"user_limits": user_limits}).items() if v is not None and v != {}}
+        given: dict[str, Any] = {"everyone": everyone, "gpu_power": gpu_power, "parent": parent}
+        given |= {"user_limit": user_limit, "user_limits": user_limits, "lend_limit": lend_limit, **(per_model or {})}
+        body |= {k: v for k, v in given.items() if v is not None and v != {}}  # only what is given: older heads take it
         return dict(self._call("PUT", f"/api/v1/projects/{name}", json=body))
 
     def members(self, project: str) -> list[dict[str, Any]]:
