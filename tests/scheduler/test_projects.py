@@ -8,6 +8,7 @@ from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.scheduler import schedule
+from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.fair_share import fair_shares
 from tests.support.builders import node, pending, running, snapshot
 
@@ -87,3 +88,17 @@ def test_between_equal_projects_starts_alternate() -> None:
     result = schedule(snapshot([node("n1", 4)], queue, projects=projects))
     started = sorted(s.job_id for s in result.starts)
     assert started == [1, 2, 4, 5]
+
+
+def test_backfill_keeps_a_projects_limit_for_jobs_allocate_let_through_before() -> None:
+    """Two jobs of a project limited to one GPU both pass its limit while they wait behind the
+    reserved job (the project holds none yet); backfill starts the first, and the second waits
+    with reason limit, not past the project's --limit."""
+    fifo = SchedulerConfig(job_order="priority_fifo", user_order="none")
+    other = running(10, ("n1", (0, 1, 2, 3)), project="vision", owner="ops", max_runtime_s=3600)
+    queue = [pending(1, gpus=4, workers=2, project="vision", owner="ops")]
+    queue += [pending(i, gpus=1, project="lab", owner="ann", max_runtime_s=60) for i in (2, 3)]
+    projects = [Project.create("vision", quota=8), Project.create("lab", quota=0, limit=1)]
+    result = schedule(snapshot([node("n1"), node("n2")], queue, [other], projects), fifo)
+    assert [s.job_id for s in result.starts] == [2]
+    assert result.pending[3].code is ReasonCode.LIMIT, result.pending[3]
