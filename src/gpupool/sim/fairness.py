@@ -35,20 +35,22 @@ def per_project(result: SimResult) -> dict[str, dict[str, Any]]:
         by_project.setdefault(run.trace.spec.project, []).append(run)
     rows: dict[str, dict[str, Any]] = {}
     for name in sorted(by_project):
-        runs = by_project[name]
-        waits = sorted(r.first_start - r.trace.submit_time for r in runs if r.first_start is not None)
-        slowdowns = [slowdown(r) for r in runs]
-        done = [s for s in slowdowns if s is not None]
-        rows[name] = {
-            "jobs": len(runs),
-            "started": len(waits),
-            "completed": sum(1 for r in runs if r.finish is not None),
-            "avg_queue_s": _mean(waits) if waits else None,
-            "p95_queue_s": _pct(waits, 95) if waits else None,
-            "avg_slowdown": _mean(done) if done else None,
-            "entitled": _entitled(result, name),
-        }
+        rows[name] = {**_figures(by_project[name]), "entitled": _entitled(result, name)}
     return rows
+
+
+def _figures(runs: list[JobRun]) -> dict[str, Any]:
+    """jobs, started, completed, avg_queue_s, p95_queue_s, avg_slowdown of these runs."""
+    waits = sorted(r.first_start - r.trace.submit_time for r in runs if r.first_start is not None)
+    done = [s for s in (slowdown(r) for r in runs) if s is not None]
+    return {
+        "jobs": len(runs),
+        "started": len(waits),
+        "completed": sum(1 for r in runs if r.finish is not None),
+        "avg_queue_s": _mean(waits) if waits else None,
+        "p95_queue_s": _pct(waits, 95) if waits else None,
+        "avg_slowdown": _mean(done) if done else None,
+    }
 
 
 def per_unit(result: SimResult) -> dict[str, dict[str, Any]]:
@@ -67,19 +69,7 @@ def per_unit(result: SimResult) -> dict[str, dict[str, Any]]:
             projects.setdefault(unit, set()).add(run.trace.spec.project)
     rows: dict[str, dict[str, Any]] = {}
     for name in sorted(below):
-        runs = below[name]
-        waits = sorted(r.first_start - r.trace.submit_time for r in runs if r.first_start is not None)
-        done = [s for s in (slowdown(r) for r in runs) if s is not None]
-        rows[name] = {
-            "parent": parents.get(name),
-            "projects": len(projects[name]),
-            "jobs": len(runs),
-            "started": len(waits),
-            "completed": sum(1 for r in runs if r.finish is not None),
-            "avg_queue_s": _mean(waits) if waits else None,
-            "p95_queue_s": _pct(waits, 95) if waits else None,
-            "avg_slowdown": _mean(done) if done else None,
-        }
+        rows[name] = {"parent": parents.get(name), "projects": len(projects[name]), **_figures(below[name])}
     return rows
 
 
