@@ -14,6 +14,27 @@ from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.session import Session
 
 
+def victims_for(
+    session: Session,
+    job: PendingJob,
+    candidates: Iterable[RunningJob],
+    allowed: Callable[[list[RunningJob], RunningJob], bool],
+    *,
+    purpose: str,
+) -> list[RunningJob] | None:
+    """``choose_victims``, with the GPUs kept for ``job`` (the reservation, when it is its own)
+    counted as its own: they are idle, and free for it once the victims stop."""
+    reservation = session.reservation
+    mine = reservation is not None and reservation.job_id == job.id
+    if mine:
+        session.release_reserved()
+    try:
+        return choose_victims(session, job, candidates, allowed, purpose=purpose)
+    finally:
+        if mine and reservation is not None:
+            session.keep_reserved(reservation)
+
+
 def choose_victims(
     session: Session,
     job: PendingJob,

@@ -23,7 +23,7 @@ from gpupool.scheduler import user_limit
 from gpupool.scheduler.displace_index import DisplaceIndex
 from gpupool.scheduler.fair_share import rank_holding
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import already_failed, choose_victims, saying, stop_for
+from gpupool.scheduler.victims import already_failed, saying, stop_for, victims_for
 
 TRIES = 64
 _PROMISED = (ReasonCode.RECLAIM, ReasonCode.PREEMPTING)
@@ -69,15 +69,7 @@ def run(session: Session) -> None:
 def _victims(
     session: Session, job: PendingJob, candidates: Iterable[RunningJob], purpose: str
 ) -> list[RunningJob] | None:
-    reservation = session.reservation
-    mine = reservation is not None and reservation.job_id == job.id
-    if mine:  # the GPUs kept for it count as its own
-        session.release_reserved()
-    try:
-        return choose_victims(session, job, candidates, _fair(session, job), purpose=purpose)
-    finally:
-        if mine and reservation is not None:
-            session.keep_reserved(reservation)
+    return victims_for(session, job, candidates, _fair(session, job), purpose=purpose)
 
 
 def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], RunningJob], bool]:

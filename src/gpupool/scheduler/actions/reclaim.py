@@ -18,7 +18,7 @@ from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import user_limit
 from gpupool.scheduler.actions import fair_reclaim
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import already_failed, choose_victims, stop_for
+from gpupool.scheduler.victims import already_failed, stop_for, victims_for
 
 Allowed = Callable[[list[RunningJob], RunningJob], bool]
 
@@ -44,7 +44,7 @@ def run(session: Session) -> None:
             if owed is not None and not owed:
                 continue
         candidates, grown, keeps_quota = _candidates(session, job, candidates_of, owed)
-        victims = choose_victims(session, job, grown, keeps_quota, purpose="reclaim")
+        victims = victims_for(session, job, grown, keeps_quota, purpose="reclaim")  # its reservation its own
         if victims is None:
             if len(grown) < len(candidates):
                 _wait_for_young(session, job, candidates, keeps_quota)
@@ -129,7 +129,7 @@ def _ran_enough(session: Session, job: RunningJob) -> bool:
 def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJob], keeps_quota: Allowed) -> None:
     """The borrowers' jobs that would make room have not run the minimum yet: none is stopped, but
     their GPUs are promised to ``job`` (no later job counts on them) and its reason says when."""
-    victims = choose_victims(session, job, candidates, keeps_quota, purpose="reclaim-later")
+    victims = victims_for(session, job, candidates, keeps_quota, purpose="reclaim-later")
     if not victims:
         return
     min_run_s, now = session.config.reclaim_min_run_s, session.snapshot.now
