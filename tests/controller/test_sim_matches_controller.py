@@ -25,12 +25,16 @@ accrual is off), and schedules at every event (every controller tick is a full c
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
+from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.projects import Project
+from gpupool.scheduler import schedule
 from gpupool.scheduler.config import LasConfig
 from gpupool.scheduler.policies import preset
+from gpupool.sim import engine
 from gpupool.sim.cluster import uniform
 from gpupool.store.db import Database
 from tests.support.parity import Scenario, job, replay_on_controller, simulate_recording
@@ -135,3 +139,35 @@ def test_attained_service_and_displacing_alike_on_the_controller_and_the_simulat
     calls = replay_on_controller(monkeypatch, db, DISPLACED)
     assert sum(len(c.result.preemptions) for c in calls) >= 1
     assert any(p.attained > 0 for c in calls for p in c.snapshot.pending)
+
+
+# A 2-level tree (issue 34): unit lab (quota 2, limit 2) over a and b (quota 1 each), c beside it.
+# a borrows b's idle quota inside lab, so when a3 arrives lab is at its limit of 2 and a3 waits
+# with 2 GPUs free, held back by the unit, not by a; c1 beside lab starts on one of them.
+TREE = Scenario(
+    trace=[
+        job("a1", 0, 100, "a", gpus=1),
+        job("a2", 0, 100, "a", gpus=1),
+        job("a3", 5, 50, "a", gpus=1),
+        job("c1", 10, 30, "c", gpus=1),
+        job("b1", 20, 40, "b", gpus=1),
+    ],
+    projects=[
+        Project.create("a", 1, parent="lab"),
+        Project.create("b", 1, parent="lab"),
+        Project.create("c", 2),
+        Project.create("lab", 2, limit=2),
+    ],
+    nodes=uniform(1, 4),
+)
+
+
+def test_a_tree_of_projects_holds_and_reclaims_alike_on_the_controller_and_the_simulator(
+    monkeypatch: pytest.MonkeyPatch, db: Database
+) -> None:
+    calls = replay_on_controller(monkeypatch, db, TREE)
+    (arrived,) = [c for c in calls if c.snapshot.now == engine.EPOCH + timedelta(seconds=5)]
+    held = schedule(arrived.snapshot, TREE.config).pending[3]  # (the simulator skips the reasons)
+    assert (held.code, "unit lab is at its limit of 2" in held.message) == (ReasonCode.LIMIT, True), held
+    assert sum(len(n.gpus) for n in TREE.nodes) - len(arrived.snapshot.running) == 2  # 2 GPUs free all the same
+    assert {s.job_id for c in calls for s in c.result.starts} == {1, 2, 3, 4, 5}

@@ -113,7 +113,7 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
     ctx = HeadContext(db, clock, executor, controller.wake)
     with db.tx() as s:  # what Controller.start() does before its thread runs the ticks
         node_repo.register_nodes(s, executor.nodes(), clock.now())
-    for project in scenario.projects:  # open to everyone: who may submit is not what this compares
+    for project in parents_first(scenario.projects):  # open to everyone: who may submit is not compared
         project_service.set_project(ctx, project, ADMIN, everyone=True)
 
     submitted = 0
@@ -151,6 +151,21 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
         previous = sim
     assert len(live_calls) == len(sim_calls)
     return sim_calls
+
+
+def parents_first(projects: list[Project]) -> list[Project]:
+    """A tree's units before the projects below them, as ``gpupool project set --parent`` needs
+    (the unit must exist); a flat list keeps its order."""
+    depth: dict[str, int] = {}
+    parent = {p.name: p.parent for p in projects}
+
+    def level(name: str) -> int:
+        if name not in depth:
+            above = parent.get(name)
+            depth[name] = 0 if above is None else level(above) + 1
+        return depth[name]
+
+    return sorted(projects, key=lambda p: level(p.name))
 
 
 def ids(call: Call) -> str:

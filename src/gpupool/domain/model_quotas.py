@@ -17,11 +17,12 @@ from gpupool.domain.errors import InvalidInput
 MAX_FIGURE = 1_000_000  # projects.MAX_GPUS: that module imports this one
 
 
-def parse_figures(label: str, text: str) -> tuple[float | None, dict[str, float]]:
-    """``"8"`` -> (8, {}); ``"H100=8,A100=16"`` -> (None, {...}); ``"24,H100=8"`` -> (24, {H100: 8})."""
+def parse_figures(label: str, text: str, sep: str = ",") -> tuple[float | None, dict[str, float]]:
+    """``"8"`` -> (8, {}); ``"H100=8,A100=16"`` -> (None, {...}); ``"24,H100=8"`` -> (24, {H100: 8}).
+    ``sep``: the simulator's projects file writes ``H100=8;A100=16``, since a comma would end its CSV cell."""
     total: float | None = None
     by_model: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",")):
+    for part in (p.strip() for p in text.split(sep)):
         if not part:
             continue
         model, sep, value = part.rpartition("=")

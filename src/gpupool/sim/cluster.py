@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gpupool.domain import tree
 from gpupool.domain.errors import GpupoolError, InvalidInput
+from gpupool.domain.model_quotas import parse_figures
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
 from gpupool.sim.trace import read_rows
@@ -58,13 +59,19 @@ def load_cluster(path: Path) -> list[Node]:
     return nodes
 
 
+PROJECT_COLUMNS = "name,quota[,limit,weight,user_limit,parent,quota_by_model,limit_by_model,lend_limit]"
+
+
 def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
-    """``name,quota[,limit,weight,user_limit,parent]``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``):
-    each VC becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole
-    nodes of quota. ``parent`` (issue 34) puts a project under a unit, a row of the same file, so
+    """``PROJECT_COLUMNS``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``): each VC
+    becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole nodes of quota.
+    ``parent`` (issue 34) puts a project under a unit, a row of the same file, so
     that a trace can be replayed under an organisation before it is set up; the tree is checked
     as ``gpupool project set --parent`` checks it (no cycle, no missing unit, children's quotas
-    within their unit's)."""
+    within their unit's). ``quota_by_model``/``limit_by_model`` hold ``--quota``'s MODEL=N pairs
+    with semicolons (``H100=8;A100=16``: a comma would end the cell), ``lend_limit`` is
+    ``--lend-limit``'s; all checked by ``Project.create`` as ``gpupool project set`` checks them.
+    A blank ``quota`` with per-model quotas is their sum, as ``--quota H100=8,A100=16`` is."""
     rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
@@ -77,26 +84,40 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
                 )
                 continue
             limit, per_user = row.get("limit") or None, row.get("user_limit") or None  # (user_limit: issue 34)
+            lends, quotas = row.get("lend_limit") or None, _per_model(row, "quota_by_model")
             projects.append(
                 Project.create(
                     row["name"],
-                    float(row["quota"]),
+                    sum(quotas.values()) if quotas and not (row["quota"] or "").strip() else float(row["quota"]),
                     float(limit) if limit else None,
                     float(row.get("weight") or 1.0),
                     user_limit=float(per_user) if per_user else None,
                     parent=row.get("parent") or None,
+                    lend_limit=float(lends) if lends else None,
+                    quota_by_model=quotas,
+                    limit_by_model=_per_model(row, "limit_by_model"),
                 )
             )
-        except (KeyError, ValueError, GpupoolError) as exc:
-            raise InvalidInput(
-                f"{path}:{line}: not a project row ({exc}); use name,quota[,limit,weight,user_limit,parent]"
-            ) from None
+        except (KeyError, ValueError, TypeError, GpupoolError) as exc:
+            said = str(exc).removeprefix("--")  # parse_figures names the CLI option; here it is a column
+            raise InvalidInput(f"{path}:{line}: not a project row ({said}); use {PROJECT_COLUMNS}") from None
     for project in projects:
         try:
             tree.validate(project, projects)
         except GpupoolError as exc:
             raise InvalidInput(f"{path}: {exc}") from None
     return projects
+
+
+def _per_model(row: dict[str, str], column: str) -> dict[str, float]:
+    """A ``quota_by_model``/``limit_by_model`` cell: ``H100=8;A100=16``, pairs only (the total has its own column)."""
+    cell = (row.get(column) or "").strip()
+    if not cell:
+        return {}
+    total, figures = parse_figures(column, cell, sep=";")
+    if total is not None:
+        raise InvalidInput(f"{column} {cell!r}: MODEL=N pairs only, as H100=8;A100=16 (a total goes in its own column)")
+    return figures
 
 
 def check_leaves(projects: Iterable[Project], job_projects: Iterable[str]) -> None:
