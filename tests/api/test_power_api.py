@@ -112,8 +112,7 @@ def test_a_projects_default_mode_round_trips_and_a_bad_one_is_a_400(api: Api, db
 
 def test_a_limit_no_gpu_here_allows_is_refused_at_submit_naming_the_range(api: Api, db: Database) -> None:
     with db.read() as s:
-        if node_repo.load_nodes(s)[0].gpus[0].power_min_w is None:
-            pytest.skip("the gpus table keeps no power range yet (the node side's migration adds it)")
+        assert node_repo.load_nodes(s)[0].gpus[0].power_min_w == 200  # the range the nodes reported is kept
     body = {"command": ["x"], "gpus": 1, "gpu_power": "150W"}
     refused = api.client.post("/api/v1/jobs", json=body, headers=api.admin)
     assert refused.status_code == 400, refused.text
