@@ -136,7 +136,7 @@ def claims(draw: st.DrawFn) -> tuple[Tree, str, int]:
     filler = draw(st.sampled_from(free))
     held = dict(tree.held)
     held[filler] += draw(st.integers(0, GPUS - sum(held.values())))  # the idle GPUs left: any number
-    # Nor does it hold where the claimant's unit is at its limit (the second xfail below).
+    # Nor does it hold where the claimant's unit is at its limit (the xfail below).
     unit = tree.projects[leaf].parent
     if unit is not None and tree.projects[unit].limit is not None:
         assume(tree.level_of({k: float(v) for k, v in held.items()}, unit) + need <= tree.projects[unit].limit)

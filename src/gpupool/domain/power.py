@@ -135,16 +135,11 @@ def default_curve(model: str, default_w: int) -> PowerCurve:
     return PowerCurve(model, tuple(points), calibrated=False)
 
 
-# A family's default limit (W) where the GPU does not say (simulated GPUs, no permission): the
-# first name found in the model wins; the minimum is taken as 2/7 of it (the H100's 200 of 700 W).
-_FAMILY_DEFAULT_W = (("H200", 700), ("H100", 700), ("A100", 400), ("V100", 300))
-_OTHER_DEFAULT_W = 300
-
-
 def family_range(model: str) -> PowerRange:
-    """The power range assumed for a model whose GPU reported none, by its family's name."""
-    default_w = next((w for name, w in _FAMILY_DEFAULT_W if name in model.upper()), _OTHER_DEFAULT_W)
-    return PowerRange(round(default_w * 2 / 7), default_w, default_w)
+    """The power range assumed for a model whose GPU reported none (and a simulated GPU's), by its
+    family's name: from its lowest limit to its default, which is also its highest."""
+    _, default_w, _, low_w = _family(model)
+    return PowerRange(low_w, default_w, default_w)
 
 
 def check_cluster_watts(text: str | None, gpus: Iterable[GpuInfo]) -> None:
@@ -223,9 +218,10 @@ def parse_watts(text: str, what: str = "--power-budget") -> float:
 
 
 # (model name part, default limit W, idle draw W, lowest limit W) by family, the first match wins:
-# what a GPU that does not say its own range counts against a budget (the simulated GPUs' idle draws).
-_FAMILIES = (("H200", 700, 75.0, 200), ("H100", 700, 70.0, 200), ("A100", 400, 55.0, 100), ("V100", 300, 40.0, 100))
-_OTHER_FAMILY = ("", 300, 35.0, 100)
+# what is assumed of a GPU that does not say its own range (for a budget, a mode's range, a
+# calibration), and what simulated GPUs are (``node/gpu/simulated.py``). The one table of it.
+_FAMILIES = (("H200", 700, 75.0, 200), ("H100", 700, 70.0, 200), ("A100", 400, 55.0, 114), ("V100", 300, 40.0, 86))
+_OTHER_FAMILY = ("", 300, 35.0, 86)  # lowest limits: 2/7 of the default, as the H100 measured (200 of 700 W)
 
 
 def _family(model: str) -> tuple[str, int, float, int]:

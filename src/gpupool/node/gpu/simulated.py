@@ -23,15 +23,13 @@ from datetime import datetime
 
 from gpupool.domain.launch import PowerSetting
 from gpupool.domain.nodes import GpuInfo
-from gpupool.domain.power import PowerRange, capped_speed, default_curve
+from gpupool.domain.power import PowerRange, capped_speed, default_curve, default_limit_w, family_range, idle_w
 from gpupool.domain.telemetry import GpuSample
 
 BUSY_UTIL_PCT = (60.0, 95.0)
 BUSY_MEMORY_FRACTION = (0.40, 0.80)
 AMBIENT_C = 30.0
 # (TDP, idle draw) in watts by model name, the first match wins.
-_POWER_W = (("H200", 700.0, 75.0), ("H100", 700.0, 70.0), ("A100", 400.0, 55.0), ("V100", 300.0, 40.0))
-_DEFAULT_POWER_W = (300.0, 35.0)
 _UTIL_SLOT_S = 10.0  # utilisation wanders on this time scale
 _MEMORY_SLOT_S = 300.0  # memory use changes slowly
 
@@ -70,7 +68,7 @@ class SimulatedSensors:
 
     def _read_one(self, node: str, gpu: GpuInfo, busy: bool, now: datetime) -> GpuSample:
         t = now.timestamp()
-        tdp_w, idle_w = power_range(gpu.model)
+        tdp_w, idle = power_range(gpu.model)
         setting = self._power.get(gpu.uuid)
         cap_w, speed = under(setting, gpu.model, tdp_w)
         limit_w = float(setting.value) if setting is not None and setting.kind == "limit" else tdp_w  # NVML's enforced
@@ -87,8 +85,8 @@ class SimulatedSensors:
             util, used = 0.0, 0
         jitter = 0.5 if full else self._smooth(gpu.uuid, "jitter", t, _UTIL_SLOT_S)
         temperature = AMBIENT_C + 0.5 * util + 2.0 * jitter
-        wanted = (tdp_w - idle_w) * demand * (1.0 if full else 0.85 + 0.15 * jitter)
-        power = min(idle_w * (0.95 + 0.1 * jitter) + wanted, cap_w)
+        wanted = (tdp_w - idle) * demand * (1.0 if full else 0.85 + 0.15 * jitter)
+        power = min(idle * (0.95 + 0.1 * jitter) + wanted, cap_w)
         energy = self._integrate(gpu.uuid, now, power)
         return GpuSample(
             node=node,
@@ -130,18 +128,13 @@ class SimulatedSensors:
 
 
 def power_range(model: str) -> tuple[float, float]:
-    """(TDP, idle draw) in watts of a GPU model, by its name."""
-    for name, tdp_w, idle_w in _POWER_W:
-        if name in model.upper():
-            return tdp_w, idle_w
-    return _DEFAULT_POWER_W
+    """(TDP, idle draw) in watts of a GPU model, by its name (``domain.power``'s family table)."""
+    return float(default_limit_w(model)), idle_w(model)
 
 
 def limit_range(model: str) -> PowerRange:
-    """What a simulated GPU's power limit may be set to: from about 2/7 of its TDP (an H100's
-    200 W) to its TDP, which is also its default."""
-    tdp_w, _ = power_range(model)
-    return PowerRange(round(tdp_w * 2 / 7), round(tdp_w), round(tdp_w))
+    """What a simulated GPU's power limit may be set to: its family's range (an H100's 200-700 W)."""
+    return family_range(model)
 
 
 def under(setting: PowerSetting | None, model: str, tdp_w: float) -> tuple[float, float]:
