@@ -329,12 +329,13 @@ class Session:
         return reason is not None and reason.code in _POLICY
 
     def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
-        """Start a job placed (committed) by ``try_place_gang`` if it fits the power budgets, capped
-        where it may be, and lends no capacity kept idle (``lending``); otherwise give its placements
-        back and return why it waits (``power``, ``quota``)."""
-        cap, refusal = None, None
-        if self.lending is not None:  # backfill starts jobs the quota check passed before others started
-            refusal = self.lending.refusal(job.spec.project, job.spec.total_gpus, self.allocated)
+        """Start a job placed (committed) by ``try_place_gang`` if the policy's quota check still
+        lets it and it fits the power budgets, capped where it may be; otherwise give its placements
+        back and return why it waits (``limit``, ``quota``, ``power``). The quota check is asked
+        again here because backfill starts jobs it passed before others started: two jobs of one
+        project, each within its --limit alone, or a lend limit, must not both start past it."""
+        cap = None
+        refusal = self.hooks.quota_check(self, job)
         if self.power is not None and refusal is None:
             refusal, cap = self.power.admit(job, placements)
         if refusal is not None:

@@ -26,13 +26,13 @@ def run(session: Session) -> None:
     failed_alike: dict[tuple[object, int, int | None], tuple[int, bool, bool]] = {}
     blocked_reason = Reason(ReasonCode.BACKFILL, _message(reservation))
     cluster, reasons = session.cluster, session.reasons
-    again = _ChecksAgain(session)
+    limited = user_limit.any_user_limits(session)
     for job in session.queue:
         if job.id == reservation.job_id or session.policy_refused(job.id):
             waiting.append(job)
             continue
-        if (refused := again.refusal(job)) is not None:  # what started since allocate checked it counts
-            reasons[job.id] = refused
+        if limited and (mine := user_limit.refusal(session, job)) is not None:  # this cycle's starts count
+            reasons[job.id] = mine
             waiting.append(job)
             continue
         demand, workers = session.demand(job), job.spec.workers
@@ -70,30 +70,6 @@ def run(session: Session) -> None:
             reasons[job.id] = blocked_reason
         failed_alike[alike] = (cluster.generation, bool(session.reserved_gpus), blocked)
     session.queue = waiting
-
-
-class _ChecksAgain:
-    """The policy's quota check and the user limits again, for jobs allocate let through before
-    later starts: two jobs of one project (or user) that each fit its limit while waiting behind
-    the reservation must not both start past it. Quota answers are kept per (project, GPUs, class,
-    model) until the next start."""
-
-    def __init__(self, session: Session) -> None:
-        self._session, self._starts = session, -1
-        self._known: dict[tuple[object, ...], Reason | None] = {}
-        self._limited = user_limit.any_user_limits(session)
-
-    def refusal(self, job: PendingJob) -> Reason | None:
-        session, spec = self._session, job.spec
-        if self._starts != len(session.starts):
-            self._starts = len(session.starts)
-            self._known.clear()
-        key = (spec.project, spec.total_gpus, spec.priority, spec.gpu_model)
-        if key not in self._known:
-            self._known[key] = session.hooks.quota_check(session, job)
-        if self._known[key] is not None or not self._limited:
-            return self._known[key]
-        return user_limit.refusal(session, job)  # this cycle's starts count
 
 
 def _ends_in_time(session: Session, job: PendingJob, reservation: Reservation) -> bool:
