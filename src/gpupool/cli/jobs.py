@@ -26,7 +26,13 @@ def submit(
     name: Annotated[str | None, typer.Option(help="a name for people (default: the program)")] = None,
     project: Annotated[str | None, typer.Option(help="project (queue) to charge")] = None,
     gpus: Annotated[float, typer.Option(help="GPUs per worker: 0, a fraction below 1, or whole")] = 1.0,
-    workers: Annotated[int, typer.Option(help="gang size: processes started together")] = 1,
+    workers: Annotated[
+        str,
+        typer.Option(
+            help="gang size: processes started together; or MIN:MAX (2:8), an elastic job that starts on MIN and"
+            " grows into idle GPUs up to MAX, giving back only the workers above MIN"
+        ),
+    ] = "1",
     cpus: Annotated[
         str, typer.Option(help="CPU cores per worker: whole ones are pinned (2); a fraction (0.5, 500m) shares")
     ] = "0",
@@ -126,7 +132,7 @@ def submit(
             return
         console.print(
             f"submitted array {made['id']} ({made['name']}) to project {made['project']}: {made['tasks']} tasks of "
-            f"{spec.workers} × {spec.gpus:g} GPU; see it with gpupool show {made['id']}"
+            f"{spec.workers_text} × {spec.gpus:g} GPU; see it with gpupool show {made['id']}"
         )
         print(made["id"])
         return
@@ -137,7 +143,7 @@ def submit(
         return
     console.print(
         f"submitted job {job['id']} ({job['name']}) to project {job['project']}: "
-        f"{job['workers']} × {job['gpus']:g} GPU; follow it with gpupool logs {job['id']} --follow"
+        f"{_asked_workers(job)} × {job['gpus']:g} GPU; follow it with gpupool logs {job['id']} --follow"
     )
     print(job["id"])
 
@@ -319,3 +325,8 @@ def why(
             console.print("no start estimate: the jobs in its way have no --max-runtime")
     else:
         console.print(f"job {job_id} is not pending: {answer['reason']}")
+
+
+def _asked_workers(job: dict[str, Any]) -> str:
+    """The workers it asked for, as ``--workers`` takes them: ``4``, or ``2:8`` for an elastic job."""
+    return f"{job['workers']}:{job['max_workers']}" if job.get("max_workers") else str(job["workers"])

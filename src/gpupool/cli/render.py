@@ -48,9 +48,17 @@ def parse_time(iso: str) -> datetime:
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
+def workers_text(job: dict[str, Any]) -> str:
+    """``4`` for a gang; ``3/2:8`` for an elastic job running on 3 of its 2 to 8 workers (issue 35)."""
+    most = job.get("max_workers")
+    if not most:
+        return str(job["workers"])
+    return f"{len(job['placements'])}/{job['workers']}:{most}"
+
+
 def gpus_text(job: dict[str, Any]) -> str:
     gpus = f"{job['gpus']:g}"
-    return f"{job['workers']}×{gpus}" if job["workers"] > 1 else gpus
+    return f"{workers_text(job)}×{gpus}" if job["workers"] > 1 or job.get("max_workers") else gpus
 
 
 def placement_text(job: dict[str, Any]) -> str:
@@ -150,7 +158,7 @@ def job_detail(job: dict[str, Any]) -> Table:
         *([("image", _image(job))] if job.get("image") else []),
         (
             "resources",
-            f"{job['workers']} worker(s) × {job['gpus']:g} GPU, {job['cpus']:g} CPUs, "
+            f"{workers_text(job)} worker(s) × {job['gpus']:g} GPU, {job['cpus']:g} CPUs, "
             f"{job['memory_mib']} MiB memory" + (f", model {job['gpu_model']}" if job["gpu_model"] else ""),
         ),
         *([("gpu power", job.get("gpu_power") or "the project's default (max unless set)")] if job["gpus"] else []),

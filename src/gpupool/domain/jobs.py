@@ -7,17 +7,16 @@ loaders and tests reject the same inputs with the same messages.
 from __future__ import annotations
 
 import enum
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
-from gpupool.domain import bounds, images
+from gpupool.domain import bounds, job_checks
+from gpupool.domain.elastic import parse_workers
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.power import parse_mode
 from gpupool.domain.projects import NAME_RE
-from gpupool.domain.resources import CPU_MILLI, parse_cpus, parse_memory, validate_gpus
+from gpupool.domain.resources import CPU_MILLI, parse_cpus, validate_gpus
 
 
 class Priority(enum.StrEnum):
@@ -102,7 +101,6 @@ def may_replace(current: StopReason | None, new: StopReason) -> bool:
 
 
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_WORKERS = 4096
 
 
 class Submission(TypedDict, total=False):
@@ -114,7 +112,8 @@ class Submission(TypedDict, total=False):
     name: str | None
     project: str | None
     gpus: float
-    workers: int
+    workers: int | str  # a gang of N, or an elastic range "MIN:MAX" (issue 35)
+    max_workers: int | None
     cpus: float | str  # cores (0.5) or millicores ("500m"); JobSpec holds cpu_milli
     memory: str | int | None
     priority: str
@@ -165,10 +164,29 @@ class JobSpec:
     # OCI layout or archive on a shared path): its root, with the node's GPUs, inside the same walls.
     image: str | None = None
     gpu_power: str | None = None  # GPU power mode (domain/power.py): max, efficient, 400W; None: the project's
+    # Elastic (issue 35): it may run on ``workers`` (its minimum, all that counts against its project's
+    # quota and all it needs to start) up to this many; the scheduler adds and removes the workers above
+    # the minimum. None: a rigid gang of ``workers``.
+    max_workers: int | None = None
 
     @property
     def total_gpus(self) -> float:
+        """GPUs of its minimum: what it needs to start and what counts against its quota."""
         return self.gpus * self.workers
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_workers is not None
+
+    @property
+    def most_workers(self) -> int:
+        """The widest it may run: its maximum if elastic, else its gang size."""
+        return self.max_workers if self.max_workers is not None else self.workers
+
+    @property
+    def workers_text(self) -> str:
+        """``4`` for a gang, ``2:8`` for an elastic job: as ``--workers`` takes it."""
+        return f"{self.workers}:{self.max_workers}" if self.max_workers is not None else str(self.workers)
 
     @property
     def cpus(self) -> float:
@@ -226,7 +244,7 @@ class JobSpec:
         name: str | None = None,
         project: str | None = None,
         gpus: float = 1.0,
-        workers: int = 1,
+        workers: int | str = 1,
         cpus: float | str = 0,
         memory: str | int | None = None,
         priority: str = "train",
@@ -240,18 +258,19 @@ class JobSpec:
         expose: int | None = None,
         image: str | None = None,
         gpu_power: str | None = None,
+        max_workers: int | None = None,
     ) -> JobSpec:
-        argv = _command(command, image)
+        argv = job_checks.command(command, image)
         gpus = validate_gpus(gpus)
         if gpus > bounds.MAX_GPUS_PER_WORKER:
             raise InvalidInput(f"gpus per worker must be at most {bounds.MAX_GPUS_PER_WORKER}, got {gpus:g}")
-        gpu_memory_mib = _memory("gpu memory", gpu_memory)
+        gpu_memory_mib = job_checks.memory("gpu memory", gpu_memory)
         if gpu_memory_mib and gpus == 0:
             raise InvalidInput("--gpu-memory needs GPUs: it is the GPU memory a (fractional) GPU must offer")
-        if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
-            raise InvalidInput(f"workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
-        if workers > 1 and 0 < gpus < 1:
-            raise InvalidInput("a multi-worker job needs whole GPUs per worker (fractions are for one worker)")
+        workers, max_workers = parse_workers(workers, max_workers)
+        if max(workers, max_workers or 0) > 1 and 0 < gpus < 1:
+            what = "an elastic job" if max_workers else "a multi-worker job"
+            raise InvalidInput(f"{what} needs whole GPUs per worker (fractions are for one worker)")
         cpu_milli = parse_cpus(cpus, bounds.MAX_CPUS_PER_WORKER)
         bounds.whole("max-restarts", max_restarts, 0, bounds.MAX_RESTARTS)
         if max_runtime_s is not None:
@@ -259,16 +278,16 @@ class JobSpec:
         project = project or "default"
         if not NAME_RE.match(project):
             raise InvalidInput(f"invalid project name {project!r}: letters, digits, '.', '_' and '-'")
-        name = bounds.readable("the job name", name or _default_name(argv, image), 128)
+        name = bounds.readable("the job name", name or job_checks.default_name(argv, image), 128)
         clean_env = dict(env or {})
         for key in clean_env:
             if not _ENV_KEY_RE.match(key):
                 raise InvalidInput(f"invalid environment variable name {bounds.shown(key)}: use K=V with K like MY_VAR")
         bounds.environment(clean_env)
-        _check_workdir(workdir)
+        job_checks.check_workdir(workdir)
         if gpu_model is not None:
             bounds.readable("the GPU model", gpu_model, bounds.MAX_MODEL)
-        checkpoint_dir = _checkpoint_dir(checkpoint_dir, workdir)
+        checkpoint_dir = job_checks.checkpoint_dir(checkpoint_dir, workdir)
         if expose is not None:
             bounds.whole("expose (a port)", expose, 1, 65535)
         return cls(
@@ -278,7 +297,7 @@ class JobSpec:
             gpus=gpus,
             workers=workers,
             cpu_milli=cpu_milli,
-            memory_mib=_memory("memory", memory),
+            memory_mib=job_checks.memory("memory", memory),
             priority=Priority.parse(priority),
             max_restarts=max_restarts,
             env=clean_env,
@@ -289,96 +308,12 @@ class JobSpec:
             checkpoint_dir=checkpoint_dir,
             expose=expose,
             image=image,
-            gpu_power=_gpu_power(gpu_power, gpus),
+            gpu_power=job_checks.gpu_power(gpu_power, gpus),
+            max_workers=max_workers,
         )
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobSpec))
-
-
-def _command(command: Sequence[str], image: str | None) -> tuple[str, ...]:
-    """The command, which may be empty only with an image (its Entrypoint and Cmd then run)."""
-    argv = tuple(command)
-    if image is not None:
-        _image(image)
-    if not argv and image is not None:
-        return argv
-    if not argv or not argv[0].strip():
-        raise InvalidInput("empty command: give the command after --, e.g. gpupool submit -- python train.py")
-    bounds.command(argv)
-    return argv
-
-
-def _image(text: str) -> str:
-    """An image reference in one of its forms (``domain/images.py``); its form only, not whether a
-    node can get it."""
-    try:
-        images.parse_ref(text)
-    except images.BadImageRef as exc:
-        raise InvalidInput(f"--image: {exc}") from None
-    return text
-
-
-def _gpu_power(text: str | None, gpus: float) -> str | None:
-    """A power mode in its stored form (``domain/power.py``); only for a job with GPUs."""
-    if text is None:
-        return None
-    if gpus == 0:
-        raise InvalidInput("--gpu-power needs GPUs: a job without GPUs has no GPU power to set")
-    return parse_mode(text).text
-
-
-def _memory(what: str, value: str | int | None) -> int:
-    mib = parse_memory(value)
-    if mib > bounds.MAX_MEMORY_MIB:
-        raise InvalidInput(f"{what} must be at most {bounds.MAX_MEMORY_MIB // 2**20} TiB per worker")
-    return mib
-
-
-MAX_PATH = bounds.MAX_PATH
-
-
-def _check_workdir(workdir: str | None) -> None:
-    bounds.path("workdir", workdir)
-    if workdir is not None and not posixpath.isabs(workdir):
-        raise InvalidInput(
-            f"workdir {bounds.shown(workdir)} must be an absolute path: a job starts on a node, not where"
-            " it was submitted from (gpupool submit resolves a relative --workdir where it runs)"
-        )
-
-
-def _checkpoint_dir(path: str | None, workdir: str | None) -> str | None:
-    """An absolute, normalised path; a relative one is taken from the job's (absolute) workdir."""
-    if path is None:
-        return None
-    if not isinstance(path, str) or not path.strip():
-        raise InvalidInput("checkpoint dir must be a non-empty path, e.g. /data/ckpt/run1")
-    if "\x00" in path:
-        raise InvalidInput("checkpoint dir must not contain NUL bytes")
-    if path.startswith("~"):
-        raise InvalidInput(f"checkpoint dir {path!r}: '~' is not expanded here; give an absolute path")
-    if not posixpath.isabs(path):
-        if not workdir or not posixpath.isabs(workdir):
-            raise InvalidInput(
-                f"checkpoint dir {path!r} is relative and the job has no absolute workdir to take it from; "
-                "give an absolute path"
-            )
-        path = posixpath.join(workdir, path)
-    path = posixpath.normpath(path)
-    if path.startswith("//"):  # normpath keeps a leading '//' (POSIX leaves its meaning open)
-        path = "/" + path.lstrip("/")
-    if len(path) > MAX_PATH:
-        raise InvalidInput(f"checkpoint dir is longer than {MAX_PATH} characters")
-    return path
-
-
-def _default_name(argv: tuple[str, ...], image: str | None = None) -> str:
-    if not argv:  # the image's own entrypoint: named after the image (pytorch for nvcr.io/nvidia/pytorch:24.10)
-        return images.parse_ref(image or "job").location.rstrip("/").rsplit("/", 1)[-1][:64] or "job"
-    base = argv[0].rsplit("/", 1)[-1]
-    if base.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
-        base = argv[1].rsplit("/", 1)[-1]
-    return base[:64] or "job"
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,7 @@ class JobRow(Base):
     image: Mapped[str | None] = mapped_column(String(512), nullable=True)
     image_digest: Mapped[str | None] = mapped_column(String(80), nullable=True)
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)  # 0020: max, efficient, 400W
+    max_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 0029: elastic, its most workers
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared

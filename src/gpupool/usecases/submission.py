@@ -225,11 +225,14 @@ def check_satisfiable(spec: JobSpec, nodes: list[Node]) -> None:
     # Each part fits some node: do they fit together, and does the gang fit the whole cluster?
     # Every node counts, whatever its state: one down or drained may come back (a Ray node
     # rejoins), and until then the job waits as ``unsatisfiable``, its reason naming it.
-    room = room_for(demand, nodes, spec.workers)
-    if room < spec.workers:
+    # An elastic job's maximum too (issue 35): a width it could never reach is a mistake.
+    room = room_for(demand, nodes, spec.most_workers)
+    if room < spec.most_workers:
         fewer = f"ask for at most {room} workers, or less for each" if room else "ask for less per worker"
+        if spec.elastic and room >= spec.workers:
+            fewer = f"ask for --workers {spec.workers}:{room} at most"
         raise Unsatisfiable(
-            f"{shape(demand, spec.workers)} can never run here: all {len(nodes)} nodes together, idle, hold "
+            f"{shape(demand, spec.most_workers)} can never run here: all {len(nodes)} nodes together, idle, hold "
             f"{such(room)}; {fewer}"
         )
 

@@ -20,7 +20,12 @@ class SubmitRequest(BaseModel):
     name: str | None = None
     project: str | None = None
     gpus: float = Field(1.0, description="per worker: 0 (CPU only), a fraction below 1, or a whole number")
-    workers: int = 1
+    workers: int | str = Field(
+        1, description="a gang of this many workers, or an elastic range 'MIN:MAX' (e.g. '2:8'): it starts on MIN"
+    )
+    max_workers: int | None = Field(
+        None, description="elastic: the most workers it may grow to (workers then being its least); or give '2:8'"
+    )
     cpus: float | int | str = Field(
         0, description="per worker: cores (2, pinned; 0.5, a share of unpinned cores) or millicores ('500m')"
     )
@@ -108,7 +113,10 @@ class JobOut(BaseModel):
         " the command, environment, working directory and checkpoint directory"
     )
     gpus: float
-    workers: int
+    workers: int = Field(description="a gang's size; an elastic job's least (the minimum it starts on)")
+    max_workers: int | None = Field(
+        None, description="elastic: the most workers it may grow to; null: a gang of exactly workers"
+    )
     cpus: float = Field(description="per worker, in cores (0.5); cpu_milli is the exact figure")
     cpu_milli: int = Field(description="per worker, in millicores: whole cores are pinned, a fraction shares")
     memory_mib: int

@@ -1,0 +1,44 @@
+"""Elastic jobs (issue 35): a job that runs on MIN to MAX workers, grows into idle GPUs and gives
+back only the workers above its minimum.
+
+Here: how ``--workers`` is read (``4`` or ``2:8``). The scheduler's side is
+``scheduler/actions/grow.py`` and ``shrink.py``; the workers' rendezvous is ``domain/worker_env.py``.
+"""
+
+from __future__ import annotations
+
+from gpupool.domain.errors import InvalidInput
+
+MAX_WORKERS = 4096
+
+
+def _whole_workers(value: object, what: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WORKERS:
+        raise InvalidInput(f"{what} must be a whole number from 1 to {MAX_WORKERS}, got {value!r}")
+    return value
+
+
+def parse_workers(workers: object, max_workers: object = None) -> tuple[int, int | None]:
+    """``workers`` as a gang size (4) or an elastic range (``"2:8"``, issue 35), and an explicit
+    maximum (the API's ``max_workers``): the minimum, and the maximum where it is above it (None: a
+    rigid gang, so ``4:4`` is just 4)."""
+    if isinstance(workers, str) and ":" in workers:
+        if max_workers is not None:
+            raise InvalidInput(f"workers {workers!r} already gives a maximum: leave max_workers out")
+        low, _, high = workers.partition(":")
+        least = _whole_workers(low.strip(), f"the least workers of {workers!r}")
+        most = _whole_workers(high.strip(), f"the most workers of {workers!r}")
+    else:
+        least = _whole_workers(workers, "workers")
+        most = least if max_workers is None else _whole_workers(max_workers, "max_workers")
+    if least > most:
+        raise InvalidInput(
+            f"workers {least}:{most}: the least ({least}) is above the most ({most}); "
+            f"write MIN:MAX, e.g. {most}:{least}"
+        )
+    return least, (most if most > least else None)
+
+
+__all__ = ["MAX_WORKERS", "parse_workers"]
