@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -78,13 +79,15 @@ class Study:
         partition: str | None = None,
         reclaim_min_run: str = "0s",
         max_wait: str = "0s",
+        models: Iterable[str] | None = None,
     ) -> Study:
-        """Everything checked before any replay starts, so bad input costs no waiting."""
+        """Everything checked before any replay starts, so bad input costs no waiting. ``models``:
+        the replayed cluster's GPU models, which the projects file's per-model figures must name."""
         names = policy_names(policy, placement, partition)
         min_run_s = bounded_duration("--reclaim-min-run", reclaim_min_run, 0, MAX_RECLAIM_MIN_RUN_S)
         max_wait_s = bounded_duration("--max-wait", max_wait, 0, MAX_WAIT_BOUND_S)
         parsed = Window.parse(window) if window else None
-        project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
+        project_list = sim_cluster.load_projects(projects, gpus_per_node, models) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
         sim_cluster.check_leaves(project_list, (j.spec.project for j in jobs))
         if seed is not None:
@@ -178,6 +181,7 @@ def simulate(
         partition,
         reclaim_min_run,
         max_wait,
+        (g.model for n in node_list for g in n.gpus),
     )
     power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
     runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
@@ -301,6 +305,7 @@ def plan(
         None,
         reclaim_min_run,
         max_wait,
+        [gpu_model],
     )
 
     def power(cluster: list[Node]) -> PowerConfig:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpupool.domain import tree
 from gpupool.domain.errors import GpupoolError, InvalidInput
-from gpupool.domain.model_quotas import parse_figures
+from gpupool.domain.model_quotas import parse_figures, unknown_models
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
 from gpupool.sim.trace import read_rows
@@ -62,7 +62,7 @@ def load_cluster(path: Path) -> list[Node]:
 PROJECT_COLUMNS = "name,quota[,limit,weight,user_limit,parent,quota_by_model,limit_by_model,lend_limit]"
 
 
-def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
+def load_projects(path: Path, gpus_per_node: int = 8, models: Iterable[str] | None = None) -> list[Project]:
     """``PROJECT_COLUMNS``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``): each VC
     becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole nodes of quota.
     ``parent`` (issue 34) puts a project under a unit, a row of the same file, so
@@ -71,7 +71,9 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
     within their unit's). ``quota_by_model``/``limit_by_model`` hold ``--quota``'s MODEL=N pairs
     with semicolons (``H100=8;A100=16``: a comma would end the cell), ``lend_limit`` is
     ``--lend-limit``'s; all checked by ``Project.create`` as ``gpupool project set`` checks them.
-    A blank ``quota`` with per-model quotas is their sum, as ``--quota H100=8,A100=16`` is."""
+    A blank ``quota`` with per-model quotas is their sum, as ``--quota H100=8,A100=16`` is.
+    ``models``: the GPU models of the replayed cluster; a per-model figure for any other is
+    refused, as ``gpupool project set`` refuses one for a model no node has (it would never bind)."""
     rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
@@ -101,6 +103,11 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
         except (KeyError, ValueError, TypeError, GpupoolError) as exc:
             said = str(exc).removeprefix("--")  # parse_figures names the CLI option; here it is a column
             raise InvalidInput(f"{path}:{line}: not a project row ({said}); use {PROJECT_COLUMNS}") from None
+    here = None if models is None else sorted(set(models))
+    for line, project in enumerate(projects if here is not None else [], start=2):  # one project a row
+        named = project.quota_by_model.keys() | project.limit_by_model.keys()
+        if named and (refusal := unknown_models(named, here or [])):
+            raise InvalidInput(f"{path}:{line}: project {project.name}: {refusal}")
     for project in projects:
         try:
             tree.validate(project, projects)
