@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpupool.domain import tree
@@ -114,6 +114,23 @@ def load_projects(path: Path, gpus_per_node: int = 8, models: Iterable[str] | No
         except GpupoolError as exc:
             raise InvalidInput(f"{path}: {exc}") from None
     return projects
+
+
+def write_projects(path: Path, projects: Iterable[Project]) -> None:
+    """``projects`` as a projects file ``load_projects`` reads back (``gpupool plan --quotas
+    --write-projects``): every column of ``PROJECT_COLUMNS``, blank where unset."""
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else f"{value:g}"
+
+    def pairs(figures: Mapping[str, float]) -> str:
+        return ";".join(f"{m}={v:g}" for m, v in sorted(figures.items()))
+
+    lines = [PROJECT_COLUMNS.replace("[", "").replace("]", "")]
+    for p in projects:
+        own = [p.name, cell(p.quota), cell(p.limit), cell(p.weight), cell(p.user_limit), p.parent or ""]
+        lines.append(",".join([*own, pairs(p.quota_by_model), pairs(p.limit_by_model), cell(p.lend_limit)]))
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _per_model(row: dict[str, str], column: str) -> dict[str, float]:
