@@ -89,3 +89,30 @@ def test_simulate_refuses_a_bad_cell_in_one_line_with_exit_2(
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"{projects}:2: not a project row" in line and "limit_by_model 'A100'" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "models"),
+    [
+        (["simulate", "--cluster", "CLUSTER"], "A100, H100"),
+        (["simulate", "--nodes", "1", "--gpu-model", "H100"], "H100"),
+        (["plan", "--target-queue-p95", "1h", "--gpu-model", "H100", "--gpus-per-node", "4"], "H100"),
+    ],
+)
+def test_a_per_model_figure_for_a_model_no_node_has_is_refused_naming_the_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], models: str
+) -> None:
+    """As ``gpupool project set`` refuses it: a figure for a model the replayed cluster lacks never binds."""
+    trace = write(tmp_path, "trace.csv", "job_id,submit_time,duration,gpus,workers,project\nx,0,10,1,1,nlp\n")
+    cluster = write(tmp_path, "cluster.csv", MIXED)
+    fine = write(tmp_path, "fine.csv", f"{COLUMNS}\nlab,8,,,,,H100=4,,\nnlp,0,,,,,,,\n")
+    projects = write(tmp_path, "projects.csv", f"{COLUMNS}\nlab,8,,,,,H100=4,,\nnlp,2,,,,,,H200=1,\n")
+    args = [a.replace("CLUSTER", str(cluster)) for a in command]
+    with pytest.raises(SystemExit) as exited:
+        main([args[0], str(trace), *args[1:], "--projects", str(projects)])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{projects}:3: project nlp: no node has a GPU of model H200; models here: {models}" in line
+    with pytest.raises(SystemExit) as exited:
+        main([args[0], str(trace), *args[1:], "--projects", str(fine), "-o", "json"])  # H100 is there: replayed
+    assert exited.value.code == 0

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli import plan_quotas
 from gpupool.cli import simulate_power as power_opts
 from gpupool.cli.common import Output, OutputOpt, console, print_json
+from gpupool.cli.plan_quotas import human_seconds
 from gpupool.cli.render import bounded_duration
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration
@@ -78,13 +81,15 @@ class Study:
         partition: str | None = None,
         reclaim_min_run: str = "0s",
         max_wait: str = "0s",
+        models: Iterable[str] | None = None,
     ) -> Study:
-        """Everything checked before any replay starts, so bad input costs no waiting."""
+        """Everything checked before any replay starts, so bad input costs no waiting. ``models``:
+        the replayed cluster's GPU models, which the projects file's per-model figures must name."""
         names = policy_names(policy, placement, partition)
         min_run_s = bounded_duration("--reclaim-min-run", reclaim_min_run, 0, MAX_RECLAIM_MIN_RUN_S)
         max_wait_s = bounded_duration("--max-wait", max_wait, 0, MAX_WAIT_BOUND_S)
         parsed = Window.parse(window) if window else None
-        project_list = sim_cluster.load_projects(projects, gpus_per_node) if projects else []
+        project_list = sim_cluster.load_projects(projects, gpus_per_node, models) if projects else []
         jobs = scale_load(load(trace, fmt, parsed), scale)
         sim_cluster.check_leaves(project_list, (j.spec.project for j in jobs))
         if seed is not None:
@@ -178,6 +183,7 @@ def simulate(
         partition,
         reclaim_min_run,
         max_wait,
+        (g.model for n in node_list for g in n.gpus),
     )
     power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
     runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
@@ -248,15 +254,8 @@ def _cell(key: str, value: Any) -> str:
     ):
         return f"{value:.3f}"
     if isinstance(value, float) and key.endswith("_s") and key != "wall_s":
-        return _human_seconds(value)
+        return human_seconds(value)
     return f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
-
-
-def _human_seconds(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:,.1f}{unit}"
-    return f"{seconds:,.0f}s"
 
 
 def plan(
@@ -280,12 +279,20 @@ def plan(
     power_model: power_opts.ModelOpt = None,
     power_modes: power_opts.ModesOpt = None,
     power_seed: power_opts.PowerSeedOpt = 0,
+    quotas: plan_quotas.QuotasOpt = False,
+    nodes: plan_quotas.NodesOpt = None,
+    cluster: plan_quotas.ClusterOpt = None,
+    max_replays: plan_quotas.MaxReplaysOpt = 30,
+    write_projects: plan_quotas.WriteProjectsOpt = None,
 ) -> None:
     """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target
-    (with --power-budget, under that budget: a share of peak grows with the cluster, watts do not)."""
+    (with --power-budget, under that budget: a share of peak grows with the cluster, watts do not);
+    with --quotas, the quotas that meet it for every project and unit on a given cluster."""
     if len(policy_names(policy, placement)) != 1:
         raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
     target = parse_duration(target_queue_p95)
+    alone = report is None and all(v is None for v in (power_budget, power_model, power_modes))
+    fixed = plan_quotas.fixed_cluster(quotas, projects, nodes, cluster, write_projects, gpus_per_node, gpu_model, alone)
     if gpus_per_node < 1 or max_nodes < 1:
         raise InvalidInput("--gpus-per-node and --max-nodes must be >= 1")
     study = Study.prepare(
@@ -297,11 +304,17 @@ def plan(
         window,
         scale_load,
         seed,
-        gpus_per_node,
+        max(len(n.gpus) for n in fixed) if fixed else gpus_per_node,
         None,
         reclaim_min_run,
         max_wait,
+        [g.model for n in fixed for g in n.gpus] if fixed else [gpu_model],
     )
+    if fixed:
+        title = f"{trace.name}: {len(fixed)} nodes, {sum(len(n.gpus) for n in fixed)} GPUs, {policy} policy"
+        config = study.policies[policy]
+        plan_quotas.run(study.jobs, study.projects, config, fixed, target, max_replays, write_projects, output, title)
+        return
 
     def power(cluster: list[Node]) -> PowerConfig:
         return power_opts.power_config(cluster, 0, power_budget, power_model, None, None, None, 0, 0)
@@ -343,11 +356,9 @@ def plan(
     table = Listing([*columns, Col("MEETS")], title=f"{trace.name}: {policy} policy")
     for p in curve:
         p95 = (
-            f"> {_human_seconds(target)} (stopped early)"
-            if math.isinf(p.p95_queue_s)
-            else _human_seconds(p.p95_queue_s)
+            f"> {human_seconds(target)} (stopped early)" if math.isinf(p.p95_queue_s) else human_seconds(p.p95_queue_s)
         )
-        avg = "" if p.stopped_early else _human_seconds(p.avg_queue_s)
+        avg = "" if p.stopped_early else human_seconds(p.avg_queue_s)
         table.add_row(
             f"{p.nodes:,}",
             f"{p.gpus:,}",
@@ -358,9 +369,9 @@ def plan(
         )
     console.print(table)
     if answer is None:
-        console.print(f"even {max_nodes:,} nodes miss a p95 queue time of {_human_seconds(target)}: raise --max-nodes")
+        console.print(f"even {max_nodes:,} nodes miss a p95 queue time of {human_seconds(target)}: raise --max-nodes")
     else:
         console.print(
-            f"smallest cluster with p95 queue time ≤ {_human_seconds(target)}: "
+            f"smallest cluster with p95 queue time ≤ {human_seconds(target)}: "
             f"{answer:,} nodes × {gpus_per_node} GPUs = {answer * gpus_per_node:,} GPUs"
         )

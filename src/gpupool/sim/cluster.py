@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpupool.domain import tree
 from gpupool.domain.errors import GpupoolError, InvalidInput
-from gpupool.domain.model_quotas import parse_figures
+from gpupool.domain.model_quotas import parse_figures, unknown_models
 from gpupool.domain.nodes import GpuInfo, Node, NodeState
 from gpupool.domain.projects import Project
 from gpupool.sim.trace import read_rows
@@ -62,7 +62,7 @@ def load_cluster(path: Path) -> list[Node]:
 PROJECT_COLUMNS = "name,quota[,limit,weight,user_limit,parent,quota_by_model,limit_by_model,lend_limit]"
 
 
-def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
+def load_projects(path: Path, gpus_per_node: int = 8, models: Iterable[str] | None = None) -> list[Project]:
     """``PROJECT_COLUMNS``, or the Helios/Lucid virtual-cluster sizes (``vc,node num``): each VC
     becomes project ``vc-<hash>`` (the Philly loader's names) with ``node num`` whole nodes of quota.
     ``parent`` (issue 34) puts a project under a unit, a row of the same file, so
@@ -71,7 +71,9 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
     within their unit's). ``quota_by_model``/``limit_by_model`` hold ``--quota``'s MODEL=N pairs
     with semicolons (``H100=8;A100=16``: a comma would end the cell), ``lend_limit`` is
     ``--lend-limit``'s; all checked by ``Project.create`` as ``gpupool project set`` checks them.
-    A blank ``quota`` with per-model quotas is their sum, as ``--quota H100=8,A100=16`` is."""
+    A blank ``quota`` with per-model quotas is their sum, as ``--quota H100=8,A100=16`` is.
+    ``models``: the GPU models of the replayed cluster; a per-model figure for any other is
+    refused, as ``gpupool project set`` refuses one for a model no node has (it would never bind)."""
     rows = read_rows(path, "projects file")
     projects = []
     for line, row in enumerate(rows, start=2):
@@ -101,12 +103,34 @@ def load_projects(path: Path, gpus_per_node: int = 8) -> list[Project]:
         except (KeyError, ValueError, TypeError, GpupoolError) as exc:
             said = str(exc).removeprefix("--")  # parse_figures names the CLI option; here it is a column
             raise InvalidInput(f"{path}:{line}: not a project row ({said}); use {PROJECT_COLUMNS}") from None
+    here = None if models is None else sorted(set(models))
+    for line, project in enumerate(projects if here is not None else [], start=2):  # one project a row
+        named = project.quota_by_model.keys() | project.limit_by_model.keys()
+        if named and (refusal := unknown_models(named, here or [])):
+            raise InvalidInput(f"{path}:{line}: project {project.name}: {refusal}")
     for project in projects:
         try:
             tree.validate(project, projects)
         except GpupoolError as exc:
             raise InvalidInput(f"{path}: {exc}") from None
     return projects
+
+
+def write_projects(path: Path, projects: Iterable[Project]) -> None:
+    """``projects`` as a projects file ``load_projects`` reads back (``gpupool plan --quotas
+    --write-projects``): every column of ``PROJECT_COLUMNS``, blank where unset."""
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else f"{value:g}"
+
+    def pairs(figures: Mapping[str, float]) -> str:
+        return ";".join(f"{m}={v:g}" for m, v in sorted(figures.items()))
+
+    lines = [PROJECT_COLUMNS.replace("[", "").replace("]", "")]
+    for p in projects:
+        own = [p.name, cell(p.quota), cell(p.limit), cell(p.weight), cell(p.user_limit), p.parent or ""]
+        lines.append(",".join([*own, pairs(p.quota_by_model), pairs(p.limit_by_model), cell(p.lend_limit)]))
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _per_model(row: dict[str, str], column: str) -> dict[str, float]:
