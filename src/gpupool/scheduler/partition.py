@@ -10,7 +10,9 @@ cycle (and the simulator, and ``why``'s estimate) finds the same one and jobs ne
 
 - nodes in name order, all of them (down and drained ones too: a node that goes down and comes
   back is still its project's, and nothing shifts while it is away);
-- projects with a quota, largest first (then by name), each take the next GPU nodes until the
+- leaf projects with a quota (a unit, a project that others have as parent, takes no nodes of its
+  own: no job is submitted to it, and its quota is its projects' already), largest first (then by
+  name), each take the next GPU nodes until the
   GPUs they hold cover the quota: a quota is rounded up to whole nodes (12 GPUs on 8-GPU nodes
   is two nodes, 16 GPUs);
 - quotas that exceed the cluster: the projects served last (the smallest quotas) get fewer nodes
@@ -24,7 +26,9 @@ cycle (and the simulator, and ``why``'s estimate) finds the same one and jobs ne
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import DEFAULT_PROJECT, Project
@@ -38,7 +42,10 @@ def assign(nodes: Iterable[Node], projects: Iterable[Project]) -> Partitions:
     gpu_nodes = iter([n for n in ordered if n.gpus])
     taken: set[str] = set()
     sets: dict[str, set[str]] = {}
-    for project in sorted((p for p in projects if p.quota > 0), key=lambda p: (-p.quota, p.name)):
+    listed = list(projects)
+    units = {p.parent for p in listed if p.parent is not None}
+    leaves = (p for p in listed if p.quota > 0 and p.name not in units)
+    for project in sorted(leaves, key=lambda p: (-p.quota, p.name)):
         mine = sets.setdefault(project.name, set())
         held = 0
         while held < project.quota - 1e-9:
@@ -65,3 +72,30 @@ def describe(project: str, members: frozenset[str], gpus: int) -> str:
     shown = ", ".join(sorted(members)[:4]) + (", …" if len(members) > 4 else "")
     count = len(members)
     return f"project {project}'s {count} node{'' if count == 1 else 's'} ({gpus} GPUs: {shown})"
+
+
+def model_caps(project: Project, models: Iterable[str]) -> dict[str, float]:
+    """What the isolated policy confines ``project`` to on each model (issue 34 item 2): a
+    per-model quota is its bound on that model, and the rest of its total quota the bound on each
+    model it names none for (with no total, that rest is 0: ``--quota H100=2`` confines it to two
+    H100s). Empty for a project with no per-model quota: its total quota alone confines it."""
+    if not project.quota_by_model:
+        return {}
+    rest = max(0.0, project.quota - sum(project.quota_by_model.values()))
+    return {m: project.quota_by_model.get(m, rest) for m in sorted(models)}
+
+
+def confined(projects: Iterable[Project], models: Iterable[str]) -> list[Project]:
+    """``projects`` with their per-model quotas also as per-model limits (the lower of the two where
+    both are set), so the per-model limit's refusal and narrowing (``per_model``) keep each project
+    inside its per-model quotas under the isolated policy. Projects with none are returned as they
+    are, so a pool without per-model figures decides exactly as before."""
+    here = frozenset(models)
+    found = []
+    for p in projects:
+        caps = model_caps(p, here)
+        if caps:
+            limits = {m: min(cap, p.limit_by_model.get(m, math.inf)) for m, cap in caps.items()}
+            p = replace(p, limit_by_model={**p.limit_by_model, **limits})
+        found.append(p)
+    return found

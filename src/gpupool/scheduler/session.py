@@ -113,7 +113,9 @@ class Session:
         session.power = PowerGate.open(snapshot)
         session.levels = Levels.of(projects)
         session.lending = Lending.of(projects, cluster.capacity)
-        session.per_model = PerModel.of(projects.values(), snapshot)
+        isolated = config.quota_check == "isolated"  # confined to its per-model quotas too (``partition.confined``)
+        figures = partition.confined(projects.values(), cluster.models) if isolated else projects.values()
+        session.per_model = PerModel.of(figures, snapshot)
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -373,7 +375,7 @@ def _partitions(
     assign = hooks.partition
     if assign is None:
         return None, {}
-    key = (config.partition, tuple((p.name, p.quota) for p in snapshot.projects))
+    key = (config.partition, tuple((p.name, p.quota, p.parent) for p in snapshot.projects))
     known = memory.partitions.get(key)
     if known is None:
         sets = assign(snapshot.nodes, snapshot.projects)

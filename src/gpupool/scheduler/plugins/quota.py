@@ -6,13 +6,19 @@ do not count: the preempt action displaces them).
 ``isolated``: each project is also confined to its partition, as Philly's virtual clusters were:
 its own nodes where the policy gives projects nodes (``partition="nodes"``: placement then looks
 only there, so the nodes bound what it holds, and a job larger than them is refused here), else
-its quota in GPUs on any node."""
+its quota in GPUs on any node.
+
+With a tree (issue 34) only leaf projects are confined, each to its own quota (or nodes); a unit
+is bounded by its projects' quotas, which sum within its own, and its limit holds as under
+``borrow``. With per-model quotas a project is also confined to each of them (``partition.
+model_caps``): a job every model of which is full waits naming the quota, one that may land on
+several is placed only on models with room; a per-model limit holds as under ``borrow``."""
 
 from __future__ import annotations
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.snapshot import PendingJob
-from gpupool.scheduler.partition import describe
+from gpupool.scheduler.partition import describe, model_caps
 from gpupool.scheduler.session import Session
 
 
@@ -57,11 +63,36 @@ def isolated(session: Session, job: PendingJob) -> Reason | None:
                 f"partition: {describe(project.name, members, owned)}; this job needs {need:g} GPUs, "
                 "more than they have",
             )
-        return borrow(session, job)
+        return _model_refusal(session, job) or borrow(session, job)
     if held + need > project.quota + 1e-9:
         return Reason(
             ReasonCode.QUOTA,
             f"quota: the isolated policy confines project {project.name} to its quota of {project.quota:g} GPUs; "
             f"it holds {held:g} and this job needs {need:g}",
         )
-    return borrow(session, job)
+    return _model_refusal(session, job) or borrow(session, job)
+
+
+def _model_refusal(session: Session, job: PendingJob) -> Reason | None:
+    """Why a job of a project with per-model quotas may not start under the isolated policy: every
+    model it could land on is at the project's quota for it (None: some model has room)."""
+    project = session.project(job.spec.project)
+    if session.per_model is None or not project.quota_by_model:
+        return None
+    need, here = job.spec.total_gpus, session.cluster.models
+    asked = session.demand(job).models
+    possible = (here if asked is None else asked) & here
+    caps = model_caps(project, possible)
+    full = {m: cap for m, cap in caps.items() if session.per_model.held.get((project.name, m), 0.0) + need > cap + 1e-9}
+    if not possible or len(full) < len(possible):
+        return None
+    said = "; ".join(
+        f"{session.per_model.held.get((project.name, m), 0.0):g} of its {cap:g} {m}"
+        f"{f' (--quota {m}={cap:g})' if m in project.quota_by_model else ''}"
+        for m, cap in full.items()
+    )
+    return Reason(
+        ReasonCode.QUOTA,
+        f"quota: the isolated policy confines project {project.name} to its quota on each GPU model; it holds "
+        f"{said}; this job needs {need:g} more",
+    )
