@@ -11,6 +11,8 @@ from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler import schedule
+from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.cycle import open_session
 from tests.support.builders import node, pending, running, snapshot
 
 FLEET = [node("a1", 4, model="A100"), node("h1", 4, model="H100")]
@@ -94,3 +96,35 @@ def test_a_units_per_model_limit_holds_within_one_cycle() -> None:
     jobs = [pending(i, project=p) for i, p in enumerate(("vision", "nlp", "vision", "nlp", "lab3"), 1)]
     on = [s.placements[0].node for s in _run(jobs, held, tree).starts]
     assert len(on) == 5 and on.count("h1") == 1
+
+
+# cs is guaranteed 2 H100 (and 2 GPUs in all) and borrows the rest of the fleet through vision;
+# bio, guaranteed 4, waits for an H100.
+QUOTA_TREE = [
+    Project.create("cs", quota=2, quota_by_model={"H100": 2}),
+    Project("vision", parent="cs"),
+    Project("nlp", parent="cs"),
+    Project("bio", quota=4),
+]
+BORROWED = [running(100 + i, ("h1", (i,)), project="vision") for i in range(4)] + [
+    running(200 + i, ("a1", (i,)), project="vision") for i in range(4)
+]
+
+
+def test_a_units_per_model_quota_leaves_reclaim_by_totals_working() -> None:
+    # Reclaim decides by the tree's totals (cs holds 8 against its quota 2): bio's H100 job takes
+    # one H100 back from vision.
+    result = _run([pending(1, project="bio", gpu_model="H100")], BORROWED, QUOTA_TREE)
+    assert [p.job_id for p in result.preemptions] == [103]
+    assert result.pending[1].code is ReasonCode.RECLAIM
+
+
+def test_keeps_units_keeps_a_units_per_model_quota_against_projects_outside_it() -> None:
+    session = open_session(snapshot(FLEET, [], BORROWED, QUOTA_TREE), SchedulerConfig())
+    per_model = session.per_model
+    assert per_model is not None
+    h100, a100 = BORROWED[:4], BORROWED[4:]
+    assert per_model.keeps_units("bio", h100[:2])  # cs keeps 2 H100
+    assert not per_model.keeps_units("bio", h100[:3])  # it would keep 1 of its 2
+    assert per_model.keeps_units("bio", a100)  # it names no A100 quota
+    assert per_model.keeps_units("nlp", h100)  # inside cs, the GPUs stay its own

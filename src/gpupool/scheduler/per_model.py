@@ -14,7 +14,8 @@ lands on, which is why holdings are read from placements, not specs.
   one (``owed``), only jobs holding GPUs of that model, from projects that hold beyond their
   figures (``borrowing``), never taking a lender below its own per-model quotas (``keeps``).
   A project's total quota beyond the sum of its per-model ones guarantees GPUs of the models it
-  names no figure for.
+  names no figure for. A unit's per-model quotas are kept by ``keeps_units``: reclaim for a job
+  outside a unit never takes the unit's projects together below them.
 """
 
 from __future__ import annotations
@@ -178,6 +179,25 @@ class PerModel:
                 return False
         unlisted = sum(g for m, g in took.items() if m not in quotas)
         return not unlisted or self._unlisted_held(lender) - unlisted >= self._residual(lender) - EPS
+
+    def keeps_units(self, claimer: str, taken: Sequence[RunningJob]) -> bool:
+        """Whether every unit with per-model quotas keeps them once ``taken`` (all the jobs chosen
+        so far, of any lender) stop for a job of ``claimer``. GPUs that stay inside a unit (the
+        claimer is below it too) stay its own, so only units above a lender and not above the
+        claimer are checked."""
+        inside = self.above.get(claimer, ())
+        took: dict[tuple[str, str], float] = {}
+        for r in taken:
+            for unit in self.above.get(r.spec.project, ()):
+                if unit in inside or unit not in self.quotas:
+                    continue
+                for m, gpus in self._of_job.get(r.id, {}).items():
+                    took[(unit, m)] = took.get((unit, m), 0.0) + gpus
+        return all(
+            self.held.get(key, 0.0) - gpus >= self.quotas[key[0]].get(key[1], 0.0) - EPS
+            for key, gpus in took.items()
+            if key[1] in self.quotas[key[0]]
+        )
 
     def _unlisted_held(self, project: str) -> float:
         quotas = self.quotas.get(project, {})
