@@ -13,6 +13,7 @@ from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler import schedule
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.cycle import open_session
+from gpupool.scheduler.fair_share import fair_shares
 from tests.support.builders import node, pending, running, snapshot
 
 FLEET = [node("a1", 4, model="A100"), node("h1", 4, model="H100")]
@@ -128,3 +129,20 @@ def test_keeps_units_keeps_a_units_per_model_quota_against_projects_outside_it()
     assert not per_model.keeps_units("bio", h100[:3])  # it would keep 1 of its 2
     assert per_model.keeps_units("bio", a100)  # it names no A100 quota
     assert per_model.keeps_units("nlp", h100)  # inside cs, the GPUs stay its own
+
+
+def test_fair_share_reads_the_totals_only() -> None:
+    # As the guide says: per-model figures change no fair share, at any level; the total --limit caps it.
+    per_model = [
+        Project.create("cs", quota=4, quota_by_model={"H100": 4}, limit_by_model={"H100": 4}),
+        Project.create("vision", quota=2, parent="cs", quota_by_model={"H100": 2}, limit_by_model={"A100": 2}),
+        Project("nlp", quota=2, parent="cs"),
+        Project("bio", quota=2, limit=3),
+    ]
+    totals = [
+        Project("cs", quota=4),
+        Project("vision", quota=2, parent="cs"),
+        Project("nlp", quota=2, parent="cs"),
+        Project("bio", quota=2, limit=3),
+    ]
+    assert fair_shares(per_model, 8) == fair_shares(totals, 8) == {"cs": 5.0, "bio": 3.0, "vision": 2.5, "nlp": 2.5}
