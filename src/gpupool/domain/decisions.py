@@ -64,6 +64,27 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class GrowJob:
+    """Add workers to a running elastic job (issue 35), each where its placement says: the job runs
+    on, and its workers' elastic rendezvous takes the newcomers in."""
+
+    job_id: int
+    placements: tuple[Placement, ...]  # the new workers' only; their ``worker`` numbers are unused ones
+    message: str  # for its events: "grew to 6 workers: GPUs free on node-3"
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkJob:
+    """Stop some of a running elastic job's workers above its minimum (SIGTERM, grace, SIGKILL,
+    as a preemption): the job runs on with the others, never below its minimum."""
+
+    job_id: int
+    workers: tuple[int, ...]  # the workers to stop, by number (never worker 0: it hosts the rendezvous)
+    message: str  # for its events: "shrank to 4 workers: reclaimed for project nlp"
+    for_job: int | None = None  # the waiting job the GPUs go to, if one
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     starts: tuple[StartJob, ...] = ()
     pending: dict[int, Reason] = field(default_factory=dict)
@@ -74,3 +95,6 @@ class CycleResult:
     # The jobs ``starts`` start, as the cycle's snapshot had them (spec, owner, submit time): the
     # caller launches from these, not from a second read that a cancel or edit may have changed.
     started: Mapping[int, PendingJob] = field(default_factory=dict)
+    # Elastic jobs (issue 35): workers added to running jobs, and workers above a minimum stopped.
+    grows: tuple[GrowJob, ...] = ()
+    shrinks: tuple[ShrinkJob, ...] = ()

@@ -48,6 +48,14 @@ class RunningJob:
     # The GPU power setting each worker launched with, as ``placements`` (issue 33); missing or
     # None: the GPU's default. What a power budget counts its GPUs at.
     power: tuple[PowerSetting | None, ...] = ()
+    # An elastic job's workers being stopped by a shrink (issue 35), by number: their placements
+    # hold resources until they exit, but they are on their way back and are not shrunk again.
+    leaving: frozenset[int] = frozenset()
+
+    @property
+    def width(self) -> int:
+        """Workers it runs on and keeps (an elastic job's changes; a gang's is its size)."""
+        return len(self.placements) - len(self.leaving)
 
     @property
     def preemptible(self) -> bool:
