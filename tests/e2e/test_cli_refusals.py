@@ -109,3 +109,40 @@ def test_tables_read_at_80_columns(shared_head: HeadProcess, args: list[str], he
     for header in headers:
         assert f"  {header}" in f"  {head}  ", (header, done.stdout)
     assert "…" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("workers", "status", "words"),
+    [
+        ("8:2", 400, "the least (8) is above the most (2)"),
+        ("0:4", 400, "from 1 to 4096, got 0"),
+        ("1:3", 422, "3 workers × 4 GPUs can never run here"),  # its most: beyond the largest placement there is
+    ],
+)
+def test_an_elastic_range_that_cannot_be_is_refused_with_the_reason(
+    shared_head: HeadProcess, workers: str, status: int, words: str
+) -> None:
+    said = refused(shared_head.cli("submit", "--gpus", "4", "--workers", workers, "--", "sleep", "30"))
+    assert words in said
+    body = {"command": ["true"], "gpus": 4, "workers": workers}
+    answer = httpx.post(
+        shared_head.url + "/api/v1/jobs", json=body, headers={"Authorization": f"Bearer {shared_head.token()}"}
+    )
+    assert answer.status_code == status and words in answer.json()["message"], answer.text
+    with shared_head.client() as c:
+        assert c.jobs(include_finished=True) == []
+
+
+def test_an_elastic_job_is_shown_with_its_range(shared_head: HeadProcess) -> None:
+    out = ok(shared_head.cli("submit", "--gpus", "1", "--workers", "1:2", "-o", "json", "--", "sleep", "30"))
+    job = json.loads(out)
+    assert (job["workers"], job["max_workers"]) == (1, 2)
+    try:
+        with shared_head.client() as c:
+            wait_state(c, job["id"], ("running",))
+        listed = ok(shared_head.cli("jobs"))
+        assert "1/1:2" in listed, listed
+    finally:
+        ok(shared_head.cli("cancel", str(job["id"])))
+        with shared_head.client() as c:
+            wait_state(c, job["id"], ("cancelled",))

@@ -100,6 +100,16 @@ SUBMITS = [
         "3 workers × 4 CPU cores can never run here",
     ),
     Submit("no node yet (a Ray head before its nodes join)", [], {"gpus": 4, "workers": 3}, None),
+    Submit(
+        "an elastic job whose most could never run (issue 35)",
+        [node("n1"), node("n2")],
+        {"gpus": 4, "workers": "1:3"},
+        "3 workers × 4 GPUs can never run here: all 2 nodes together, idle, hold 2 such workers; "
+        "ask for --workers 1:2 at most",
+    ),
+    Submit(
+        "an elastic job as wide as the cluster at most", [node("n1"), node("n2")], {"gpus": 4, "workers": "1:2"}, None
+    ),
 ]
 
 
