@@ -202,3 +202,30 @@ def test_las_thresholds_must_ascend() -> None:
     with pytest.raises(InvalidInput, match="ascending"):
         schedule(snapshot([node("n1")], [pending(1)]), config)
     assert isinstance(SchedulerConfig().las, LasConfig)
+
+
+TREE = [
+    Project("cs", quota=4),
+    Project("vision", quota=2, parent="cs"),
+    Project("nlp", quota=2, parent="cs"),
+    Project("bio", quota=4),
+    Project("genome", quota=2, parent="bio"),
+    Project("protein", quota=2, parent="bio"),
+]
+
+
+def test_displacing_in_a_tree_keeps_every_level_its_quota() -> None:
+    # vision holds its quota (young jobs) and wants more; nlp holds its own quota, and bio its
+    # quota with genome borrowing protein's part inside it. genome's own quota of 2 would let it
+    # give up 2 GPUs, but that would take bio below its quota: nobody is displaced.
+    jobs = [ran(running(10 + i, ("n1", (i,)), project="genome"), 2 * HOUR) for i in range(4)]
+    jobs += [ran(running(20 + i, ("n2", (i,)), project="nlp"), 1.5 * HOUR) for i in range(2)]
+    jobs += [ran(running(30 + i, ("n2", (2 + i,)), project="vision"), 600) for i in range(2)]
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, project="vision")], jobs, TREE), LAS)
+    assert result.preemptions == ()
+    # With bio beyond its quota (protein's part left to the root), genome's borrowed GPU goes.
+    wider = [p if p.name != "bio" else Project("bio", quota=2) for p in TREE if p.name != "protein"]
+    wider = [p if p.name != "cs" else Project("cs", quota=6) for p in wider]
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, project="vision")], jobs, wider), LAS)
+    owner = {r.id: r.spec.project for r in jobs}
+    assert [owner[p.job_id] for p in result.preemptions] == ["genome"]

@@ -114,3 +114,16 @@ def test_a_lender_is_never_taken_below_a_levels_quota() -> None:
     result = _run([pending(1, project="vision"), pending(2, project="vision")], _full(held), projects=tree)
     victims = {p.job_id for p in result.preemptions}
     assert len(victims) == 2 and {r.spec.project for r in _full(held) if r.id in victims} == {"default"}
+
+
+def test_a_project_whose_unit_is_at_its_limit_takes_back_from_its_sibling_though_gpus_are_idle() -> None:
+    # nlp borrowed vision's part of cs up to cs's limit of 5; 11 GPUs lie idle, but only nlp's
+    # GPUs bring cs under its limit: vision's job of 2 stops two of them (not more), and says why.
+    result = _run([pending(1, project="vision", gpus=2)], _full({"nlp": 5}))
+    victims = sorted(p.job_id for p in result.preemptions)
+    assert len(victims) == 2 and set(victims) <= {100, 101, 102, 103, 104}
+    assert not result.starts
+    assert result.pending[1].message == (
+        "reclaim: stopping 2 job(s) of nlp that borrowed beyond quota (unit cs is at its limit); "
+        "starts when their GPUs are free"
+    )

@@ -52,20 +52,35 @@ class Levels:
                 )
         return None
 
+    def excess(self, project: str, need: float, allocated: Mapping[str, float]) -> dict[str, float]:
+        """The units above ``project`` that ``need`` more GPUs would take beyond their limit, each
+        with how many GPUs must leave its projects first (nearest unit first)."""
+        found = {}
+        for unit in self.units_of(project):
+            limit = self.projects[unit].limit
+            if limit is not None and (over := self.held_under(unit, allocated) + need - limit) > EPS:
+                found[unit] = over
+        return found
+
     def held(self, name: str, allocated: Mapping[str, float]) -> float:
         """What a project holds, or a unit's projects together."""
         return allocated.get(name, 0.0) + self.held_under(name, allocated)
 
-    def lenders(self, project: str, need: float, allocated: Mapping[str, float]) -> tuple[set[str], str | None]:
+    def lenders(
+        self, project: str, need: float, allocated: Mapping[str, float], below: str | None = None
+    ) -> tuple[set[str], str | None]:
         """Whom ``project``, below its quota and waiting for ``need`` GPUs, may reclaim from, and
         the unit whose projects those are (None: the root). GPUs go back to the level that lent
         them: the claim is that of the highest level on the project's path still owed ``need``
         within its quota (the project itself, or a unit whose projects hold less than its quota);
         it is made on the branches beside that level, under the same parent, that hold beyond their
         quota. So a project whose unit is within its quota takes back from its siblings, and one
-        whose unit is below it from the units beside it."""
+        whose unit is below it from the units beside it. ``below``: a unit at its limit, under which
+        the claim stays (only its projects' GPUs make room under the limit)."""
         claim = project
         for unit in self.units_of(project):
+            if unit == below:
+                break
             if self.held(unit, allocated) + need <= self.projects[unit].quota + EPS:
                 claim = unit
         scope = self.projects[claim].parent if claim in self.projects else None
@@ -90,6 +105,21 @@ class Levels:
             if left < self._quota(level) - EPS:
                 return False
         return True
+
+    def held_all(self, allocated: Mapping[str, float]) -> dict[str, float]:
+        """What every project holds, and every unit's projects together (one pass)."""
+        held = dict(allocated)
+        for name, gpus in allocated.items():
+            for unit in self.units_of(name):
+                held[unit] = held.get(unit, 0.0) + gpus
+        return held
+
+    def apart(self, a: str, b: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The levels of ``a``'s path and of ``b``'s below the level where the two meet, each
+        nearest first (its last is the branch compared at the level that splits them); both
+        empty where ``a`` is ``b``."""
+        path_a, path_b = (a, *self.units_of(a)), (b, *self.units_of(b))
+        return tuple(x for x in path_a if x not in path_b), tuple(x for x in path_b if x not in path_a)
 
     def _quota(self, name: str) -> float:
         found = self.projects.get(name)

@@ -13,6 +13,8 @@ from gpupool.domain.decisions import Preempt
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler.session import Session
 
+Enough = Callable[[list[RunningJob]], bool]
+
 
 def victims_for(
     session: Session,
@@ -21,6 +23,7 @@ def victims_for(
     allowed: Callable[[list[RunningJob], RunningJob], bool],
     *,
     purpose: str,
+    enough: Enough | None = None,
 ) -> list[RunningJob] | None:
     """``choose_victims``, with the GPUs kept for ``job`` (the reservation, when it is its own)
     counted as its own: they are idle, and free for it once the victims stop."""
@@ -29,7 +32,7 @@ def victims_for(
     if mine:
         session.release_reserved()
     try:
-        return choose_victims(session, job, candidates, allowed, purpose=purpose)
+        return choose_victims(session, job, candidates, allowed, purpose=purpose, enough=enough)
     finally:
         if mine and reservation is not None:
             session.keep_reserved(reservation)
@@ -42,6 +45,7 @@ def choose_victims(
     allowed: Callable[[list[RunningJob], RunningJob], bool] = lambda chosen, victim: True,
     *,
     purpose: str,
+    enough: Enough | None = None,
 ) -> list[RunningJob] | None:
     """None when no set of candidates makes room; else the new victims, possibly none when jobs
     already stopping will do. Every job whose GPUs are promised to ``job`` (new victims and
@@ -50,6 +54,8 @@ def choose_victims(
     ``candidates`` come in order of preference (youngest first); ``allowed(chosen, v)`` says
     whether ``v`` may join the new victims already chosen (e.g. without taking its project below quota).
     ``purpose`` names the action: each draws on its own candidates, so each remembers its own failures.
+    ``enough(released)``, where given, must hold of the jobs released as well as the fit: e.g. they
+    free the GPUs a unit at its limit needs (issue 34), which idle GPUs elsewhere do not.
     """
     if already_failed(session, job, purpose):
         return None
@@ -59,25 +65,29 @@ def choose_victims(
     need = job.spec.total_gpus if job.spec.gpus >= 1 else 0.0
     try:
         for r in stopping:
-            if session.fits(job):
+            if session.fits(job) and (enough is None or enough(released)):
                 break
             _give_back(session, r)
             released.append(r)
         new: list[RunningJob] = []
-        if not session.fits(job):
+        if not session.fits(job) or (enough is not None and not enough(released)):
             for victim in candidates:
                 if victim.id in session.claimed or not allowed(new, victim):
                     continue
                 _give_back(session, victim)
                 released.append(victim)
                 new.append(victim)
-                if session.cluster.total_free_gpus() >= need and session.fits(job):
+                if (
+                    session.cluster.total_free_gpus() >= need
+                    and session.fits(job)
+                    and (enough is None or enough(released))
+                ):
                     break
             else:
                 # Candidates only shrink within a cycle: the same shape from the same project fails too.
                 session.no_victims.add(shape)
                 return None
-        needed = _fewest(session, job, released)
+        needed = _fewest(session, job, released, enough)
         session.claimed.update(r.id for r in needed)
         return [r for r in needed if not r.stopping]
     finally:  # everything released is taken back (the generation moved on: memos of the excursion expire)
@@ -115,14 +125,14 @@ def _shape(session: Session, job: PendingJob, purpose: str) -> tuple[object, ...
     return (purpose, session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
 
 
-def _fewest(session: Session, job: PendingJob, chosen: list[RunningJob]) -> list[RunningJob]:
+def _fewest(session: Session, job: PendingJob, chosen: list[RunningJob], enough: Enough | None) -> list[RunningJob]:
     """Spare every released job the waiting one does not need after all: new victims before
     stopping ones, the oldest-started first, so the victims left are the fewest and the most
     recently started."""
     kept = list(chosen)
     for victim in reversed(chosen):
         _take(session, victim)
-        if session.fits(job):
+        if session.fits(job) and (enough is None or enough([r for r in kept if r is not victim])):
             kept.remove(victim)  # spared: it keeps its GPUs for the next checks
         else:
             _give_back(session, victim)

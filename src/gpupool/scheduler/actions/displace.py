@@ -5,7 +5,9 @@ a job that has received no service yet displaces one that has received hours of 
 Within the quota and borrowing model: a job displaces its own project's jobs, or another
 project's only where that project keeps its quota and stays at least as far above its fair share
 as the displacing job's project will be (so no project loses its guarantee, and a short job
-does not take GPUs from a project poorer than its own). Victims come from the deepest level
+does not take GPUs from a project poorer than its own). In a tree of projects (issue 34) the
+quota holds at every level of the lender's branch, and the fair shares compared are those of the
+two branches where the tree splits them. Victims come from the deepest level
 first (most service received), in each the first to have got there (``displace_index``); the
 waiting job starts in a later cycle, once they are gone.
 
@@ -22,6 +24,7 @@ from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import user_limit
 from gpupool.scheduler.displace_index import DisplaceIndex
 from gpupool.scheduler.fair_share import rank_holding
+from gpupool.scheduler.levels import Levels
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import already_failed, saying, stop_for, victims_for
 
@@ -83,6 +86,10 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
     recent = session.snapshot.recent_usage
     mine = rank_holding(session.shares, recent, project, session.allocated.get(project, 0.0))
 
+    levels = session.levels
+    if levels is not None:  # issue 34: every level of the lender's branch keeps its quota
+        return _fair_in_tree(session, job, levels, ranked, mine)
+
     def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
         lender = victim.spec.project
         if lender == project:
@@ -95,6 +102,40 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
             return False
         lender_share = session.shares.get(lender, 0.0)
         return lender_share <= 0 or left / lender_share >= after - 1e-9
+
+    return allowed
+
+
+def _fair_in_tree(
+    session: Session, job: PendingJob, levels: Levels, ranked: bool, mine: tuple[float, str]
+) -> Callable[[list[RunningJob], RunningJob], bool]:
+    """``_fair`` in a tree of projects: no level of the lender's path below the one it shares with
+    the job's project goes under its quota, and the two branches just below that level are
+    compared by fair share (each level's share is its part of its parent's), so GPUs move between
+    siblings only as the level that split them would have them move."""
+    project, shares, recent = job.spec.project, session.shares, session.snapshot.recent_usage
+    held = levels.held_all(session.allocated)
+
+    def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
+        lender = victim.spec.project
+        if lender == project:
+            return True
+        own, theirs = levels.apart(project, lender)
+        taken: dict[str, float] = {}
+        for r in (*chosen, victim):
+            for level in (r.spec.project, *levels.units_of(r.spec.project)):
+                taken[level] = taken.get(level, 0.0) + r.spec.total_gpus
+        for level in theirs:
+            if held.get(level, 0.0) - taken.get(level, 0.0) < session.project(level).quota - 1e-9:
+                return False
+        left = session.allocated.get(lender, 0.0) - taken.get(lender, 0.0)
+        if ranked and rank_holding(shares, recent, lender, left) < mine:
+            return False
+        branch, their_branch = own[-1] if own else project, theirs[-1]
+        share, their_share = shares.get(branch, 0.0), shares.get(their_branch, 0.0)
+        after = (held.get(branch, 0.0) + job.spec.total_gpus) / share if share > 0 else float("inf")
+        their_left = held.get(their_branch, 0.0) - taken.get(their_branch, 0.0)
+        return their_share <= 0 or their_left / their_share >= after - 1e-9
 
     return allowed
 

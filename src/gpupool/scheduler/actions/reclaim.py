@@ -5,7 +5,9 @@ and never taking a lender below its own quota.
 In a tree of projects (issue 34, ``Levels.lenders``) GPUs go back to the level that lent them:
 the claim is that of the highest level on the waiting job's path still owed its GPUs, made on the
 branches beside it that hold beyond their quota, and no level of a lender's branch is taken below
-its quota. A flat list is the one-level case: exactly the rule above."""
+its quota. A job within its project's quota that only a unit's limit holds back (a sibling
+borrowed the unit's quota) claims below that unit: enough of its siblings' GPUs to bring the unit
+back under its limit. A flat list is the one-level case: exactly the rule above."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import user_limit
 from gpupool.scheduler.actions import fair_reclaim
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import already_failed, stop_for, victims_for
+from gpupool.scheduler.victims import Enough, already_failed, stop_for, victims_for
 
 Allowed = Callable[[list[RunningJob], RunningJob], bool]
 
@@ -33,9 +35,13 @@ def run(session: Session) -> None:
         project = session.project(job.spec.project)
         if allocated.get(project.name, 0.0) + job.spec.total_gpus > project.quota + 1e-9:
             continue  # only GPUs within the quota are taken back (most of a queue: checked first)
-        if session.policy_refused(job.id) or user_limit.held_back(session, job):  # reclaim cannot help
+        units = None  # the units at their limit that alone hold it back (issue 34), and by how much
+        if session.policy_refused(job.id) and (units := _held_by_units(session, job)) is None:
+            continue  # reclaim cannot help
+        if user_limit.held_back(session, job):
             continue
-        if already_failed(session, job, "reclaim") and not min_run_s:
+        purpose = "reclaim" if units is None else "reclaim:unit"
+        if already_failed(session, job, purpose) and not min_run_s:
             continue  # (with a minimum run, the job may still be told when young borrowers can go)
         owed = None
         if session.per_model is not None:  # issue 34 item 2: only GPUs of a model it is owed
@@ -43,19 +49,22 @@ def run(session: Session) -> None:
             owed = session.per_model.owed(project.name, models, need, session.cluster.models)
             if owed is not None and not owed:
                 continue
-        candidates, grown, keeps_quota = _candidates(session, job, candidates_of, owed)
-        victims = victims_for(session, job, grown, keeps_quota, purpose="reclaim")  # its reservation its own
+        candidates, grown, keeps_quota = _candidates(session, job, candidates_of, owed, units)
+        enough = None if units is None else _frees(session, units)
+        # (the GPUs its reservation keeps count as its own)
+        victims = victims_for(session, job, grown, keeps_quota, purpose=purpose, enough=enough)
         if victims is None:
             if len(grown) < len(candidates):
-                _wait_for_young(session, job, candidates, keeps_quota)
+                _wait_for_young(session, job, candidates, keeps_quota, enough)
             continue
         if victims:
             candidates_of.clear()
         lenders = sorted({v.spec.project for v in victims})
         stop_for(session, job, victims, _told(project.name, job.id))
+        at = "" if not units else f" (unit {next(iter(units))} is at its limit)"
         message = (
             f"reclaim: stopping {len(victims)} job(s) of {', '.join(lenders)} that borrowed beyond "
-            f"quota; starts when their GPUs are free"
+            f"quota{at}; starts when their GPUs are free"
             if victims
             else "reclaim: waiting for jobs being stopped to free their GPUs"
         )
@@ -68,19 +77,22 @@ def _candidates(
     job: PendingJob,
     known_by: dict[object, tuple[list[RunningJob], list[RunningJob]]],
     owed: frozenset[str] | None = None,
+    units: dict[str, float] | None = None,
 ) -> tuple[list[RunningJob], list[RunningJob], Allowed]:
     """The borrowers' running jobs ``job`` may take back (and those that ran the minimum), and
     the rule that keeps each lender at its quota; remembered in ``known_by`` per project (per
     project and size in a tree, where the level owed depends on the size). With per-model
-    figures (``session.per_model``), ``owed``: the models whose GPUs it may take (None: any)."""
+    figures (``session.per_model``), ``owed``: the models whose GPUs it may take (None: any).
+    ``units``: those at their limit that hold it back; the claim stays below the nearest."""
     name, levels, min_run_s = job.spec.project, session.levels, session.config.reclaim_min_run_s
     per_model = session.per_model
     key: object = name if per_model is None else (name, owed)
     scope: str | None = None
     borrowing: set[str] = set()
     if levels is not None:
-        borrowing, scope = levels.lenders(name, job.spec.total_gpus, session.allocated)
-        key = (name, job.spec.total_gpus, owed)
+        below = next(iter(units)) if units else None
+        borrowing, scope = levels.lenders(name, job.spec.total_gpus, session.allocated, below)
+        key = (name, job.spec.total_gpus, owed, below)
     known = known_by.get(key)
     if known is None:
         if levels is None:
@@ -126,10 +138,12 @@ def _ran_enough(session: Session, job: RunningJob) -> bool:
     return (session.snapshot.now - job.started_at).total_seconds() >= session.config.reclaim_min_run_s
 
 
-def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJob], keeps_quota: Allowed) -> None:
+def _wait_for_young(
+    session: Session, job: PendingJob, candidates: list[RunningJob], keeps_quota: Allowed, enough: Enough | None
+) -> None:
     """The borrowers' jobs that would make room have not run the minimum yet: none is stopped, but
     their GPUs are promised to ``job`` (no later job counts on them) and its reason says when."""
-    victims = victims_for(session, job, candidates, keeps_quota, purpose="reclaim-later")
+    victims = victims_for(session, job, candidates, keeps_quota, purpose="reclaim-later", enough=enough)
     if not victims:
         return
     min_run_s, now = session.config.reclaim_min_run_s, session.snapshot.now
@@ -145,6 +159,39 @@ def _wait_for_young(session: Session, job: PendingJob, candidates: list[RunningJ
         f"reclaim: {len(victims)} job(s) of {lenders} borrowed beyond quota, taken back once they have run "
         f"{format_duration(min_run_s)} (the first in {wait})",
     )
+
+
+def _held_by_units(session: Session, job: PendingJob) -> dict[str, float] | None:
+    """Where the only thing that holds ``job`` back is the limit of units above its project: each
+    such unit with the GPUs its projects must give up first; else None (a flat list: always).
+    The policy's quota check is asked again with the tree left out, so a project's own limit, a
+    lend limit or a per-model limit still keeps reclaim away."""
+    levels, reason = session.levels, session.reasons.get(job.id)
+    if levels is None or reason is None or reason.code is not ReasonCode.LIMIT:
+        return None
+    units = levels.excess(job.spec.project, job.spec.total_gpus, session.allocated)
+    if not units:
+        return None
+    session.levels = None
+    try:
+        other = session.hooks.quota_check(session, job)
+    finally:
+        session.levels = levels
+    return units if other is None else None
+
+
+def _frees(session: Session, units: dict[str, float]) -> Enough:
+    """Whether the jobs released free, below every unit in ``units``, the GPUs it must give up."""
+    levels = session.levels
+    assert levels is not None
+
+    def enough(released: list[RunningJob]) -> bool:
+        return all(
+            sum(r.spec.total_gpus for r in released if unit in levels.units_of(r.spec.project)) >= over - 1e-9
+            for unit, over in units.items()
+        )
+
+    return enough
 
 
 def _borrowing(session: Session, name: str) -> bool:
