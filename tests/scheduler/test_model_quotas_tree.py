@@ -146,3 +146,12 @@ def test_fair_share_reads_the_totals_only() -> None:
         Project("bio", quota=2, limit=3),
     ]
     assert fair_shares(per_model, 8) == fair_shares(totals, 8) == {"cs": 5.0, "bio": 3.0, "vision": 2.5, "nlp": 2.5}
+
+
+def test_reclaim_never_takes_a_unit_below_its_per_model_quota() -> None:
+    # bio asks 3 H100: taking 3 of vision's 4 would leave cs 1 of its guaranteed 2 H100, so reclaim
+    # takes at most 2 (and bio's job waits for more rather than breaking cs's guarantee).
+    result = _run([pending(1, project="bio", gpus=3, gpu_model="H100")], BORROWED, QUOTA_TREE)
+    taken = [p.job_id for p in result.preemptions]
+    assert len([j for j in taken if 100 <= j < 104]) <= 2, taken
+    assert not result.starts

@@ -109,6 +109,8 @@ def _candidates(
             lender, [*(r for r in chosen if r.spec.project == lender), victim]
         ):
             return False
+        if per_model is not None and levels is not None and not per_model.keeps_units(name, [*chosen, victim]):
+            return False  # a unit above the lender, not above the claimer, keeps its per-model quota
         if per_model is not None and levels is None and lender in per_model.quotas:
             return True  # its per-model quotas are its guarantee (checked above), not the total
         if levels is not None:
