@@ -108,3 +108,49 @@ def test_with_displace_no_job_is_stopped_twice() -> None:
     result = schedule(snapshot(NODES, _nlp_waits(6), _held({"vision": 12, "default": 4}), PROJECTS), config)
     stopped = [p.job_id for p in result.preemptions]
     assert len(stopped) == len(set(stopped)) >= 4
+
+
+# A tree (issue 34), shares by weight beyond no quotas: default 8, lab 4, cs 2 (vision 1, nlp 1),
+# bio 2 (genome 1, protein 1) of 16 GPUs.
+TREE = [
+    Project("default", weight=4),
+    Project("lab", weight=2),
+    Project("cs", weight=1),
+    Project("bio", weight=1),
+    Project("vision", parent="cs"),
+    Project("nlp", parent="cs"),
+    Project("genome", parent="bio"),
+    Project("protein", parent="bio"),
+]
+
+
+def _tree_held(held: dict[str, int]) -> list[RunningJob]:
+    """Checkpointed 1-GPU jobs filling n1 then n2, ids 100 up; later projects' jobs are younger."""
+    jobs, slot = [], 0
+    for owner, n in held.items():
+        for _ in range(n):
+            job = running(100 + slot, (f"n{1 + slot // 8}", (slot % 8,)), project=owner)
+            started = T0 - 2 * HOUR + slot * timedelta(minutes=1)
+            jobs.append(replace(job, spec=replace(job.spec, checkpoint_dir="/ckpt"), started_at=started))
+            slot += 1
+    return jobs
+
+
+def _taken(held: dict[str, int]) -> list[str]:
+    jobs = _tree_held(held)
+    result = schedule(snapshot(NODES, [pending(1, project="nlp")], jobs, TREE), ON)
+    by_id = {r.id: r.spec.project for r in jobs}
+    return [by_id[p.job_id] for p in result.preemptions]
+
+
+def test_in_a_tree_shares_are_compared_where_the_two_paths_meet() -> None:
+    # genome holds twice its share of 1 and its jobs are the youngest, but bio holds its own 2, and
+    # cs would go beyond its 2 with nlp's job: against nlp the comparison with genome is cs against
+    # bio, which gives nothing. Beside nlp, vision holds beyond its share: it gives back.
+    assert _taken({"default": 8, "lab": 4, "vision": 2, "genome": 2}) == ["vision"]
+
+
+def test_in_a_tree_a_unit_beyond_its_share_gives_back_to_a_unit_below_its_own() -> None:
+    # cs holds 1 of its 2: nlp's job stays within nlp's and cs's shares. lab holds 5 of its 4, so
+    # lab gives back, not genome (beyond its own share, inside a bio that holds just its own).
+    assert _taken({"default": 8, "vision": 1, "lab": 5, "genome": 2}) == ["lab"]

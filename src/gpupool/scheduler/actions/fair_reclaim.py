@@ -41,9 +41,10 @@ def run(session: Session) -> None:
             continue
         if allocated.get(name, 0.0) + need > shares.get(name, 0.0) + EPS or already_failed(session, job, PURPOSE):
             continue  # it would hold beyond its own fair share: nothing to claim
-        candidates = known.get(name)
+        key = name if session.levels is None else f"{name}\0{need!r}"  # in a tree, who may give depends on need
+        candidates = known.get(key)
         if candidates is None:
-            candidates = known[name] = _candidates(session, name)
+            candidates = known[key] = _candidates(session, name, need)
         if not candidates:
             continue
         tries += 1
@@ -64,10 +65,25 @@ def run(session: Session) -> None:
         )
 
 
-def _candidates(session: Session, name: str) -> list[RunningJob]:
-    """The checkpointed train jobs of the projects holding beyond their fair share, youngest first."""
-    shares, allocated = session.shares, session.allocated
-    holders = {other for other, held in allocated.items() if other != name and held > shares.get(other, 0.0) + EPS}
+def _candidates(session: Session, name: str, need: float) -> list[RunningJob]:
+    """The checkpointed train jobs of the projects holding beyond their fair share, youngest first.
+
+    In a tree shares are compared where they are split: between the two branches at the level
+    where the claimant's path and the holder's meet. The holder's branch must hold beyond its
+    share there, and every level of the claimant's side below it must stay within its own once
+    the job starts (so a project does not claim for a unit that already holds its part)."""
+    shares, allocated, levels = session.shares, session.allocated, session.levels
+    if levels is None:
+        holders = {other for other, held in allocated.items() if other != name and held > shares.get(other, 0.0) + EPS}
+    else:
+        held = levels.held_all(allocated)
+        holders = set()
+        for other in allocated:
+            mine, theirs = levels.apart(name, other)
+            if not theirs or held.get(theirs[-1], 0.0) <= shares.get(theirs[-1], 0.0) + EPS:
+                continue
+            if all(held.get(level, 0.0) + need <= shares.get(level, 0.0) + EPS for level in mine):
+                holders.add(other)
     if not holders:
         return []
     return [r for r in session.preemptible() if r.spec.project in holders and r.spec.checkpoint_dir is not None]
@@ -78,12 +94,21 @@ def _fair(session: Session, job: PendingJob) -> Callable[[list[RunningJob], Runn
     ranked = session.config.queue_order == "fair_share"
     mine = rank_holding(shares, recent, project, session.allocated.get(project, 0.0))
 
+    levels = session.levels
+    held = levels.held_all(session.allocated) if levels is not None else session.allocated
+
     def allowed(chosen: list[RunningJob], victim: RunningJob) -> bool:
         holder = victim.spec.project
         taken = sum(r.spec.total_gpus for r in chosen if r.spec.project == holder) + victim.spec.total_gpus
         left = session.allocated.get(holder, 0.0) - taken
         if left < shares.get(holder, 0.0) - EPS:
             return False  # never below the holder's fair share
+        if levels is not None:  # nor any level of its side below where the two paths meet
+            gone = [*chosen, victim]
+            for level in levels.apart(project, holder)[1][1:]:
+                out = sum(r.spec.total_gpus for r in gone if level in levels.units_of(r.spec.project))
+                if held.get(level, 0.0) - out < shares.get(level, 0.0) - EPS:
+                    return False
         return not (ranked and rank_holding(shares, recent, holder, left) < mine)
 
     return allowed
