@@ -142,6 +142,8 @@ def test_an_elastic_job_is_shown_with_its_range(shared_head: HeadProcess) -> Non
             wait_state(c, job["id"], ("running",))
         listed = ok(shared_head.cli("jobs"))
         assert "1/1:2" in listed, listed
+        said = json.loads(ok(shared_head.cli("why", str(job["id"]), "-o", "json")))
+        assert "elastic, on 1 of 1:2 workers: it grows when GPUs are free" in said["reason"], said
     finally:
         ok(shared_head.cli("cancel", str(job["id"])))
         with shared_head.client() as c:

@@ -120,11 +120,26 @@ def why(ctx: HeadContext, job_id: int) -> Why:
         where = "; ".join(
             f"worker {p.worker} on {p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in job.placements
         )
-        return Why(job, job.state.value, f"it is {job.state.value}: {where}{_image_phase(ctx, job)}")
+        said = f"it is {job.state.value}: {where}{_image_phase(ctx, job)}{_elastic_note(job)}"
+        return Why(job, job.state.value, said)
     return Why(
         job,
         job.state.value,
         f"it is {job.state.value}" + (f" (exit code {job.exit_code})" if job.exit_code is not None else ""),
+    )
+
+
+def _elastic_note(job: JobRecord) -> str:
+    """Where an elastic job stands in its range (issue 35), and when it would grow."""
+    spec = job.spec
+    if spec.max_workers is None:
+        return ""
+    width = len(job.placements)
+    if width >= spec.max_workers:
+        return f"; elastic, at its most of {spec.workers_text} workers"
+    return (
+        f"; elastic, on {width} of {spec.workers_text} workers: it grows when GPUs are free and no job of"
+        f" equal or higher priority waits for them, and gives back only the workers above {spec.workers}"
     )
 
 
