@@ -17,14 +17,14 @@ from datetime import datetime
 
 from gpupool.clock import Clock
 from gpupool.controller.power import LaunchPower
-from gpupool.domain.decisions import Preempt, StartJob
+from gpupool.domain.decisions import GrowJob, Preempt, ShrinkJob, StartJob
 from gpupool.domain.errors import Conflict, Stale
 from gpupool.domain.jobs import JobSpec, JobState, StopReason
 from gpupool.domain.launch import LaunchRequest, PowerSetting, RegistryAuth, WorkerHandle
 from gpupool.domain.power import DEFAULT_MAX_SLOWDOWN
 from gpupool.domain.records import WorkerRecord
 from gpupool.domain.users import ADMIN_USER
-from gpupool.domain.worker_env import NODE_ADDRESS_ENV, worker_env
+from gpupool.domain.worker_env import NODE_ADDRESS_ENV, Rendezvous, worker_env
 from gpupool.executors.base import Executor
 from gpupool.store import jobs as job_repo
 from gpupool.store import registry_logins as login_repo
@@ -32,6 +32,7 @@ from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database, Tx
 from gpupool.store.sealing import Sealer
 from gpupool.store.transitions import transition_job
+from gpupool.store.workers import StartTicket
 
 log = logging.getLogger("gpupool.controller")
 
@@ -77,20 +78,90 @@ class Applier:
             log.info("not starting job %s: %s", decision.job_id, exc)
             return None
         attempt, job_id = ticket.attempt, decision.job_id
-        launched: list[tuple[int, WorkerHandle, int | None]] = []
-        failed: list[tuple[int, str]] = []
         try:
             rendezvous = self._executor.rendezvous(decision.placements[0].node)
+            if spec.elastic:  # workers a grow adds later are told the same one (issue 35)
+                with self._db.tx() as s:
+                    worker_repo.set_rendezvous(s, job_id, rendezvous.endpoint)
         except Exception as exc:  # the node went away since the snapshot: nothing is launched
             log.exception("rendezvous for job %s failed", job_id)
             failed = [
                 (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
             ]
-        login = self._registry_login(ticket.owner, spec.image)
+            self._finish_start(job_id, attempt, [], failed, in_image=spec.image is not None)
+            return attempt
         power = LaunchPower.load(self._db, spec, self._max_slowdown)  # its GPUs' setting (issue 33)
-        cap = decision.power_cap_w  # the power budget's cap on each GPU (issue 33), None: none
+        launched, failed, powers = self._launch(job_id, spec, ticket, rendezvous, decision.power_cap_w, power)
+        power.record(self._db, job_id, self._clock.now())
+        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None, powers=powers)
+        return attempt
+
+    def grow_all(self, grows: Iterable[GrowJob], specs: Mapping[int, JobSpec]) -> int:
+        """Add the workers each grow decided to its running elastic job; how many jobs grew."""
+        return sum(self.grow(decision, specs[decision.job_id]) for decision in grows)
+
+    def grow(self, decision: GrowJob, spec: JobSpec) -> bool:
+        """Launch the workers a grow adds to a running elastic job (issue 35), each as a start
+        launches one (the same walls, account, image and environment), in the job's current
+        attempt and told its attempt's rendezvous. False when the job changed since the snapshot
+        (ended, being stopped, at its maximum): nothing is done. A newcomer whose launch fails is
+        released: the job runs on without it, no restart counted."""
+        now = self._clock.now()
+        try:
+            with self._db.tx() as s:
+                ticket = worker_repo.begin_grow(s, decision.job_id, decision.placements, now, decision.message)
+        except Conflict as exc:
+            log.info("not growing job %s: %s", decision.job_id, exc)
+            return False
+        rendezvous = Rendezvous.parse(ticket.rendezvous or "")
+        power = LaunchPower.load(self._db, spec, self._max_slowdown)
+        launched, failed, powers = self._launch(decision.job_id, spec, ticket, rendezvous, None, power)
+        power.record(self._db, decision.job_id, self._clock.now())
+        with self._db.tx() as s:
+            self._record_launches(s, decision.job_id, launched, failed, self._clock.now(), powers)
+            for worker_id, _ in failed:
+                worker_repo.release_worker(s, worker_id)
+        return True
+
+    def shrink_all(self, shrinks: Iterable[ShrinkJob]) -> int:
+        """Stop the workers each shrink decided; how many jobs shrank."""
+        return sum(self.shrink(decision) for decision in shrinks)
+
+    def shrink(self, decision: ShrinkJob) -> bool:
+        """Stop some of a running elastic job's workers above its minimum (issue 35) as a
+        preemption stops a job's: SIGTERM now, SIGKILL after the grace period (the supervisor's).
+        The job runs on: they are marked released first, so their exits are not judged as its
+        failure, and the snapshot counts them leaving until they end. False when the job changed
+        since the snapshot (ended, being stopped, or it would go below its minimum)."""
+        try:
+            with self._db.tx() as s:
+                leaving = worker_repo.begin_shrink(
+                    s, decision.job_id, decision.workers, self._clock.now(), decision.message
+                )
+        except Conflict as exc:
+            log.info("not shrinking job %s: %s", decision.job_id, exc)
+            return False
+        self.kill(leaving)
+        return True
+
+    def _launch(
+        self,
+        job_id: int,
+        spec: JobSpec,
+        ticket: StartTicket,
+        rendezvous: Rendezvous,
+        cap: float | None,
+        power: LaunchPower,
+    ) -> tuple[list[tuple[int, WorkerHandle, int | None]], list[tuple[int, str]], dict[int, PowerSetting | None]]:
+        """Launch the ticket's workers: the handles of those launched, the launches that failed,
+        and the GPU power setting each launched with. ``cap``: the power budget's cap on each GPU
+        (issue 33), None: none."""
+        attempt = ticket.attempt
+        launched: list[tuple[int, WorkerHandle, int | None]] = []
+        failed: list[tuple[int, str]] = []
+        login = self._registry_login(ticket.owner, spec.image)
         powers: dict[int, PowerSetting | None] = {}  # the setting each worker launches with
-        for worker_id, p in ticket.workers if not failed else ():
+        for worker_id, p in ticket.workers:
             env = worker_env(
                 job_id=job_id,
                 spec=spec,
@@ -100,6 +171,7 @@ class Applier:
                 preempted=ticket.preempted,
                 checkpoint_dir=spec.checkpoint_dir,
                 array=ticket.array,
+                attempt=attempt,
             )
             port = None
             if spec.port_env:  # a service replica: a free port on its own node, in the variable it named
@@ -146,9 +218,7 @@ class Applier:
             except Exception as exc:  # an executor failure must not take the controller down
                 log.exception("launch of job %s worker %s failed", job_id, p.worker)
                 failed.append((worker_id, f"launch of worker {p.worker} on {p.node} failed: {exc}"))
-        power.record(self._db, job_id, self._clock.now())
-        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None, powers=powers)
-        return attempt
+        return launched, failed, powers
 
     def _registry_login(self, owner: str, image: str | None) -> RegistryAuth | None:
         """The owner's login to the image's registry (``gpupool login --registry``), if they gave

@@ -10,6 +10,7 @@ NO_UNIX_ACCOUNT = "no_unix_account"  # its owner has no Unix account on the node
 IMAGE = "image"  # its --image could not be got or used on the node (the reason in its events): never started
 # The node could not get its image now (a path not there, a registry not answering): it waits, requeued
 IMAGE_UNAVAILABLE = "image_unavailable"
+SHRUNK = "shrunk"  # stopped by its elastic job's shrink (issue 35): the job runs on without it
 
 MEANING = {
     OOM: "out of memory: its --memory limit",
@@ -17,6 +18,7 @@ MEANING = {
     NO_UNIX_ACCOUNT: "its owner has no Unix account on the node",
     IMAGE: "its image could not be got or used on the node",
     IMAGE_UNAVAILABLE: "its image could not be got on the node now: it waits for it",
+    SHRUNK: "stopped to shrink its elastic job, which runs on without it",
 }
 KILLED = (OOM, GPU_OOM)  # reasons the node ended a worker that ran: counted by gpupool_worker_kills_total
 

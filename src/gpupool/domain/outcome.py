@@ -7,13 +7,15 @@ the store, judged here and overridden by hand in the monitor, and could disagree
 records the reason, ``settle`` decides, and the store applies the ``Settlement`` it returns.
 
 A gang lives and dies whole: one failed (or lost) worker stops the others, and the job is
-requeued whole while restarts remain.
+requeued whole while restarts remain. An elastic job (issue 35) runs on without a worker other
+than worker 0 that fails while it keeps at least its minimum and has restarts left (each such
+failure counts one); a worker its shrink stopped, or one it ran on without, is not judged again.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpupool.domain import exit_reasons
@@ -38,6 +40,7 @@ __all__ = [
 class Verdict(enum.StrEnum):
     WAIT = "wait"  # workers still running normally
     STOP_REST = "stop_rest"  # one failed or a stop was asked: stop the others first
+    RUN_ON = "run_on"  # an elastic job's extra worker failed: it runs on without it, a restart counted
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REQUEUE = "requeue"
@@ -53,6 +56,7 @@ class Outcome:
     lost: str = ""  # set when a lost worker ends the attempt: the job is ``lost`` before requeue or failure
     exit_reason: str | None = None  # of the first worker that failed, when its node knows why
     waits_for_image: bool = False  # requeued because a node could not get its image now: no restart counted
+    released: tuple[int, ...] = ()  # RUN_ON: the failed workers (ids) the job runs on without
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,30 +92,27 @@ def judge(
     restarts: int,
     max_restarts: int,
     image_wait: ImageWait | None = None,
+    least: int | None = None,
+    released: Collection[int] = (),
 ) -> Outcome:
     """What the workers' exits mean, given the stop under way (and, where a node could not get
-    the job's image now, how long it has waited for it)."""
+    the job's image now, how long it has waited for it). ``least``: an elastic job's minimum
+    (None: a rigid gang); ``released``: the workers (ids) it runs on without, whose exits are not its."""
     live = [w for w in workers if w.status.holds_resources]
     ended = sorted(
         (w for w in workers if not w.status.holds_resources),
         key=lambda w: (w.finished_at is None, w.finished_at, w.placement.worker),
     )
-    bad = [w for w in ended if w.status is WorkerStatus.LOST or w.exit_code != 0]
+    bad = [w for w in ended if w.id not in released and (w.status is WorkerStatus.LOST or w.exit_code != 0)]
     first_bad = bad[0] if bad else None
     code = first_bad.exit_code if first_bad else None
     why = first_bad.exit_reason if first_bad else None
-    if stop is not None and stop.ends_job:
-        if live:
-            return Outcome(Verdict.STOP_REST, code, "stopping workers for cancel")
-        return Outcome(Verdict.CANCELLED, code, "cancelled; all workers stopped")
     if stop is not None:
-        if live:
-            return Outcome(Verdict.STOP_REST, code, "stopping workers for preemption")
-        return Outcome(Verdict.PREEMPTED, code, "preempted; requeued with its restart count kept")
+        return _stopped(stop, bool(live), code)
     if first_bad is not None:
-        where = f"worker {first_bad.placement.worker} on {first_bad.placement.node}"
-        what = f"{where} was lost" if first_bad.status is WorkerStatus.LOST else f"{where} exited with code {code}"
-        what += f" ({exit_reasons.MEANING[why]})" if why in exit_reasons.MEANING else ""
+        what = _failure(first_bad)
+        if (runs_on := _run_on(bad, live, released, least, restarts, max_restarts)) is not None:
+            return runs_on
         if live:
             return Outcome(Verdict.STOP_REST, code, f"{what}; stopping the other workers of the gang")
         lost = what if first_bad.status is WorkerStatus.LOST else ""
@@ -133,6 +134,45 @@ def judge(
     return Outcome(Verdict.SUCCEEDED, 0, "all workers exited with code 0")
 
 
+def _stopped(stop: StopReason, live: bool, code: int | None) -> Outcome:
+    """A stop under way: its live workers stopped first, then the job cancelled or preempted."""
+    if stop.ends_job:
+        if live:
+            return Outcome(Verdict.STOP_REST, code, "stopping workers for cancel")
+        return Outcome(Verdict.CANCELLED, code, "cancelled; all workers stopped")
+    if live:
+        return Outcome(Verdict.STOP_REST, code, "stopping workers for preemption")
+    return Outcome(Verdict.PREEMPTED, code, "preempted; requeued with its restart count kept")
+
+
+def _failure(w: WorkerRecord) -> str:
+    where = f"worker {w.placement.worker} on {w.placement.node}"
+    what = f"{where} was lost" if w.status is WorkerStatus.LOST else f"{where} exited with code {w.exit_code}"
+    return what + (f" ({exit_reasons.MEANING[w.exit_reason]})" if w.exit_reason in exit_reasons.MEANING else "")
+
+
+def _run_on(
+    bad: Sequence[WorkerRecord],
+    live: Sequence[WorkerRecord],
+    released: Collection[int],
+    least: int | None,
+    restarts: int,
+    max_restarts: int,
+) -> Outcome | None:
+    """An elastic job runs on without its failed workers when none is worker 0 (it hosts the
+    rendezvous), the workers it keeps are at least its minimum, and it has a restart left for each;
+    None: it does not (or it is a rigid gang), and fails or is requeued whole."""
+    kept = sum(1 for w in live if w.id not in released)
+    count = restarts + len(bad)
+    if least is None or any(w.placement.worker == 0 for w in bad) or kept < least or count > max_restarts:
+        return None
+    failed = "; ".join(_failure(w) for w in bad)
+    message = f"{failed}; it runs on with {kept} workers (restart {count} of {max_restarts})"
+    return Outcome(
+        Verdict.RUN_ON, bad[0].exit_code, message, exit_reason=bad[0].exit_reason, released=tuple(w.id for w in bad)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class JobFacts:
     """What ``settle`` needs to know of a job, read in the transaction that applies its answer."""
@@ -146,6 +186,8 @@ class JobFacts:
     exit_code: int | None
     exit_reason: str | None = None
     image_wait: ImageWait | None = None  # where its attempt ended for an image a node could not get now
+    least: int | None = None  # an elastic job's minimum (issue 35); None: a rigid gang
+    released: frozenset[int] = frozenset()  # the workers (ids) it runs on without: shrunk or failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +210,8 @@ class Settlement:
     exit_code: int | None = None
     exit_reason: str | None = None
     waits_for_image: bool = False  # requeued until a node can get its image (``store.jobs`` defers it)
+    released: tuple[int, ...] = ()  # workers (ids) the job runs on without from now on (issue 35)
+    note: str = ""  # an event to record where no transition says what happened (an elastic job ran on)
 
 
 _VERDICT_STATE = {
@@ -182,10 +226,31 @@ _VERDICT_STATE = {
 def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
     """The next move of a starting or running job: None while it runs normally."""
     outcome = judge(
-        workers, stop=job.stop, restarts=job.restarts, max_restarts=job.max_restarts, image_wait=job.image_wait
+        workers,
+        stop=job.stop,
+        restarts=job.restarts,
+        max_restarts=job.max_restarts,
+        image_wait=job.image_wait,
+        least=job.least,
+        released=job.released,
     )
     if outcome.verdict is Verdict.WAIT:
-        return None
+        # Workers a shrink stopped that still run are stopped again (the applier sends each one
+        # SIGTERM once): a head that restarted between the shrink and its SIGTERM still sends it.
+        leaving = tuple(w for w in workers if w.status.holds_resources and w.id in job.released)
+        if not leaving:
+            return None
+        return Settlement(
+            stop_workers=leaving, restarts=job.restarts, exit_code=job.exit_code, exit_reason=job.exit_reason
+        )
+    if outcome.verdict is Verdict.RUN_ON:
+        return Settlement(
+            restarts=job.restarts + len(outcome.released),
+            exit_code=job.exit_code,
+            exit_reason=job.exit_reason,
+            released=outcome.released,
+            note=outcome.message,
+        )
     if outcome.verdict is Verdict.STOP_REST:
         live = tuple(w for w in workers if w.status.holds_resources)
         return Settlement(

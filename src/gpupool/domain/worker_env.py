@@ -55,6 +55,42 @@ class Rendezvous:
     master_addr: str
     master_port: int
 
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` as torchrun's ``--rdzv-endpoint`` takes it (an IPv6 address in brackets)."""
+        host = f"[{self.master_addr}]" if ":" in self.master_addr else self.master_addr
+        return f"{host}:{self.master_port}"
+
+    @classmethod
+    def parse(cls, endpoint: str) -> Rendezvous:
+        """The inverse of ``endpoint``: what the store keeps of an elastic job's attempt."""
+        host, _, port = endpoint.rpartition(":")
+        return cls(host.removeprefix("[").removesuffix("]"), int(port))
+
+
+def rdzv_conf(worker: int) -> str:
+    """torchrun's ``--rdzv-conf`` for a worker of an elastic job (``PET_RDZV_CONF``: torchrun reads
+    each option from ``PET_<OPTION>`` when the command line leaves it out): worker 0's agent hosts
+    the c10d store at the endpoint and the others join it, said outright rather than guessed from
+    host names (workers on simulated nodes share one). The one place these settings are built."""
+    return f"is_host={1 if worker == 0 else 0}"
+
+
+def elastic_env(job_id: int, attempt: int, spec: JobSpec, rendezvous: Rendezvous, worker: int) -> dict[str, str]:
+    """What a worker of an elastic job (issue 35) is told of its rendezvous, so that ``torchrun
+    --nnodes=$GPUPOOL_MIN_WORKERS:$GPUPOOL_MAX_WORKERS --rdzv-backend=c10d
+    --rdzv-endpoint=$GPUPOOL_RDZV_ENDPOINT --rdzv-id=$GPUPOOL_RDZV_ID`` works unchanged. The
+    endpoint is on worker 0, which a shrink never stops, and is the same for every worker of the
+    attempt, those added later included; a new attempt is a new rendezvous."""
+    return {
+        "GPUPOOL_RDZV_ENDPOINT": rendezvous.endpoint,
+        "GPUPOOL_RDZV_ID": f"gpupool-{job_id}-{attempt}",
+        "GPUPOOL_MIN_WORKERS": str(spec.workers),
+        "GPUPOOL_MAX_WORKERS": str(spec.most_workers),
+        "NNODES": f"{spec.workers}:{spec.most_workers}",
+        "PET_RDZV_CONF": rdzv_conf(worker),
+    }
+
 
 def worker_env(
     *,
@@ -66,7 +102,10 @@ def worker_env(
     preempted: bool,
     checkpoint_dir: str | None = None,
     array: ArrayTask | None = None,
+    attempt: int | None = None,
 ) -> dict[str, str]:
+    """``attempt``: the job's attempt the worker belongs to (default: ``restarts + 1``), which
+    names an elastic job's rendezvous."""
     env: dict[str, str] = dict(spec.env)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # the node's to write, from the request's ``gpus``: a job's own never wins
     env.update(
@@ -92,6 +131,9 @@ def worker_env(
             "GPUS_PER_NODE": str(len(placement.gpus)),
         }
     )
+    if spec.elastic:
+        number = restarts + 1 if attempt is None else attempt
+        env.update(elastic_env(job_id, number, spec, rendezvous, placement.worker))
     if placement.gpu_share:
         env["GPUPOOL_GPU_SHARE"] = f"{placement.gpu_share:g}"
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(placement.gpu_memory_mib)

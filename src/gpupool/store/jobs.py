@@ -181,7 +181,8 @@ def settle_job(
     state = JobState(row.state)
     if not state.active:
         return ()
-    workers = [worker_record(w) for w in _attempt_rows(session, job_id, row.starts)]
+    rows = _attempt_rows(session, job_id, row.starts)
+    workers = [worker_record(w) for w in rows]
     unavailable = any(w.exit_reason == exit_reasons.IMAGE_UNAVAILABLE for w in workers)
     waited = image_wait(session, row, now, image_wait_s) if unavailable else None
     facts = JobFacts(
@@ -194,10 +195,16 @@ def settle_job(
         exit_code=row.exit_code,
         exit_reason=row.exit_reason,
         image_wait=waited,
+        least=row.workers if row.max_workers is not None else None,
+        released=frozenset(w.id for w in rows if w.released),
     )
     plan = settle(facts, workers)
     if plan is None:
         return ()
+    for w in rows:  # an elastic job runs on without these (issue 35): their exits are judged no more
+        w.released = w.released or w.id in plan.released
+    if plan.note:
+        add_event(session, now, kind="ran_on", job_id=job_id, message=plan.note)
     # Its own failure, not its node's: a job lost with its node is requeued at once.
     failed_again = plan.restarts > row.restarts and not any(step.state is JobState.LOST for step in plan.steps)
     row.restarts, row.exit_code, row.exit_reason = plan.restarts, plan.exit_code, plan.exit_reason

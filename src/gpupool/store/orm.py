@@ -68,6 +68,9 @@ class JobRow(Base):
     image_digest: Mapped[str | None] = mapped_column(String(80), nullable=True)
     gpu_power: Mapped[str | None] = mapped_column(String(16), nullable=True)  # 0020: max, efficient, 400W
     max_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 0029: elastic, its most workers
+    # 0030: an elastic job's attempt's rendezvous, "address:port" on worker 0's node: what workers
+    # added later are told (the same for every worker of the attempt)
+    rendezvous: Mapped[str | None] = mapped_column(String(300), nullable=True)
     starts: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # Why the job is being stopped, or why its last attempt was (domain.outcome.StopReason); cleared
@@ -118,6 +121,9 @@ class WorkerRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # The GPU power setting it launched with (0023, ``PowerSetting.to_json``); None: the GPU's default.
     gpu_power: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # 0030: its elastic job runs on without it (issue 35): stopped by a shrink (live: leaving), or
+    # failed while the others ran on. Its exit is not judged as the job's.
+    released: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class NodeRow(Base):

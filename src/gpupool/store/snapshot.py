@@ -142,6 +142,7 @@ def load_snapshot(
             owner=owners.get(job_id, ""),
             attained=served.get(job_id, NONE)[0],
             power=_launch_power(ws),
+            leaving=frozenset(w.worker for w in ws if w.released),
         )
         for job_id, ws in sorted(by_job.items())
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -34,6 +34,7 @@ class StartTicket:
     run_as: str | None = None  # the Unix account its workers run as (fixed at submit)
     array: ArrayTask | None = None  # a task of an array: its workers are told which
     owner: str = ""  # the user who submitted it
+    rendezvous: str | None = None  # a grow's: its elastic job's attempt's (``Rendezvous.endpoint``)
 
 
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
@@ -60,30 +61,110 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         flag = ", GPUPOOL_PREEMPTED=1" if preempted else ""
         message = f"resuming: attempt {row.starts}, GPUPOOL_RESTARTS={row.starts - 1}{flag}"
         add_event(session, now, kind="resumed", job_id=job_id, message=message)
-    rows = []
-    for p in placements:
-        rows.append(
-            WorkerRow(
-                job_id=job_id,
-                attempt=row.starts,
-                worker=p.worker,
-                node=p.node,
-                gpus=list(p.gpus),
-                gpu_share=p.gpu_share,
-                gpu_memory_mib=p.gpu_memory_mib,
-                cpus=list(p.cpus),
-                memory_mib=p.memory_mib,
-                cpu_milli=p.cpu_milli,
-                status=WorkerStatus.LAUNCHING.value,
-                handle=None,
-                started_at=None,
-            )
+    return _ticket(session, row, placements, preempted)
+
+
+def _ticket(session: Session, row: JobRow, placements: tuple[Placement, ...], preempted: bool) -> StartTicket:
+    """Worker rows, launching, for ``placements`` in the job's current attempt."""
+    rows = [
+        WorkerRow(
+            job_id=row.id,
+            attempt=row.starts,
+            worker=p.worker,
+            node=p.node,
+            gpus=list(p.gpus),
+            gpu_share=p.gpu_share,
+            gpu_memory_mib=p.gpu_memory_mib,
+            cpus=list(p.cpus),
+            memory_mib=p.memory_mib,
+            cpu_milli=p.cpu_milli,
+            status=WorkerStatus.LAUNCHING.value,
+            handle=None,
+            started_at=None,
         )
+        for p in placements
+    ]
     session.add_all(rows)
     session.flush()
     workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
-    array = task_of(session, job_id) if row.array_id is not None else None
+    array = task_of(session, row.id) if row.array_id is not None else None
     return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
+
+
+def _elastic_running(session: Session, job_id: int, what: str) -> tuple[JobRow, list[WorkerRow]]:
+    """A running elastic job that nothing stops, read for update, and its current attempt's live
+    workers that it keeps (a shrink's leaving ones left out); else ``Stale``."""
+    row = job_row(session, job_id, lock=True)
+    if row.state != JobState.RUNNING.value or row.stop_reason is not None or row.max_workers is None:
+        raise Stale(f"job {job_id} is no running elastic job now; its {what} is dropped", code="invalid_state")
+    live = session.scalars(
+        select(WorkerRow).where(
+            WorkerRow.job_id == job_id,
+            WorkerRow.attempt == row.starts,
+            WorkerRow.status.in_(LIVE_WORKER_STATES),
+            WorkerRow.released.is_(False),
+        )
+    )
+    return row, list(live)
+
+
+def begin_grow(
+    session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime, message: str
+) -> StartTicket:
+    """Worker rows for the workers a grow adds to a running elastic job's attempt (issue 35), and
+    its ``grew`` event (the decision's message). A number this attempt used before (a worker a
+    shrink stopped) is not used again: its node may keep that worker's run directory; the
+    newcomer takes the next unused one. ``Stale`` when the job runs no more, is being stopped,
+    lost worker 0, or would pass its maximum."""
+    row, kept = _elastic_running(session, job_id, "grow")
+    if not any(w.worker == 0 for w in kept) or row.rendezvous is None:
+        raise Stale(f"job {job_id} has no worker 0 to hold its rendezvous; its grow is dropped", code="invalid_state")
+    if len(kept) + len(placements) > (row.max_workers or 0):
+        raise Stale(f"job {job_id} would pass its {row.max_workers} workers; its grow is dropped", code="invalid_state")
+    used = set(
+        session.scalars(select(WorkerRow.worker).where(WorkerRow.job_id == job_id, WorkerRow.attempt == row.starts))
+    )
+    numbered = []
+    for p in placements:
+        number = p.worker if p.worker not in used else max(used) + 1
+        used.add(number)
+        numbered.append(replace(p, worker=number))
+    add_event(session, now, kind="grew", job_id=job_id, message=message)
+    add_event(session, now, kind="placed", job_id=job_id, message=f"attempt {row.starts}: {_describe(tuple(numbered))}")
+    return replace(_ticket(session, row, tuple(numbered), False), rendezvous=row.rendezvous)
+
+
+def begin_shrink(
+    session: Session, job_id: int, workers: tuple[int, ...], now: datetime, message: str
+) -> list[WorkerRecord]:
+    """Mark the workers a shrink stops (by number) as released: leaving while they run, judged no
+    more as the job's, ended with exit reason ``shrunk``; its ``shrank`` event (the decision's
+    message). The live ones to stop; ``Stale`` when one is not a running extra worker or the job
+    would go below its minimum."""
+    row, kept = _elastic_running(session, job_id, "shrink")
+    chosen = [w for w in kept if w.worker in workers and w.worker != 0]
+    if len(chosen) != len(set(workers)):
+        raise Stale(
+            f"job {job_id} does not run workers {list(workers)} to stop; its shrink is dropped", code="invalid_state"
+        )
+    if len(kept) - len(chosen) < row.workers:
+        raise Stale(
+            f"job {job_id} would go below its {row.workers} workers; its shrink is dropped", code="invalid_state"
+        )
+    for w in chosen:
+        w.released = True
+    add_event(session, now, kind="shrank", job_id=job_id, message=message)
+    return [worker_record(w) for w in chosen]
+
+
+def release_worker(session: Session, worker_id: int) -> None:
+    """The job runs on without this worker (a grown worker whose launch failed): its exit is not the job's."""
+    session.get_one(WorkerRow, worker_id).released = True
+
+
+def set_rendezvous(session: Session, job_id: int, endpoint: str) -> None:
+    """Keep an elastic job's attempt's rendezvous (``Rendezvous.endpoint``): what workers a grow adds are told."""
+    session.get_one(JobRow, job_id).rendezvous = endpoint
 
 
 def mark_launched(
@@ -165,6 +246,8 @@ def record_exit(
     row = session.get_one(WorkerRow, worker_id)
     if row.status not in LIVE_WORKER_STATES:
         return
+    if row.released and exit_reason is None:  # a shrink stopped it (issue 35): that is why it ended
+        exit_reason = exit_reasons.SHRUNK
     row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
     row.exit_code, row.exit_reason, row.finished_at = exit_code, exit_reason, now
     if image_digest is not None:
@@ -177,6 +260,8 @@ def record_exit(
         kind, what = "gpu_oom", f"used more than its share of GPU memory and was stopped (code {exit_code})"
     elif exit_reason in (exit_reasons.IMAGE, exit_reasons.IMAGE_UNAVAILABLE):
         kind, what = "image", f"{IMAGE_REFUSED}{note or 'see its log'}"
+    elif exit_reason == exit_reasons.SHRUNK:
+        kind, what = "worker_exit", f"left its elastic job, stopped by a shrink (code {exit_code})"
     elif exit_reason == exit_reasons.NO_UNIX_ACCOUNT:
         kind, what = "no_account", "could not start: its owner has no Unix account on that node (see its log)"
     else:

@@ -63,9 +63,13 @@ class ScheduleCycle(PartsStep):
             if attempt == 1:
                 p.on_first_start((p.clock.now() - result.started[job_id].submitted_at).total_seconds())
         p.applier.preempt_all(result.preemptions)
-        if result.starts:
+        if result.grows or result.shrinks:  # elastic jobs (issue 35): specs as the snapshot had them
+            running = {job.id: job.spec for job in snapshot.running}
+            p.applier.grow_all(result.grows, running)
+            p.applier.shrink_all(result.shrinks)
+        if result.starts or result.grows:
             p.ports.changed()  # pushed by the next step, in this tick
-        moved = bool(result.starts or result.preemptions)
+        moved = bool(result.starts or result.preemptions or result.grows or result.shrinks)
         if moved:
             shared.dirty = True  # the next cycle sees the new placements and the stopping jobs
         self._write_reasons({**result.pending, **capped})
