@@ -59,3 +59,15 @@ def test_the_range_round_trips_as_plain_data() -> None:
     assert (body["workers"], body["max_workers"]) == (2, 8)
     assert JobSpec.create(**body) == spec
     assert "max_workers" not in JobSpec.create(command=["x"]).submission()
+
+
+def test_width_over_time_counts_the_workers_at_each_change() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from gpupool.domain.elastic import width_over_time
+
+    t = datetime(2026, 11, 27, tzinfo=timezone.utc)
+    m = timedelta(minutes=1)
+    spans = [(t, None), (t + m, t + 5 * m), (t + m, t + 3 * m), (t + 3 * m, None)]  # one replaced at 3
+    assert width_over_time(spans) == [(t, 1), (t + m, 3), (t + 5 * m, 2)]
+    assert width_over_time([]) == []

@@ -7,6 +7,9 @@ Here: how ``--workers`` is read (``4`` or ``2:8``). The scheduler's side is
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
 from gpupool.domain.errors import InvalidInput
 
 MAX_WORKERS = 4096
@@ -41,4 +44,22 @@ def parse_workers(workers: object, max_workers: object = None) -> tuple[int, int
     return least, (most if most > least else None)
 
 
-__all__ = ["MAX_WORKERS", "parse_workers"]
+def width_over_time(spans: Iterable[tuple[datetime, datetime | None]]) -> list[tuple[datetime, int]]:
+    """How many workers ran, from each worker's start and end (None: runs still): one point at each
+    moment the count changed, oldest first. What the dashboard draws as an elastic job's width."""
+    changes: dict[datetime, int] = {}
+    for start, end in spans:
+        changes[start] = changes.get(start, 0) + 1
+        if end is not None:
+            changes[end] = changes.get(end, 0) - 1
+    points: list[tuple[datetime, int]] = []
+    width = 0
+    for at in sorted(changes):
+        if changes[at] == 0:
+            continue
+        width += changes[at]
+        points.append((at, width))
+    return points
+
+
+__all__ = ["MAX_WORKERS", "parse_workers", "width_over_time"]

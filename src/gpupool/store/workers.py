@@ -341,3 +341,13 @@ def write_usage(session: Session, readings: Mapping[int, UsageReading], now: dat
         row.memory_used_mib = None if memory is None else memory // 2**20
         row.memory_peak_mib = None if peak is None else peak // 2**20
         row.usage_at = now
+
+
+def worker_spans(session: Session, job_id: int) -> list[tuple[datetime, datetime | None]]:
+    """When each worker of every attempt of a job ran (from its start to its exit; None: running)."""
+    rows = session.execute(
+        select(WorkerRow.started_at, WorkerRow.finished_at).where(
+            WorkerRow.job_id == job_id, WorkerRow.started_at.is_not(None)
+        )
+    )
+    return [(start, end) for start, end in rows if start is not None]

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
+from gpupool.domain.elastic import width_over_time
 from gpupool.domain.errors import InvalidInput, Stale
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.estimate import estimate_start
 from gpupool.store import jobs as job_repo
+from gpupool.store import workers as worker_repo
 from gpupool.store.images import IMAGE_EVENT
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
@@ -44,6 +46,12 @@ def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool
         job = job_repo.get_job(s, job_id)
         events, total = job_repo.newest_events(s, job_id, SHOWN_EVENTS)
         return job, Visibility(s, who).sees(job), events, total
+
+
+def width(ctx: HeadContext, job_id: int) -> list[tuple[datetime, int]]:
+    """An elastic job's width over its life (issue 35): how many workers ran, at each change."""
+    with ctx.db.read() as s:
+        return width_over_time(worker_repo.worker_spans(s, job_id))
 
 
 def events(ctx: HeadContext, job_id: int, after: int, limit: int) -> list[Event]:
@@ -167,8 +175,10 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
     with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         require_job(s, who, job, "read the logs of")
-    if not 0 <= worker < job.spec.workers:
-        raise InvalidInput(f"job {job_id} has workers 0..{job.spec.workers - 1}; there is no worker {worker}")
+    # An elastic job's workers come and go (issue 35): any number up to its most, or one it runs now.
+    numbers = max(job.spec.most_workers, 1 + max((p.worker for p in job.placements), default=-1))
+    if not 0 <= worker < numbers:
+        raise InvalidInput(f"job {job_id} has workers 0..{numbers - 1}; there is no worker {worker}")
     if offset < 0:
         raise InvalidInput("offset must not be negative")
     placement = next((p for p in job.placements if p.worker == worker), None)

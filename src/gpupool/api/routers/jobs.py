@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Request, Response
 from gpupool.api.deps import Caller, Ctx, Submissions
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.arrays import BatchRequest
-from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut
+from gpupool.api.schemas.jobs import EventOut, JobDetail, JobOut, SubmitRequest, WhyOut, WidthOut
 from gpupool.api.schemas.services import job_path
 from gpupool.domain import bounds
 from gpupool.domain.bounds import MAX_ID
@@ -80,6 +80,8 @@ def show(job_id: JobId, request: Request, ctx: Ctx, who: Caller) -> JobDetail:
     detail = JobOut.of(job, full=sees).model_dump()
     if job.spec.expose is not None:
         detail["url"] = ctx.gateway.url(str(request.base_url), job_path(job.id))
+    if job.spec.elastic:
+        detail["width"] = [WidthOut(time=at, workers=n) for at, n in job_service.width(ctx, job.id)]
     return JobDetail(**detail, events=[EventOut.of(e) for e in events], events_total=total)
 
 

@@ -209,9 +209,18 @@ class EventOut(BaseModel):
         return cls(id=e.id, time=e.time, kind=e.kind, message=e.message, node=e.node)
 
 
+class WidthOut(BaseModel):
+    time: datetime
+    workers: int
+
+
 class JobDetail(JobOut):
     events: list[EventOut] = Field(description="its newest 1,000 events, oldest first")
     events_total: int = Field(0, description="how many events it has; GET .../events pages through them")
+    width: list[WidthOut] = Field(
+        default_factory=list,
+        description="an elastic job's width over its life: how many workers ran, at each change (empty for a gang)",
+    )
 
 
 class WhyOut(BaseModel):

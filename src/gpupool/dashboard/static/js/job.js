@@ -22,7 +22,7 @@ function facts(job) {
     ["Project", job.project],
     ["Owner", job.owner],
     ["Priority", job.priority],
-    ["GPUs", job.workers > 1 ? `${fmtNum(job.gpus, 2)} per worker × ${job.workers} workers` : fmtNum(job.gpus, 2)],
+    ["GPUs", job.max_workers ? `${fmtNum(job.gpus, 2)} per worker × ${job.placements.length} workers (elastic, ${job.workers} to ${job.max_workers})` : job.workers > 1 ? `${fmtNum(job.gpus, 2)} per worker × ${job.workers} workers` : fmtNum(job.gpus, 2)],
     ["CPUs / memory", `${job.cpus || "any"} / ${job.memory_mib ? fmtGiB(job.memory_mib) : "no limit"}`],
     ["Submitted", `${fmtTime(job.submitted_at)} (${fmtDuration(secondsSince(job.submitted_at))} ago)`],
     ["Started", fmtTime(job.started_at)],
@@ -83,6 +83,42 @@ function events(job) {
   );
 }
 
+// An elastic job's width over time (issue 35): a step line of how many workers ran, from the
+// job's `width` points, up to now while it runs. A table stands in where uPlot is missing.
+function widthChart(box, job, previous) {
+  const points = job.width || [];
+  box.closest("section").hidden = !job.max_workers;
+  if (!job.max_workers) return null;
+  box.dataset.points = String(points.length);
+  box.dataset.widths = points.map((p) => p.workers).join(",");
+  const xs = points.map((p) => Date.parse(p.time) / 1000);
+  const ys = points.map((p) => p.workers);
+  if (points.length && !job.finished_at) {
+    xs.push(Date.now() / 1000);
+    ys.push(ys[ys.length - 1]);
+  }
+  if (!window.uPlot) {
+    box.replaceChildren(emptyNote(points.map((p) => `${fmtTime(p.time)}: ${p.workers}`).join(" · ") || "Not started yet."));
+    return null;
+  }
+  if (previous) {
+    previous.setData([xs, ys]);
+    return previous;
+  }
+  box.replaceChildren();
+  const axis = { stroke: "#8b96a8", grid: { stroke: "#232c39", width: 1 }, ticks: { stroke: "#232c39", width: 1 } };
+  const options = {
+    width: Math.max(240, box.clientWidth - 16),
+    height: 150,
+    legend: { show: true, live: true },
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: true }, y: { range: [0, job.max_workers + 0.5] } },
+    series: [{}, { label: "Workers", stroke: "#5aa9e6", width: 1.6, fill: "#5aa9e622", paths: window.uPlot.paths.stepped({ align: 1 }) }],
+    axes: [{ ...axis }, { ...axis, size: 40, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v : "")) }],
+  };
+  return new window.uPlot(options, [xs, ys], box);
+}
+
 export function mountJob(container, id) {
   const title = h("h1", { testid: "job-title" }, `Job #${id}`);
   const state = h("span");
@@ -90,6 +126,8 @@ export function mountJob(container, id) {
   const factList = h("dl", { class: "facts", testid: "job-facts" });
   const placementBox = h("div");
   const eventBox = h("div");
+  const widthBox = h("div", { class: "chart", testid: "job-width" });
+  let widthPlot = null;
   const workerSelect = h("select", { testid: "log-worker", "aria-label": "worker" });
   const logStatus = h("span", { class: "log-status", testid: "log-status" }, "connecting…");
   const log = h("pre", { class: "log", testid: "job-log" });
@@ -101,6 +139,7 @@ export function mountJob(container, id) {
     h("div", { class: "job-head" }, title, state, actionBox),
     h("section", { class: "panel" }, factList),
     h("div", { class: "two-col" }, h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Placements")), placementBox), h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Events")), eventBox)),
+    h("section", { class: "panel", hidden: true }, h("div", { class: "panel-head" }, h("h2", {}, "Width (elastic)")), widthBox),
     h("section", { class: "panel", testid: "job-logs" }, h("div", { class: "panel-head" }, h("h2", {}, "Log"), h("div", { class: "panel-tools" }, logStatus, workerSelect)), log),
   );
 
@@ -176,9 +215,10 @@ export function mountJob(container, id) {
     factList.replaceChildren(...facts(job));
     placementBox.replaceChildren(placements(job));
     eventBox.replaceChildren(events(job));
+    widthPlot = widthChart(widthBox, job, widthPlot);
     document.title = `#${job.id} ${job.name} · gpupool`;
     if (!workers) {
-      setWorkers(job.workers);
+      setWorkers(job.max_workers || job.workers);
       followLog(0);
     }
   }
