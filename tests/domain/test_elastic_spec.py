@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
+from gpupool.domain.elastic import width_over_time
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.jobs import JobSpec
 
@@ -62,11 +65,8 @@ def test_the_range_round_trips_as_plain_data() -> None:
 
 
 def test_width_over_time_counts_the_workers_at_each_change() -> None:
-    from datetime import datetime, timedelta, timezone
 
-    from gpupool.domain.elastic import width_over_time
-
-    t = datetime(2026, 11, 27, tzinfo=timezone.utc)
+    t = datetime(2026, 11, 27, tzinfo=UTC)
     m = timedelta(minutes=1)
     spans = [(t, None), (t + m, t + 5 * m), (t + m, t + 3 * m), (t + 3 * m, None)]  # one replaced at 3
     assert width_over_time(spans) == [(t, 1), (t + m, 3), (t + 5 * m, 2)]
