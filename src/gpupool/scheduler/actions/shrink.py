@@ -166,7 +166,8 @@ def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Fre
             if other
             else f"GPUs for job {job.id} of project {job.spec.project}"
         )
-        message = f"shrank to {extras.width(running)} workers: {why}"
+        left = extras.width(running)
+        message = f"shrank to {left} worker{'' if left == 1 else 's'}: {why}"
         session.shrinks.append(ShrinkJob(job_id, tuple(sorted(workers)), message, for_job=job.id))
     project, gpus = job.spec.project, job.spec.total_gpus
     session.allocated[project] = session.allocated.get(project, 0.0) + gpus
