@@ -15,8 +15,10 @@ from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import RunningJob
 from gpupool.scheduler import schedule
 from gpupool.scheduler.actions.grow import grow_note
+from gpupool.scheduler.cluster import ClusterState
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.cycle import open_session
+from gpupool.scheduler.incremental import CycleMemory
 from tests.support.builders import T0, node, pending, running, snapshot
 
 
@@ -222,3 +224,17 @@ def test_quota_rule_minimums_are_never_shrunk_and_extras_go_before_whole_jobs(
         extras = sum(j.width - j.spec.workers for j in jobs if j.spec.elastic)
         beyond = sum(j.width for j in jobs) - quota_a
         assert taken == min(extras, max(beyond, 0))  # every extra it could take went first
+
+
+def test_the_cycle_memory_holds_grown_workers_once() -> None:
+    """The index after a grow holds the new workers; the next snapshot, which lists them, takes
+    nothing twice (a fresh index agrees)."""
+    job = elastic(5, "2:4", *on("n1", 2))
+    memory = CycleMemory()
+    nodes = [node("n1"), node("n2")]
+    (grow,) = schedule(snapshot(nodes, [], [job]), memory=memory).grows
+    grown = replace(job, placements=(*job.placements, *grow.placements))
+    later = snapshot(nodes, [pending(1, gpus=4)], [grown])
+    cluster, _, _ = memory.open(later)
+    assert memory.rebuilds == 1
+    assert cluster.total_free_gpus() == ClusterState(later).total_free_gpus() == 4
