@@ -32,7 +32,7 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {"capacity", "cluster", "config", "demand", "explain", "fair_share", "fit", "incremental"}
             | {"partition", "power", "reserved", "levels", "per_model"}
-            | {"aging", "lending"}
+            | {"aging", "lending", "extras"}
         ),
     ),
     ("hooks", frozenset({"hooks"})),  # the types plugins implement: no plugin, no session

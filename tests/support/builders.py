@@ -42,7 +42,7 @@ def pending(
     job_id: int,
     *,
     gpus: float = 1,
-    workers: int = 1,
+    workers: int | str = 1,  # "2:8": an elastic job (issue 35)
     cpus: float | str = 0,
     memory: str | None = None,
     priority: str = "train",

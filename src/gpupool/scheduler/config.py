@@ -33,7 +33,9 @@ class LasConfig:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    actions: tuple[str, ...] = ("allocate", "backfill", "reclaim", "preempt", "displace")
+    # Elastic jobs (issue 35): shrink takes workers above a minimum before whole jobs are stopped;
+    # grow adds workers into what the others left free. Without elastic jobs both do nothing.
+    actions: tuple[str, ...] = ("allocate", "backfill", "shrink", "reclaim", "preempt", "displace", "grow")
     placement: str = "frag"  # node score
     job_order: str = "las"  # within a queue: least attained GPU time first (``plugins.las``)
     queue_order: str = "fair_share"  # which queue a job joins, and which queue goes next

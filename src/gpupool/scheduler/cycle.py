@@ -8,7 +8,7 @@ from gpupool.domain.decisions import CycleResult, Reason, ReasonCode
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.snapshot import Snapshot
 from gpupool.scheduler import aging, registry
-from gpupool.scheduler.actions import allocate, backfill, displace, preempt, reclaim
+from gpupool.scheduler.actions import allocate, backfill, displace, grow, preempt, reclaim, shrink
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
 from gpupool.scheduler.explain import Known, explain, explain_partition
@@ -19,9 +19,11 @@ from gpupool.scheduler.session import Session
 ACTIONS: dict[str, Callable[[Session], None]] = {
     "allocate": allocate.run,
     "backfill": backfill.run,
+    "shrink": shrink.run,
     "reclaim": reclaim.run,
     "preempt": preempt.run,
     "displace": displace.run,
+    "grow": grow.run,
 }
 # Reasons a job may wait for while other users' later jobs of its project go first; the rest say
 # it could never start, or that GPUs are on their way to it.
@@ -67,12 +69,16 @@ def schedule(
         raise
     if memory is not None:
         memory.started(session.starts, session.started_jobs)
+        if session.grows:
+            memory.grew(session.grows)
     return CycleResult(
         starts=tuple(session.starts),
         pending=reasons,
         preemptions=tuple(session.preemptions),
         wake_at=session.wake_at,
         started=dict(session.started_jobs),
+        grows=tuple(session.grows),
+        shrinks=tuple(session.shrinks),
     )
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, is_, is_not, itemgetter, not_
 
-from gpupool.domain.decisions import StartJob
+from gpupool.domain.decisions import GrowJob, StartJob
 from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
 from gpupool.domain.resources import GPU_FRACTION_STEPS
@@ -60,6 +60,7 @@ class CycleMemory:
         # look-up tells at once, where comparing two equal dataclasses runs Python code (counting
         # 15,000 jobs' demands took 26 ms, most of it comparing).
         self._shapes: dict[WorkerDemand, WorkerDemand] = {}
+        self.elastic = 0  # running elastic jobs (issue 35): with none, a cycle looks for none
         self.rebuilds = 0  # how often the index was built from scratch (for tests and profiling)
         # The last cycle's queue in the job order, with each job's key, and the order it was in.
         self._ranked: list[tuple[tuple[int, float, int], PendingJob]] = []
@@ -166,6 +167,12 @@ class CycleMemory:
             self._placed[start.job_id] = (start.placements, spec, owner)
             self._count(spec, owner, +1)
 
+    def grew(self, grows: Iterable[GrowJob]) -> None:
+        """Workers a cycle added to running elastic jobs: their resources are already taken in the index."""
+        for grow in grows:
+            placements, spec, owner = self._placed[grow.job_id]
+            self._placed[grow.job_id] = ((*placements, *grow.placements), spec, owner)
+
     def user_held(self, project: str, user: str) -> float:
         """GPUs ``user``'s running jobs hold in ``project``, as of the snapshot ``open`` was given."""
         return self._by_user.get((project, user), 0) / GPU_FRACTION_STEPS
@@ -190,6 +197,7 @@ class CycleMemory:
         self._bound.clear()
         self._jobs.clear()
         self._by_user.clear()
+        self.elastic = 0
         self._running_workers = None
         for _, spec, owner in self._placed.values():
             self._count(spec, owner, +1)
@@ -232,3 +240,5 @@ class CycleMemory:
             self._count_workers(spec, sign)
         if spec.quota_bound:
             self._bound[spec.project] += steps
+        if spec.max_workers is not None:
+            self.elastic += sign

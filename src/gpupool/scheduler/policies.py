@@ -14,7 +14,7 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.registry import PARTITIONS, lookup
 
-_FIFO_ACTIONS = ("allocate", "backfill", "reclaim", "preempt")
+_FIFO_ACTIONS = ("allocate", "backfill", "shrink", "reclaim", "preempt", "grow")
 POLICIES: dict[str, SchedulerConfig] = {
     # Fair share between projects, priority classes, backfill behind a reservation, reclaim, preempt;
     # within a project the least-attained order (Tiresias' discretised LAS, ``plugins.las``):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
 
-from gpupool.domain.decisions import Preempt, Reason, ReasonCode, StartJob
+from gpupool.domain.decisions import GrowJob, Preempt, Reason, ReasonCode, ShrinkJob, StartJob
 from gpupool.domain.jobs import Placement
 from gpupool.domain.projects import Project, effective_projects
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
@@ -19,6 +19,7 @@ from gpupool.scheduler.capacity import ever_fits, room_for
 from gpupool.scheduler.cluster import ClusterState, NodeFree, Statement
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.scheduler.demand import WorkerDemand
+from gpupool.scheduler.extras import Extras
 from gpupool.scheduler.fair_share import fair_shares
 from gpupool.scheduler.fit import build, can_fit
 from gpupool.scheduler.hooks import Hooks, NodePenalty, PlacementPlugin
@@ -73,6 +74,12 @@ class Session:
     levels: Levels | None = None  # the tree of projects, where any has a parent (``scheduler/levels.py``)
     lending: Lending | None = None  # capacity never lent, where any project has a lend limit (``lending``)
     per_model: PerModel | None = None  # per-GPU-model quotas and limits, where any is set (``scheduler/per_model.py``)
+    # Elastic jobs (issue 35), where any runs: their workers above the minimum (``extras``), what this
+    # cycle decided about them, and the waiting jobs whose GPUs are on their way from shrunk workers.
+    extras: Extras | None = None
+    grows: list[GrowJob] = field(default_factory=list)
+    shrinks: list[ShrinkJob] = field(default_factory=list)
+    shrunk_for: set[int] = field(default_factory=set)
 
     @classmethod
     def open(
@@ -116,6 +123,7 @@ class Session:
         isolated = config.quota_check == "isolated"  # confined to its per-model quotas too (``partition.confined``)
         figures = partition.confined(projects.values(), cluster.models) if isolated else projects.values()
         session.per_model = PerModel.of(figures, snapshot)
+        session.extras = Extras.of(snapshot.running) if memory.elastic else None
         return session
 
     def nodes_of(self, project: str) -> frozenset[str] | None:
@@ -326,9 +334,10 @@ class Session:
     def policy_refused(self, job_id: int) -> bool:
         """Refused by limit, quota or its user's limit: no amount of freed GPUs would let it start;
         or held for power, which the budget gives back as jobs end: no job is stopped to make room
-        for watts."""
+        for watts. Or served by elastic workers being stopped for it (``actions/shrink``): nothing
+        more is stopped for it."""
         reason = self.reasons.get(job_id)
-        return reason is not None and reason.code in _POLICY
+        return reason is not None and (reason.code in _POLICY or job_id in self.shrunk_for)
 
     def start(self, job: PendingJob, placements: tuple[Placement, ...]) -> Reason | None:
         """Start a job placed (committed) by ``try_place_gang`` if the policy's quota check still

@@ -1,0 +1,191 @@
+"""Shrink (issue 35): a waiting job that does not fit takes running elastic jobs' workers above
+their minimum before reclaim, preempt or displace stop any whole job for it.
+
+Whose extra workers a waiting job may take: those of its own project's elastic jobs of its
+priority class or below (extras yield to any job of equal standing, as they grew only while none
+waited), and, for a job within its project's quota, those of other projects beyond their quota
+counting their extras, never taking one below it (``reclaimed for project nlp``). The highest
+worker numbers go first, never worker 0 nor one that would leave a job below its minimum. Workers
+already leaving (a shrink of an earlier cycle) and jobs being stopped count as GPUs on their way
+back, before any new worker is taken; only if all this lets the waiting job fit is anything
+stopped, and then the fewest. Their GPUs are the waiting job's: the shrunk job is claimed (no other
+action stops it whole this cycle), and the waiting job is served (``Session.shrunk_for``), so no
+whole job is stopped for it as well. Without elastic jobs it returns at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.decisions import Reason, ReasonCode, ShrinkJob
+from gpupool.domain.jobs import Placement
+from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import user_limit
+from gpupool.scheduler.actions.grow import in_job_order
+from gpupool.scheduler.extras import Extras
+from gpupool.scheduler.session import Session
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class _Freed:
+    kind: str  # "stopping" (a whole job already stopping), "leaving" or "extra" (a worker)
+    job: RunningJob
+    placements: tuple[Placement, ...]
+
+
+def run(session: Session) -> None:
+    extras = session.extras
+    if extras is None or not extras.busy() or not session.queue:
+        return
+    failed: set[tuple[object, ...]] = set()
+    for job in session.queue:
+        if session.policy_refused(job.id) or user_limit.held_back(session, job) or not session.ever_fits(job):
+            continue
+        shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
+        if shape in failed:
+            continue
+        if not _serve(session, extras, job):
+            failed.add(shape)
+
+
+def _serve(session: Session, extras: Extras, job: PendingJob) -> bool:
+    """Free what ``job`` needs from extra and leaving workers, if they suffice; the GPUs kept for it
+    (the reservation, when it is its own) count as its own, as for reclaim's victims."""
+    reservation = session.reservation
+    mine = reservation is not None and reservation.job_id == job.id
+    if mine:
+        session.release_reserved()
+    try:
+        if session.fits(job):
+            return False  # it waits for something else (the reservation of another job)
+        return _free_for(session, extras, job)
+    finally:
+        if mine and reservation is not None:
+            session.keep_reserved(reservation)
+
+
+def _free_for(session: Session, extras: Extras, job: PendingJob) -> bool:
+    out: list[_Freed] = []  # what is given back in the cluster state now, restored at the end
+    try:
+        offers = [*_on_their_way(session, extras), *_extras_for(session, extras, job)]
+        for freed in offers:
+            for p in freed.placements:
+                session.cluster.give_back(p)
+            out.append(freed)
+            if session.fits(job):
+                break
+        else:
+            return False
+        needed = _fewest(session, job, out)
+        if not any(f.kind != "stopping" for f in needed):
+            return False  # only jobs being stopped: reclaim and preempt count on them as before
+        _record(session, extras, job, needed)
+        return True
+    finally:
+        for freed in reversed(out):
+            _take(session, freed)
+
+
+def _on_their_way(session: Session, extras: Extras) -> list[_Freed]:
+    """Jobs being stopped and leaving workers that no waiting job counts on yet."""
+    stopping = [_Freed("stopping", r, r.placements) for r in session.stopping() if r.id not in session.claimed]
+    return [*stopping, *(_Freed("leaving", r, (p,)) for r, p in extras.leaving())]
+
+
+def _extras_for(session: Session, extras: Extras, job: PendingJob) -> list[_Freed]:
+    """The extra workers ``job`` may take, in the order to take them: the elastic jobs that would
+    grow last first, each's highest numbers first, a lender's only down to its quota."""
+    found: list[_Freed] = []
+    within = _within_quota(session, job)
+    left = {name: session.allocated.get(name, 0.0) + gpus for name, gpus in extras.gpus.items()}  # widths
+    for running in reversed(in_job_order(session, list(extras.jobs.values()))):
+        if running.id in session.claimed and not extras.gone.get(running.id):
+            continue  # stopped whole this cycle
+        project = running.spec.project
+        if project == job.spec.project:
+            if running.spec.priority.rank > job.spec.priority.rank:
+                continue
+        elif not within:
+            continue
+        where = {p.worker: p for p in running.placements}
+        for worker in extras.extra_workers(running):
+            if project != job.spec.project:  # reclaim: only what its project holds beyond its quota
+                if left.get(project, 0.0) - running.spec.gpus < session.project(project).quota - EPS:
+                    break
+                left[project] -= running.spec.gpus
+            found.append(_Freed("extra", running, (where[worker],)))
+    return found
+
+
+def _within_quota(session: Session, job: PendingJob) -> bool:
+    project = session.project(job.spec.project)
+    return session.allocated.get(project.name, 0.0) + job.spec.total_gpus <= project.quota + EPS
+
+
+def _fewest(session: Session, job: PendingJob, out: list[_Freed]) -> list[_Freed]:
+    """Spare what the waiting job does not need after all, the last given back first (extra
+    workers before leaving ones and stopping jobs); what is spared is taken back at once."""
+    needed = list(out)
+    for freed in reversed(needed[:]):
+        _take(session, freed)
+        if session.fits(job):
+            needed.remove(freed)
+            out.remove(freed)
+        else:
+            for p in freed.placements:
+                session.cluster.give_back(p)
+    return needed
+
+
+def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Freed]) -> None:
+    """``needed`` is ``job``'s now: stopping jobs and shrunk elastic jobs claimed, leaving workers
+    promised, new ShrinkJobs, its GPUs counted as its own (as ``victims.stop_for``) and its reason."""
+    within = _within_quota(session, job)
+    by_job: dict[int, list[int]] = {}
+    shrunk: dict[int, RunningJob] = {}
+    for freed in needed:
+        if freed.kind == "stopping":
+            session.claimed.add(freed.job.id)
+        elif freed.kind == "leaving":
+            extras.promised.add((freed.job.id, freed.placements[0].worker))
+        else:
+            by_job.setdefault(freed.job.id, []).append(freed.placements[0].worker)
+            shrunk[freed.job.id] = freed.job
+    reclaimed = False
+    for job_id, workers in by_job.items():
+        running = shrunk[job_id]
+        extras.gone.setdefault(job_id, set()).update(workers)
+        extras.count(running, -len(workers))
+        session.claimed.add(job_id)
+        other = running.spec.project != job.spec.project
+        reclaimed = reclaimed or other
+        why = (
+            f"reclaimed for project {job.spec.project}"
+            if other
+            else f"GPUs for job {job.id} of project {job.spec.project}"
+        )
+        left = extras.width(running)
+        message = f"shrank to {left} worker{'' if left == 1 else 's'}: {why}"
+        session.shrinks.append(ShrinkJob(job_id, tuple(sorted(workers)), message, for_job=job.id))
+    project, gpus = job.spec.project, job.spec.total_gpus
+    session.allocated[project] = session.allocated.get(project, 0.0) + gpus
+    mine = (project, job.owner)
+    session.user_promised[mine] = session.user_promised.get(mine, 0.0) + gpus
+    session.shrunk_for.add(job.id)
+    stopped = sum(len(w) for w in by_job.values())
+    if stopped:
+        names = ", ".join(f"{i} ({shrunk[i].spec.project})" for i in sorted(by_job))
+        said = f"stopping {stopped} worker(s) above the minimum of elastic job(s) {names}"
+    else:
+        said = "waiting for workers being stopped to free their GPUs"
+    if reclaimed or (not by_job and within):
+        session.reasons[job.id] = Reason(ReasonCode.RECLAIM, f"reclaim: {said}; starts when their GPUs are free")
+    else:
+        session.reasons[job.id] = Reason(ReasonCode.PREEMPTING, f"preempting: {said}; starts when their GPUs are free")
+
+
+def _take(session: Session, freed: _Freed) -> None:
+    for p in freed.placements:
+        session.cluster.take(p)

@@ -1,0 +1,240 @@
+"""Elastic jobs in the scheduler (issue 35): they start at their minimum, grow into free GPUs while
+nothing of equal or higher standing waits and within every limit, and give back the workers above
+their minimum before any whole job is stopped (reclaim, priority preemption)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpupool.domain.decisions import CycleResult, ReasonCode
+from gpupool.domain.jobs import JobSpec, Placement
+from gpupool.domain.projects import Project
+from gpupool.domain.snapshot import RunningJob
+from gpupool.scheduler import schedule
+from gpupool.scheduler.actions.grow import grow_note
+from gpupool.scheduler.cluster import ClusterState
+from gpupool.scheduler.config import SchedulerConfig
+from gpupool.scheduler.cycle import open_session
+from gpupool.scheduler.incremental import CycleMemory
+from tests.support.builders import T0, node, pending, running, snapshot
+
+
+def elastic(
+    job_id: int,
+    workers: str,
+    *gpus_on: tuple[str, int],
+    project: str = "default",
+    priority: str = "train",
+    leaving: frozenset[int] = frozenset(),
+) -> RunningJob:
+    """A running elastic job of 1-GPU workers, worker ``i`` on ``gpus_on[i]`` (node, GPU)."""
+    spec = JobSpec.create(command=["true"], gpus=1, workers=workers, project=project, priority=priority)
+    placements = tuple(Placement(w, n, (g,)) for w, (n, g) in enumerate(gpus_on))
+    return RunningJob(job_id, spec, placements, T0, leaving=leaving)
+
+
+def on(name: str, count: int, first: int = 0) -> list[tuple[str, int]]:
+    return [(name, first + i) for i in range(count)]
+
+
+def test_a_waiting_elastic_job_starts_at_its_minimum() -> None:
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, workers="2:8")]))
+    assert [len(s.placements) for s in result.starts] == [2]
+    assert result.grows == ()  # it grows from the next cycle on, once it runs
+
+
+def test_a_waiting_elastic_job_needs_only_its_minimum_within_its_quota() -> None:
+    projects = [Project("a", quota=2, limit=2)]
+    result = schedule(snapshot([node("n1")], [pending(1, workers="2:8", project="a")], projects=projects))
+    assert [s.job_id for s in result.starts] == [1]
+
+
+def test_a_running_elastic_job_grows_into_free_gpus_up_to_its_maximum() -> None:
+    job = elastic(5, "2:6", *on("n1", 2))
+    result = schedule(snapshot([node("n1"), node("n2")], [], [job]))
+    (grow,) = result.grows
+    assert grow.job_id == 5
+    assert sorted(p.worker for p in grow.placements) == [2, 3, 4, 5]  # the smallest unused numbers
+    assert grow.message.startswith("grew to 6 workers: GPUs free on n")
+    taken = [(p.node, g) for p in (*job.placements, *grow.placements) for g in p.gpus]
+    assert len(set(taken)) == 6
+
+
+def test_grow_takes_the_smallest_unused_worker_numbers() -> None:
+    job = replace(elastic(5, "2:4", ("n1", 0), ("n1", 1), ("n1", 3)), placements=())
+    job = replace(job, placements=(Placement(0, "n1", (0,)), Placement(3, "n1", (1,))))
+    result = schedule(snapshot([node("n1")], [], [job]))
+    assert sorted(p.worker for p in result.grows[0].placements) == [1, 2]
+
+
+def test_no_grow_while_a_job_of_equal_standing_waits_for_gpus() -> None:
+    job = elastic(5, "2:8", *on("n1", 2))
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, gpus=4, workers=2)], [job]))
+    assert result.grows == ()
+    assert result.pending[1].code is not ReasonCode.QUOTA
+
+
+def test_a_job_held_by_its_quota_does_not_hold_growth_back() -> None:
+    projects = [Project("b", limit=1)]
+    job = elastic(5, "2:3", *on("n1", 2))
+    result = schedule(snapshot([node("n1")], [pending(1, gpus=2, project="b")], [job], projects))
+    assert result.pending[1].code is ReasonCode.LIMIT
+    assert [len(g.placements) for g in result.grows] == [1]
+
+
+def test_a_lower_priority_waiting_job_does_not_hold_an_interactive_elastic_job_back() -> None:
+    jobs = [elastic(5, "1:2", ("n1", 0), priority="interactive"), running(6, ("n2", (0,)))]
+    queue = [pending(1, gpus=4)]  # waits for n2 (held for it): n1's free GPU is not what it needs
+    result = schedule(snapshot([node("n1", 2), node("n2")], queue, jobs, [Project("default", quota=4)]))
+    assert result.pending[1].code is not ReasonCode.QUOTA
+    assert [len(g.placements) for g in result.grows] == [1]
+    train = replace(jobs[0], spec=replace(jobs[0].spec, priority=jobs[1].spec.priority))
+    assert schedule(snapshot([node("n1", 2), node("n2")], queue, [train, jobs[1]])).grows == ()
+
+
+def test_grow_stays_within_the_project_limit() -> None:
+    projects = [Project("a", quota=2, limit=3)]
+    result = schedule(snapshot([node("n1"), node("n2")], [], [elastic(5, "2:8", *on("n1", 2), project="a")], projects))
+    assert [len(g.placements) for g in result.grows] == [1]
+    assert result.grows[0].message.startswith("grew to 3 workers")
+
+
+def test_grow_stays_within_the_limit_of_a_unit_above_the_project() -> None:
+    projects = [Project("u", limit=4), Project("a", parent="u"), Project("b", parent="u")]
+    running_jobs = [elastic(5, "2:8", *on("n1", 2), project="a"), running(6, ("n2", (0,)), project="b")]
+    result = schedule(snapshot([node("n1"), node("n2")], [], running_jobs, projects))
+    assert [len(g.placements) for g in result.grows] == [1]  # a 3 and b 1: the unit's 4
+
+
+def test_reclaim_shrinks_the_extra_workers_of_a_borrower_before_stopping_any_whole_job() -> None:
+    projects = [Project("a", quota=4), Project("b", quota=4)]
+    job = elastic(5, "2:8", *on("n1", 4), *on("n2", 4), project="a")
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, gpus=4, project="b")], [job], projects))
+    assert result.preemptions == ()
+    (shrink,) = result.shrinks
+    assert (shrink.job_id, shrink.workers, shrink.for_job) == (5, (4, 5, 6, 7), 1)
+    assert shrink.message == "shrank to 4 workers: reclaimed for project b"
+    assert result.pending[1].code is ReasonCode.RECLAIM
+    assert "above the minimum of elastic job(s) 5 (a)" in result.pending[1].message
+
+
+def test_reclaim_never_shrinks_a_lender_below_its_quota() -> None:
+    projects = [Project("a", quota=6), Project("b", quota=4)]
+    job = elastic(5, "2:8", *on("n1", 4), *on("n2", 4), project="a")
+    one = schedule(
+        snapshot([node("n1"), node("n2")], [pending(1, project="b"), pending(2, project="b")], [job], projects)
+    )
+    assert [s.workers for s in one.shrinks] == [(7,), (6,)]  # a keeps 6, its quota
+    three = [pending(i, project="b") for i in (1, 2, 3)]
+    result = schedule(snapshot([node("n1"), node("n2")], three, [job], projects))
+    assert sum(len(s.workers) for s in result.shrinks) == 2
+    assert result.preemptions == ()  # a's minimum is within its quota: nothing more is taken
+    assert result.pending[3].code is ReasonCode.RESOURCES
+
+
+def test_priority_preemption_takes_extra_workers_before_whole_train_jobs() -> None:
+    projects = [Project("a", quota=8)]
+    rigid = running(6, ("n2", (0, 1, 2, 3)), project="a")
+    job = elastic(5, "2:4", *on("n1", 4), project="a")
+    result = schedule(
+        snapshot(
+            [node("n1"), node("n2")], [pending(1, gpus=2, priority="interactive", project="a")], [job, rigid], projects
+        )
+    )
+    assert result.preemptions == ()
+    (shrink,) = result.shrinks
+    assert (shrink.workers, shrink.message) == ((2, 3), "shrank to 2 workers: GPUs for job 1 of project a")
+    assert result.pending[1].code is ReasonCode.PREEMPTING
+
+
+def test_a_minimum_is_never_shrunk_only_the_whole_job_is_preempted() -> None:
+    job = elastic(5, "2:4", *on("n1", 4))
+    result = schedule(
+        snapshot([node("n1")], [pending(1, gpus=4, priority="interactive")], [job], [Project("default", quota=4)])
+    )
+    assert result.shrinks == ()
+    assert [p.job_id for p in result.preemptions] == [5]
+
+
+def test_a_train_job_of_the_same_project_takes_extra_workers() -> None:
+    job = elastic(5, "1:4", *on("n1", 4))
+    result = schedule(snapshot([node("n1")], [pending(1, gpus=2)], [job]))
+    assert [s.workers for s in result.shrinks] == [(2, 3)]
+    assert result.grows == ()  # the job it shrank for waits: it does not grow back
+
+
+def test_leaving_workers_count_as_on_their_way_and_are_not_shrunk_twice() -> None:
+    job = elastic(5, "2:8", *on("n1", 4), *on("n2", 4), leaving=frozenset({7}))
+    queue = [pending(1, priority="interactive"), pending(2, priority="interactive")]
+    result = schedule(snapshot([node("n1"), node("n2")], queue, [job], [Project("default", quota=8)]))
+    assert [(s.workers, s.for_job) for s in result.shrinks] == [((6,), 2)]
+    assert "waiting for workers being stopped" in result.pending[1].message
+    assert result.preemptions == ()
+
+
+def test_grow_note_says_when_a_running_elastic_job_grows() -> None:
+    job = elastic(5, "2:8", *on("n1", 2))
+    session = open_session(snapshot([node("n1")], [], [job]), SchedulerConfig())
+    assert grow_note(session, job) == (
+        "at 2 of 2:8 workers: it grows when GPUs are free and no job of equal or higher priority waits"
+    )
+    assert grow_note(session, running(6, ("n1", (2,)))) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.integers(0, 4)), min_size=1, max_size=3),  # (minimum, extras)
+    st.integers(0, 8),  # a's quota
+    st.integers(1, 6),  # b's waiting 1-GPU jobs
+    st.data(),
+)
+def test_quota_rule_minimums_are_never_shrunk_and_extras_go_before_whole_jobs(
+    shapes: list[tuple[int, int]], quota_a: int, waiting: int, data: st.DataObject
+) -> None:
+    slots = [(f"n{i // 4}", i % 4) for i in range(64)]
+    jobs: list[RunningJob] = []
+    used = 0
+    for i, (least, extra) in enumerate(shapes):
+        width = least + extra
+        leaving = frozenset(w for w in range(least, width) if data.draw(st.booleans(), label="leaving") and w % 3 == 0)
+        jobs.append(elastic(10 + i, f"{least}:{width + 2}", *slots[used : used + width], project="a", leaving=leaving))
+        used += width
+    rigid = data.draw(st.integers(0, 4), label="rigid")
+    jobs += [running(20 + i, (slots[used + i][0], (slots[used + i][1],)), project="a") for i in range(rigid)]
+    used += rigid
+    nodes = [node(f"n{i}") for i in range((used + 3) // 4)]
+    projects = [Project("a", quota=quota_a), Project("b", quota=8)]
+    queue = [pending(i, project="b") for i in range(1, waiting + 1)]
+    result: CycleResult = schedule(snapshot(nodes, queue, jobs, projects))
+    by_id = {j.id: j for j in jobs}
+    shrunk = {}
+    for s in result.shrinks:
+        job = by_id[s.job_id]
+        assert 0 not in s.workers and not set(s.workers) & job.leaving
+        shrunk.setdefault(s.job_id, set()).update(s.workers)
+    for job_id, workers in shrunk.items():
+        assert by_id[job_id].width - len(workers) >= by_id[job_id].spec.workers  # never below its minimum
+    width_a = sum(j.width for j in jobs) - sum(len(w) for w in shrunk.values())
+    taken = sum(len(w) for w in shrunk.values())
+    assert taken == 0 or width_a >= quota_a  # reclaimed extras never take a below its quota
+    if any(p.for_job in {q.id for q in queue} for p in result.preemptions):
+        extras = sum(j.width - j.spec.workers for j in jobs if j.spec.elastic)
+        beyond = sum(j.width for j in jobs) - quota_a
+        assert taken == min(extras, max(beyond, 0))  # every extra it could take went first
+
+
+def test_the_cycle_memory_holds_grown_workers_once() -> None:
+    """The index after a grow holds the new workers; the next snapshot, which lists them, takes
+    nothing twice (a fresh index agrees)."""
+    job = elastic(5, "2:4", *on("n1", 2))
+    memory = CycleMemory()
+    nodes = [node("n1"), node("n2")]
+    (grow,) = schedule(snapshot(nodes, [], [job]), memory=memory).grows
+    grown = replace(job, placements=(*job.placements, *grow.placements))
+    later = snapshot(nodes, [pending(1, gpus=4)], [grown])
+    cluster, _, _ = memory.open(later)
+    assert memory.rebuilds == 1
+    assert cluster.total_free_gpus() == ClusterState(later).total_free_gpus() == 4
