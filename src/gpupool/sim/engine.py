@@ -134,6 +134,7 @@ class _Replay:
         self.running: dict[int, RunningJob] = {}
         self.ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
+        self.moved: set[tuple[float, int]] = set()  # ends a resize moved: no event (a preempted run's still are)
         self.wakes: list[float] = []  # times a cycle asked to run again (``CycleResult.wake_at``)
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
         self.wanted: dict[str, float] = defaultdict(float)  # GPUs its submitted, unfinished jobs ask for
@@ -149,7 +150,7 @@ class _Replay:
         # From the first submission, also when deferral releases it later: every replay of a trace
         # meters the pool over the same start.
         now = min(arrive[arrivals[0]], min(r.trace.submit_time for r in runs.values())) if arrivals else 0.0
-        while next_arrival < len(arrivals) or ends or wakes:
+        while self._more(next_arrival):
             t = ends[0][0] if ends else math.inf
             if next_arrival < len(arrivals):
                 t = min(t, arrive[arrivals[next_arrival]])
@@ -185,6 +186,13 @@ class _Replay:
                 self.result.stopped_early = True
                 break
         return self.result
+
+    def _more(self, next_arrival: int) -> bool:
+        """Whether an event is left, once the ends that resizes moved are dropped from the front."""
+        ends = self.ends
+        while ends and ends[0] in self.moved:
+            self.moved.discard(heapq.heappop(ends))
+        return next_arrival < len(self.arrivals) or bool(ends) or bool(self.wakes)
 
     def _hopeless(self, now: float, events: int) -> bool:
         """Enough jobs waited too long. Pending ones are counted every 256 events (a scan)."""
@@ -305,6 +313,8 @@ class _Replay:
             return
         left = max(0.0, run.trace.duration - run.done - progress.work) / progress.rate
         end = now + left
+        if job_id in self.end_of:
+            self.moved.add((self.end_of[job_id], job_id))
         self.running[job_id] = replace(job, oracle_end=EPOCH + timedelta(seconds=now) + timedelta(seconds=left))
         self.end_of[job_id] = end
         heapq.heappush(self.ends, (end, job_id))
