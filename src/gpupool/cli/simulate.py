@@ -193,7 +193,7 @@ def simulate(
         max_wait,
         (g.model for n in node_list for g in n.gpus),
     )
-    study = elastic_opts.apply(study, fraction, elastic_alpha)
+    study = replace(study, jobs=elastic_opts.apply(study.jobs, fraction), elastic_alpha=elastic_alpha)
     power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
     runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
     if any(v is not None for v in power_asked):

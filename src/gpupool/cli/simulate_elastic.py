@@ -3,15 +3,12 @@ replay as elastic jobs, and the exponent of the speed model (``sim/elastic.py`` 
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from gpupool.sim import elastic
-
-if TYPE_CHECKING:
-    from gpupool.cli.simulate import Study
+from gpupool.sim.trace_job import TraceJob
 
 ElasticOpt = Annotated[
     str | None,
@@ -31,7 +28,6 @@ def checked(fraction: str | None, alpha: float) -> float | None:
     return None if fraction is None else elastic.parse_fraction(fraction)
 
 
-def apply(study: Study, fraction: float | None, alpha: float) -> Study:
-    """The study with its multi-worker jobs elastic (where asked) and the speed model's exponent."""
-    jobs = study.jobs if fraction is None else elastic.make_elastic(study.jobs, fraction)
-    return replace(study, jobs=jobs, elastic_alpha=alpha)
+def apply(jobs: list[TraceJob], fraction: float | None) -> list[TraceJob]:
+    """The jobs with the multi-worker ones elastic, where asked."""
+    return jobs if fraction is None else elastic.make_elastic(jobs, fraction)
