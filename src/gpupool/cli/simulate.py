@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli import plan_quotas
+from gpupool.cli import simulate_elastic as elastic_opts
 from gpupool.cli import simulate_power as power_opts
 from gpupool.cli.common import Output, OutputOpt, console, print_json
 from gpupool.cli.plan_quotas import human_seconds
@@ -26,6 +27,7 @@ from gpupool.scheduler.config import MAX_RECLAIM_MIN_RUN_S, MAX_WAIT_BOUND_S
 from gpupool.scheduler.policies import POLICIES, preset
 from gpupool.sim import cluster as sim_cluster
 from gpupool.sim.cluster import uniform
+from gpupool.sim.elastic import DEFAULT_ALPHA
 from gpupool.sim.engine import SimResult
 from gpupool.sim.engine import simulate as replay
 from gpupool.sim.metrics import summarize
@@ -65,6 +67,7 @@ class Study:
     jobs: list[TraceJob]
     projects: list[Project]
     policies: dict[str, SchedulerConfig]
+    elastic_alpha: float = DEFAULT_ALPHA  # the exponent of an elastic job's speed model (sim/elastic.py)
 
     @classmethod
     def prepare(
@@ -102,7 +105,9 @@ class Study:
 
     def run(self, nodes: list[Node], policy: str, power: PowerConfig | None = None) -> tuple[SimResult, dict[str, Any]]:
         started = time.perf_counter()
-        result = replay(self.jobs, nodes, self.projects, self.policies[policy], power=power)
+        result = replay(
+            self.jobs, nodes, self.projects, self.policies[policy], power=power, elastic_alpha=self.elastic_alpha
+        )
         return result, summarize(result, time.perf_counter() - started)
 
 
@@ -157,10 +162,13 @@ def simulate(
     carbon_intensity: power_opts.CarbonOpt = None,
     deferrable_until: power_opts.DeferUntilOpt = None,
     deferrable: power_opts.DeferrableOpt = 1.0,
+    elastic: elastic_opts.ElasticOpt = None,
+    elastic_alpha: elastic_opts.AlphaOpt = DEFAULT_ALPHA,
 ) -> None:
     """Replay TRACE through the same scheduler the head runs, and report queueing and utilisation
     (and with a power option, energy, peak power, money, CO2 and what a budget costs)."""
     names = policy_names(policy, placement, partition)
+    fraction = elastic_opts.checked(elastic, elastic_alpha)
     if partition is not None and not any(POLICIES[n].quota_check == "isolated" for n in names):
         raise InvalidInput(f"--partition applies only to a policy that isolates projects (fifo-isolated), not {policy}")
     if cluster is not None:
@@ -185,6 +193,7 @@ def simulate(
         max_wait,
         (g.model for n in node_list for g in n.gpus),
     )
+    study = replace(study, jobs=elastic_opts.apply(study.jobs, fraction), elastic_alpha=elastic_alpha)
     power_asked = (power_budget, power_model, power_modes, energy_price, carbon_intensity, deferrable_until)
     runs: dict[str, tuple[str, PowerConfig | None]] = {name: (name, None) for name in study.policies}
     if any(v is not None for v in power_asked):

@@ -12,6 +12,12 @@ snapshot, which only the ``srtf-oracle`` policy reads.
 With a ``PowerConfig`` (``sim/power.py``) the replay also keeps a power budget in its own
 admission (a start the budget refuses stays pending; a capped one runs slower, its run time
 stretched by ``1 / speed``), releases deferrable jobs at their chosen hour, and meters energy.
+
+Elastic jobs (issue 35) start at whatever width the cycle placed them on; a cycle's ``GrowJob``
+adds workers to a running one and its ``ShrinkJob`` takes some away at once (no grace, as a
+preemption here). Each running job's progress is kept in segments of constant rate
+(``elastic.Progress``), so a resize recomputes its end from the work left at the speed of its
+new width (``elastic.speed``); its GPU-seconds, and the pool's utilisation, follow its width.
 """
 
 from __future__ import annotations
@@ -19,19 +25,24 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpupool.domain.decisions import CycleResult, StartJob
+from gpupool.domain.jobs import JobSpec, Placement
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.domain.snapshot import PendingJob, RunningJob, Snapshot
 from gpupool.domain.tree import ancestors
 from gpupool.scheduler import CycleMemory, SchedulerConfig, schedule
 from gpupool.scheduler.fair_share import fair_shares
+from gpupool.sim import elastic
 from gpupool.sim.power import PowerConfig, PowerSim
 from gpupool.sim.trace_job import TraceJob
+
+Schedule = Callable[..., CycleResult]  # ``schedule(snapshot, config, memory=..., explain_pending=...)``
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 ROUNDS_PER_EVENT = 3  # preemptions free GPUs at once: schedule again at the same instant
@@ -71,11 +82,18 @@ def simulate(
     memory: CycleMemory | None = None,
     give_up: tuple[float, int] | None = None,
     power: PowerConfig | None = None,
+    elastic_alpha: float = elastic.DEFAULT_ALPHA,
+    decide: Schedule | None = None,
 ) -> SimResult:
     """``memory``: the scheduler's carried-over state (tests pass one that checks itself).
     ``give_up=(wait_s, jobs)``: stop as soon as that many jobs have waited longer than ``wait_s``
-    (the answer to "is a queue-time percentile below the target?" is then known to be no)."""
+    (the answer to "is a queue-time percentile below the target?" is then known to be no).
+    ``elastic_alpha``: the exponent of an elastic job's speed at a width below its maximum
+    (``elastic.speed``). ``decide``: what makes the decisions, ``schedule`` when None (tests
+    hand in scripted cycles)."""
     replay = _Replay(jobs, nodes, projects, config or SchedulerConfig(), memory or CycleMemory(), give_up)
+    replay.alpha = elastic_alpha
+    replay.decide = decide
     if power is not None:
         replay.power = PowerSim(power, nodes)
         replay.arrive = {i: replay.power.release(i, r.trace) for i, r in replay.runs.items()}
@@ -104,7 +122,10 @@ class _Replay:
         self.arrivals = sorted(self.runs, key=lambda i: (self.runs[i].trace.submit_time, i))
         self.arrive = {i: r.trace.submit_time for i, r in self.runs.items()}  # when each enters the queue
         self.power: PowerSim | None = None
-        self.speed: dict[int, float] = {}  # a running job's speed under its power limit (1: full)
+        self.progress: dict[int, elastic.Progress] = {}  # per running job: its current run's work
+        self.alpha = elastic.DEFAULT_ALPHA
+        self.narrow: set[int] = set()  # running elastic jobs below their maximum: a cycle may grow them
+        self.decide: Schedule | None = None
         self.nodes = tuple(nodes)
         self.projects = tuple(projects)
         self.config = config
@@ -113,6 +134,7 @@ class _Replay:
         self.running: dict[int, RunningJob] = {}
         self.ends: list[tuple[float, int]] = []  # (end time, job id); entries of preempted runs go stale
         self.end_of: dict[int, float] = {}  # the current run's end, per running job
+        self.moved: set[tuple[float, int]] = set()  # ends a resize moved: no event (a preempted run's still are)
         self.wakes: list[float] = []  # times a cycle asked to run again (``CycleResult.wake_at``)
         self.held: dict[str, float] = defaultdict(float)  # GPUs held now, per project
         self.wanted: dict[str, float] = defaultdict(float)  # GPUs its submitted, unfinished jobs ask for
@@ -128,7 +150,7 @@ class _Replay:
         # From the first submission, also when deferral releases it later: every replay of a trace
         # meters the pool over the same start.
         now = min(arrive[arrivals[0]], min(r.trace.submit_time for r in runs.values())) if arrivals else 0.0
-        while next_arrival < len(arrivals) or ends or wakes:
+        while self._more(next_arrival):
             t = ends[0][0] if ends else math.inf
             if next_arrival < len(arrivals):
                 t = min(t, arrive[arrivals[next_arrival]])
@@ -144,8 +166,9 @@ class _Replay:
                 end, job_id = heapq.heappop(ends)
                 if self.end_of.get(job_id) == end:  # else the entry of a run that was preempted: stale
                     self._stop(job_id)
+                    self.progress.pop(job_id, None)
                     runs[job_id].finish = now
-                    self.wanted[runs[job_id].trace.spec.project] -= runs[job_id].trace.spec.total_gpus
+                    self.wanted[runs[job_id].trace.spec.project] -= asked(runs[job_id].trace.spec)
             while next_arrival < len(arrivals) and arrive[arrivals[next_arrival]] <= now:
                 job_id = arrivals[next_arrival]
                 trace = runs[job_id].trace
@@ -153,7 +176,7 @@ class _Replay:
                 self.pending[job_id] = PendingJob(
                     job_id, trace.spec, at, owner=trace.user, oracle_remaining_s=trace.duration
                 )
-                self.wanted[trace.spec.project] += trace.spec.total_gpus
+                self.wanted[trace.spec.project] += asked(trace.spec)
                 next_arrival += 1
             for _ in range(ROUNDS_PER_EVENT):
                 if not self._cycle(now):
@@ -163,6 +186,13 @@ class _Replay:
                 self.result.stopped_early = True
                 break
         return self.result
+
+    def _more(self, next_arrival: int) -> bool:
+        """Whether an event is left, once the ends that resizes moved are dropped from the front."""
+        ends = self.ends
+        while ends and ends[0] in self.moved:
+            self.moved.discard(heapq.heappop(ends))
+        return next_arrival < len(self.arrivals) or bool(ends) or bool(self.wakes)
 
     def _hopeless(self, now: float, events: int) -> bool:
         """Enough jobs waited too long. Pending ones are counted every 256 events (a scan)."""
@@ -180,67 +210,121 @@ class _Replay:
         return self.late + waiting >= jobs
 
     def _cycle(self, now: float) -> bool:
-        """One scheduling cycle at ``now``; True when it preempted (so GPUs came free this instant)."""
-        if not self.pending:
+        """One scheduling cycle at ``now``; True when it preempted or shrank (so GPUs came free
+        this instant). With nothing waiting, one runs only while an elastic job may grow."""
+        if not self.pending and not self.narrow:
             return False
         at = EPOCH + timedelta(seconds=now)
         snapshot = Snapshot(at, self.nodes, tuple(self.running.values()), tuple(self.pending.values()), self.projects)
-        result = schedule(snapshot, self.config, memory=self.memory, explain_pending=False)
+        decide = schedule if self.decide is None else self.decide  # (looked up now: tests spy on it)
+        result = decide(snapshot, self.config, memory=self.memory, explain_pending=False)
         if result.wake_at is not None:
             wake = (result.wake_at - EPOCH).total_seconds()
             if wake > now and wake not in self.wakes:  # (a handful at most)
                 heapq.heappush(self.wakes, wake)
         for start in result.starts:
-            speed = 1.0
-            if self.power is not None:
-                admitted = self.power.admit(start.job_id, self.pending[start.job_id].spec, start.placements)
-                if admitted is None:
-                    continue  # waits for power: offered again at the next event
-                speed = self.speed[start.job_id] = admitted
-            job = self.pending.pop(start.job_id)
-            run = self.runs[start.job_id]
-            run.start = now
-            if run.first_start is None:
-                run.first_start = now
-                if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
-                    self.late += 1
-            left = None if run.trace.duration is None else (run.trace.duration - run.done) / speed
-            end = None if left is None else at + timedelta(seconds=left)
-            self.running[job.id] = RunningJob(
-                job.id, job.spec, start.placements, at, owner=job.owner, attained=run.attained, oracle_end=end
-            )
-            self.held[job.spec.project] += job.spec.total_gpus
-            if left is not None:
-                self.end_of[job.id] = now + left
-                heapq.heappush(self.ends, (self.end_of[job.id], job.id))
+            self._start(start, now, at)
+        for grow in result.grows:
+            if (grown := self.running.get(grow.job_id)) is not None:
+                self._resize(grown, grown.placements + grow.placements, now)
+        for shrink in result.shrinks:
+            if (shrunk := self.running.get(shrink.job_id)) is not None:
+                leaving = set(shrink.workers)
+                self._resize(shrunk, tuple(p for p in shrunk.placements if p.worker not in leaving), now)
         for victim in result.preemptions:
-            stopped = self._stop(victim.job_id)
-            if stopped is None:
-                continue
-            run = self.runs[victim.job_id]
-            run.preemptions += 1
-            ran = now - run.start if run.start is not None else 0.0
-            run.start = None
-            run.attained += ran * stopped.spec.total_gpus
-            work = ran * self.speed.pop(victim.job_id, 1.0)
-            run.done = run.done + max(0.0, work - RESUME_LOSS_S) if stopped.spec.checkpoint_dir else 0.0
-            duration = run.trace.duration
-            self.pending[victim.job_id] = PendingJob(
-                victim.job_id,
-                stopped.spec,
-                EPOCH + timedelta(seconds=run.trace.submit_time),
-                owner=stopped.owner,
-                attained=run.attained,
-                waiting_since=at,
-                oracle_remaining_s=None if duration is None else duration - run.done,
+            self._requeue(victim.job_id, now, at)
+        return bool(result.preemptions or result.shrinks)
+
+    def _start(self, start: StartJob, now: float, at: datetime) -> None:
+        speed = 1.0
+        if self.power is not None:
+            admitted = self.power.admit(start.job_id, self.pending[start.job_id].spec, start.placements)
+            if admitted is None:
+                return  # waits for power: offered again at the next event
+            speed = admitted
+        job = self.pending.pop(start.job_id)
+        run = self.runs[start.job_id]
+        run.start = now
+        if run.first_start is None:
+            run.first_start = now
+            if self.give_up is not None and now - run.trace.submit_time > self.give_up[0]:
+                self.late += 1
+        width = len(start.placements)
+        gpus = job.spec.gpus * width
+        rate = speed * elastic.speed(job.spec, width, self.alpha)
+        self.progress[job.id] = elastic.Progress(now, speed, rate, gpus)
+        self.running[job.id] = RunningJob(
+            job.id, job.spec, start.placements, at, owner=job.owner, attained=run.attained, oracle_end=None
+        )
+        self.held[job.spec.project] += gpus
+        self._reckon_end(job.id, now)
+        if width < job.spec.most_workers:
+            self.narrow.add(job.id)
+
+    def _requeue(self, job_id: int, now: float, at: datetime) -> None:
+        """A preempted job back in the queue, with what its run did (its GPU-seconds, and its work
+        if it checkpoints)."""
+        stopped = self._stop(job_id)
+        if stopped is None:
+            return
+        run = self.runs[job_id]
+        run.preemptions += 1
+        run.start = None
+        progress = self.progress.pop(job_id)
+        progress.advance(now)
+        run.attained += progress.gpu_s
+        work = progress.work
+        run.done = run.done + max(0.0, work - RESUME_LOSS_S) if stopped.spec.checkpoint_dir else 0.0
+        duration = run.trace.duration
+        self.pending[job_id] = PendingJob(
+            job_id,
+            stopped.spec,
+            EPOCH + timedelta(seconds=run.trace.submit_time),
+            owner=stopped.owner,
+            attained=run.attained,
+            waiting_since=at,
+            oracle_remaining_s=None if duration is None else duration - run.done,
+        )
+
+    def _resize(self, job: RunningJob, placements: tuple[Placement, ...], now: float) -> None:
+        """A running elastic job on ``placements`` from ``now``: its GPUs, speed and end follow."""
+        spec, width = job.spec, len(placements)
+        if not spec.workers <= width <= spec.most_workers or width == len(job.placements):
+            raise ValueError(
+                f"job {job.id} ({spec.workers_text} workers) cannot go from {len(job.placements)} to {width}"
             )
-        return bool(result.preemptions)
+        progress = self.progress[job.id]
+        progress.advance(now)
+        gpus = spec.gpus * width
+        self.held[spec.project] += gpus - progress.gpus
+        progress.gpus = gpus
+        progress.rate = progress.power * elastic.speed(spec, width, self.alpha)
+        self.running[job.id] = replace(job, placements=placements)
+        self._reckon_end(job.id, now)
+        if width < spec.most_workers:
+            self.narrow.add(job.id)
+        else:
+            self.narrow.discard(job.id)
+
+    def _reckon_end(self, job_id: int, now: float) -> None:
+        """A running job's end from the work it has left at its rate now (none: it never ends)."""
+        run, progress, job = self.runs[job_id], self.progress[job_id], self.running[job_id]
+        if run.trace.duration is None:
+            return
+        left = max(0.0, run.trace.duration - run.done - progress.work) / progress.rate
+        end = now + left
+        if job_id in self.end_of:
+            self.moved.add((self.end_of[job_id], job_id))
+        self.running[job_id] = replace(job, oracle_end=EPOCH + timedelta(seconds=now) + timedelta(seconds=left))
+        self.end_of[job_id] = end
+        heapq.heappush(self.ends, (end, job_id))
 
     def _stop(self, job_id: int) -> RunningJob | None:
         stopped = self.running.pop(job_id, None)
         if stopped is not None:
             self.end_of.pop(job_id, None)
-            self.held[stopped.spec.project] -= stopped.spec.total_gpus
+            self.narrow.discard(job_id)
+            self.held[stopped.spec.project] -= stopped.spec.gpus * len(stopped.placements)
             if self.power is not None:
                 self.power.stop(job_id)
         return stopped
@@ -258,6 +342,11 @@ class _Replay:
             if bound > 1e-9:
                 ratio, seconds = entitled.get(project, (0.0, 0.0))
                 entitled[project] = (ratio + self.held.get(project, 0.0) / bound * span, seconds + span)
+
+
+def asked(spec: JobSpec) -> float:
+    """GPUs a job asks for at most (an elastic job's maximum): its part of its project's demand."""
+    return spec.gpus * spec.most_workers
 
 
 def trace_shares(projects: Sequence[Project], names: Sequence[str], capacity: int) -> dict[str, float]:

@@ -110,5 +110,5 @@ def _mean_load_nodes(jobs: Sequence[TraceJob], gpus_per_node: int) -> int:
     if not jobs:
         return 1
     span = max(j.submit_time + (j.duration or 0.0) for j in jobs) - min(j.submit_time for j in jobs)
-    work = sum(j.spec.total_gpus * (j.duration or 0.0) for j in jobs)
+    work = sum(j.spec.gpus * j.spec.most_workers * (j.duration or 0.0) for j in jobs)  # at full width
     return max(1, math.ceil(work / span / gpus_per_node)) if span > 0 else 1

@@ -75,7 +75,7 @@ def _job_row(policy: str, run: JobRun) -> list[str]:
     queue = None if run.first_start is None else run.first_start - t.submit_time
     jct = None if run.finish is None else run.finish - t.submit_time
     times = (t.submit_time, run.first_start, run.finish, queue, jct)
-    spec = (t.spec.project, _num(t.spec.gpus), str(t.spec.workers))
+    spec = (t.spec.project, _num(t.spec.gpus), t.spec.workers_text)  # 2:8 for an elastic job
     return [policy, t.job_id, *spec, *map(_num, times), str(run.preemptions)]
 
 

@@ -2,9 +2,12 @@
 Tiresias, Microsoft ITP via ElasticFlow, Alibaba openb pod lists; ``load(path, fmt)``).
 
 gpupool format (seconds): ``job_id,submit_time,duration,gpus[,workers,cpus,memory_mib,project,
-user,priority,gpu_model]``; ``gpus`` is per worker (a fraction below 1, or 0 for CPU only), ``cpus``
+user,priority,gpu_model,min_workers]``; ``gpus`` is per worker (a fraction below 1, or 0 for CPU only), ``cpus``
 too (cores such as 0.5, or millicores such as 500m);
 ``gpu_model`` may list allowed models separated by ``|``; an empty ``duration`` never ends.
+A ``min_workers`` below ``workers`` makes the job elastic (issue 35): it starts on ``min_workers``
+and may grow to ``workers``, its width in the trace, at which ``duration`` was measured
+(``elastic.py`` has the speed model); empty, or equal to ``workers``, a rigid gang.
 """
 
 from __future__ import annotations
@@ -59,12 +62,15 @@ def load_gpupool(path: Path) -> list[TraceJob]:
             duration = row["duration"].strip()
             gpus = float(row["gpus"])
             workers = int(row.get("workers") or 1)
+            least = (row.get("min_workers") or "").strip()
+            if least.isdigit() and int(least) > workers:
+                raise ValueError(f"min_workers {least} is above workers {workers} (the most it runs on)")
             spec = JobSpec.create(
                 command=("sim",),
                 name=row["job_id"],
                 project=row.get("project") or "default",
                 gpus=gpus,
-                workers=workers,
+                workers=f"{least}:{workers}" if least else workers,
                 cpus=row.get("cpus") or 0,
                 memory=int(row.get("memory_mib") or 0),
                 priority=row.get("priority") or "train",
@@ -212,7 +218,7 @@ def fit_to_nodes(jobs: list[TraceJob], gpus_per_node: int) -> list[TraceJob]:
     out = []
     for job in jobs:
         spec = job.spec
-        if spec.workers == 1 and spec.gpus > gpus_per_node and spec.gpus % gpus_per_node == 0:
+        if spec.workers == 1 and not spec.elastic and spec.gpus > gpus_per_node and spec.gpus % gpus_per_node == 0:
             spec = replace(spec, gpus=float(gpus_per_node), workers=int(spec.gpus) // gpus_per_node)
             job = replace(job, spec=spec)
         out.append(job)
