@@ -63,11 +63,15 @@ def test_a_running_elastic_job_grows_into_free_gpus_up_to_its_maximum() -> None:
     assert len(set(taken)) == 6
 
 
-def test_grow_takes_the_smallest_unused_worker_numbers() -> None:
+def test_grow_takes_numbers_no_worker_of_the_run_has_used() -> None:
+    # Workers 1 and 2 were shrunk away (the node keeps their run directories and exits), and 4 of
+    # this run was too: new workers are numbered from the run's next unused number.
     job = replace(elastic(5, "2:4", ("n1", 0), ("n1", 1), ("n1", 3)), placements=())
     job = replace(job, placements=(Placement(0, "n1", (0,)), Placement(3, "n1", (1,))))
     result = schedule(snapshot([node("n1")], [], [job]))
-    assert sorted(p.worker for p in result.grows[0].placements) == [1, 2]
+    assert sorted(p.worker for p in result.grows[0].placements) == [4, 5]
+    result = schedule(snapshot([node("n1")], [], [replace(job, next_worker=7)]))
+    assert sorted(p.worker for p in result.grows[0].placements) == [7, 8]
 
 
 def test_no_grow_while_a_job_of_equal_standing_waits_for_gpus() -> None:

@@ -171,11 +171,12 @@ def test_simulate_elastic_half_replays_the_multi_worker_jobs_elastic(tmp_path: P
     assert half.exit_code == 0, half.output
     got = json.loads(half.output)
     # Rigid, the one-worker job waits for the 4-worker one (or the other way round). Elastic, the
-    # big one starts at its minimum beside it (today's scheduler never grows it): 2 of 4 workers at
-    # half speed take 200 s, so nobody waits, and the work ends no sooner.
+    # big one starts at its minimum of 2 beside it and grows at once into the GPU left: 3 of 4
+    # workers do 75 s of its 100 s of work by t=100, when the small one ends and it grows to 4 for
+    # the last 25 s. Nobody waits, every GPU is busy, and it all ends at 125 s.
     assert (rigid["avg_queue_s"], rigid["makespan_s"]) == (50, 200)
-    assert (got["avg_queue_s"], got["makespan_s"], got["completed"]) == (0, 200, 2)
-    assert got["gpu_utilization"] == pytest.approx((2 * 200 + 100) / (4 * 200))
+    assert (got["avg_queue_s"], got["makespan_s"], got["completed"]) == (0, 125, 2)
+    assert got["gpu_utilization"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(

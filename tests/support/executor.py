@@ -51,11 +51,19 @@ class FakeExecutor:
         self.curves: dict[str, list[dict[str, Any]]] = {}  # node -> what its power calibration measures
         self.calibrated: list[tuple[str, float, tuple[int, ...]]] = []
 
-    def exit(self, job_id: int, exit_code: int, reason: str | None = None, note: str | None = None) -> None:
-        """Every worker of the job's latest attempt exits with ``exit_code`` (and the node's reason and note)."""
+    def exit(
+        self,
+        job_id: int,
+        exit_code: int,
+        reason: str | None = None,
+        note: str | None = None,
+        workers: Collection[int] | None = None,
+    ) -> None:
+        """Every worker of the job's latest attempt (or those of ``workers``) exits with
+        ``exit_code`` (and the node's reason and note)."""
         attempt = max(r.attempt for _, r in self.launched if r.job_id == job_id)
         for _, r in self.launched:
-            if (r.job_id, r.attempt) == (job_id, attempt):
+            if (r.job_id, r.attempt) == (job_id, attempt) and (workers is None or r.worker in workers):
                 self._exits[(r.job_id, r.attempt, r.worker)] = WorkerExit(exit_code, reason=reason, note=note)
 
     def nodes(self) -> list[Node]:

@@ -126,6 +126,9 @@ def replay_on_controller(monkeypatch: pytest.MonkeyPatch, db: Database, scenario
             victims = {p.job_id for p in previous.result.preemptions}
             for job_id in sorted(held - {r.id for r in sim.snapshot.running}):
                 executor.exit(job_id, KILLED if job_id in victims else 0)
+            for shrink in previous.result.shrinks:  # the workers a shrink stopped (issue 35)
+                if shrink.job_id in {r.id for r in sim.snapshot.running}:
+                    executor.exit(shrink.job_id, KILLED, workers=shrink.workers)
         # ... and the jobs that arrived were submitted, each at its own time.
         while submitted < len(trace) and engine.EPOCH + timedelta(seconds=trace[submitted].submit_time) <= now:
             set_clock(clock, engine.EPOCH + timedelta(seconds=trace[submitted].submit_time))
@@ -184,7 +187,10 @@ def assert_applied(
 ) -> None:
     """The controller carried the decisions out: placements written and launched, victims marked."""
     launched = sorted((n, r.job_id, r.worker) for n, r in executor.launched[launched_before:])
-    expected = sorted((p.node, s.job_id, p.worker) for s in decided.starts for p in s.placements)
+    expected = sorted(
+        [(p.node, s.job_id, p.worker) for s in decided.starts for p in s.placements]
+        + [(p.node, g.job_id, p.worker) for g in decided.grows for p in g.placements]  # (issue 35)
+    )
     assert launched == expected, f"{where}: launched other workers than decided"
     with db.tx() as s:
         for start in decided.starts:

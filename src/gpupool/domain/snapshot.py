@@ -51,6 +51,10 @@ class RunningJob:
     # An elastic job's workers being stopped by a shrink (issue 35), by number: their placements
     # hold resources until they exit, but they are on their way back and are not shrunk again.
     leaving: frozenset[int] = frozenset()
+    # The first worker number its current run has not used (0: none beyond its placements'): a
+    # grown worker takes a new number, never a stopped one's, whose run directory and exit the node
+    # keeps. Set for elastic jobs only.
+    next_worker: int = 0
 
     @property
     def width(self) -> int:

@@ -233,7 +233,10 @@ class _Replay:
                 self._resize(shrunk, tuple(p for p in shrunk.placements if p.worker not in leaving), now)
         for victim in result.preemptions:
             self._requeue(victim.job_id, now, at)
-        return bool(result.preemptions or result.shrinks)
+        # An elastic job started below its most may grow into GPUs still free: the next cycle, as
+        # at the head, where it comes a cycle later; here at the same instant.
+        started_narrow = any(s.job_id in self.narrow for s in result.starts)
+        return bool(result.preemptions or result.shrinks or started_narrow)
 
     def _start(self, start: StartJob, now: float, at: datetime) -> None:
         speed = 1.0
@@ -254,7 +257,14 @@ class _Replay:
         rate = speed * elastic.speed(job.spec, width, self.alpha)
         self.progress[job.id] = elastic.Progress(now, speed, rate, gpus)
         self.running[job.id] = RunningJob(
-            job.id, job.spec, start.placements, at, owner=job.owner, attained=run.attained, oracle_end=None
+            job.id,
+            job.spec,
+            start.placements,
+            at,
+            owner=job.owner,
+            attained=run.attained,
+            oracle_end=None,
+            next_worker=width if job.spec.elastic else 0,  # as the store counts its workers' numbers
         )
         self.held[job.spec.project] += gpus
         self._reckon_end(job.id, now)
@@ -299,7 +309,8 @@ class _Replay:
         self.held[spec.project] += gpus - progress.gpus
         progress.gpus = gpus
         progress.rate = progress.power * elastic.speed(spec, width, self.alpha)
-        self.running[job.id] = replace(job, placements=placements)
+        numbered = max(job.next_worker, 1 + max(p.worker for p in placements))  # a stopped one's stays used
+        self.running[job.id] = replace(job, placements=placements, next_worker=numbered)
         self._reckon_end(job.id, now)
         if width < spec.most_workers:
             self.narrow.add(job.id)

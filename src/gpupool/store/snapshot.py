@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
@@ -132,6 +132,7 @@ def load_snapshot(
     specs = cache.get(session, [*by_job, *(job_id for job_id, *_ in waiting)])
     cache.keep_only(set(specs))
     served = cache.running(session, attempts)
+    numbered = _numbered(session, [(j, attempts[j]) for j in by_job if specs[j].elastic and j in attempts])
     running = tuple(
         RunningJob(
             id=job_id,
@@ -143,6 +144,7 @@ def load_snapshot(
             attained=served.get(job_id, NONE)[0],
             power=_launch_power(ws),
             leaving=frozenset(w.worker for w in ws if w.released),
+            next_worker=numbered.get(job_id, 0),
         )
         for job_id, ws in sorted(by_job.items())
     )
@@ -176,6 +178,20 @@ def _power(session: Session, cluster_w: float) -> PowerBudget:
     when a budget is: a pool without one never asks)."""
     budget = PowerBudget(cluster_w, power_budgets(session))
     return replace(budget, curves=power_curves(session)) if budget.active else budget
+
+
+def _numbered(session: Session, runs: list[tuple[int, int]]) -> dict[int, int]:
+    """For running elastic jobs (job, attempt): the first worker number their attempt has not used,
+    stopped workers' included (issue 35). Asked only where there are elastic jobs."""
+    if not runs:
+        return {}
+    wanted = set(runs)
+    rows = session.execute(
+        select(WorkerRow.job_id, WorkerRow.attempt, func.max(WorkerRow.worker))
+        .where(WorkerRow.job_id.in_([job_id for job_id, _ in runs]))
+        .group_by(WorkerRow.job_id, WorkerRow.attempt)
+    )
+    return {job_id: top + 1 for job_id, attempt, top in rows if (job_id, attempt) in wanted}
 
 
 def _launch_power(workers: list[WorkerRow]) -> tuple[PowerSetting | None, ...]:

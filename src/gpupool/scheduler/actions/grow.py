@@ -90,8 +90,7 @@ def _grow(session: Session, extras: Extras, job: RunningJob) -> None:
     one = PendingJob(
         job.id, replace(spec, workers=1, max_workers=None), job.started_at or session.snapshot.now, owner=job.owner
     )
-    used = {p.worker for p in job.placements}
-    numbers = (n for n in count() if n not in used)
+    numbers = count(max(job.next_worker, 1 + max((p.worker for p in job.placements), default=-1)))
     added: list[Placement] = []
     while extras.width(job) + len(added) < spec.most_workers:
         if session.hooks.quota_check(session, one) is not None:
