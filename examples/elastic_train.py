@@ -10,25 +10,27 @@ worker 0, which is never removed, hosts its store (``PET_RDZV_CONF=is_host=1``; 
         --rdzv-backend=c10d --rdzv-endpoint=$GPUPOOL_RDZV_ENDPOINT --rdzv-id=$GPUPOOL_RDZV_ID \\
         --max-restarts=100 examples/elastic_train.py --epochs 20
 
-What happens when the group changes (torch 2.13; times measured on a 2-core CPU machine, see
-examples/README.md, "Elastic training"):
+What happens when the group changes (torch 2.13; examples/README.md, "Elastic training", has the
+times measured on a 2-core CPU machine):
 
 - **Grow**: a new agent finds the rendezvous complete and puts itself on its wait list. Every
   running agent polls the store each ``--monitor-interval`` (0.1 s), sees ``num_nodes_waiting > 0``,
   stops its training process and joins a new round with the newcomer. A round closes at once when
-  it has MAX nodes, else ``last_call_timeout`` (30 s by default) after it reached MIN, to let more
-  join. A grow does not use up a ``--max-restarts``.
+  it has MAX nodes, else ``last_call_timeout`` (30 s by default) after it reached MIN. A grow does
+  not use up one of ``--max-restarts``.
 - **Shrink**: a removed agent gets SIGTERM, stops its process and exits without closing the
-  rendezvous (so the job can still grow later). The others' next collective fails (the peer's
-  sockets close), their agents count a failure (one of ``--max-restarts``) and re-join. The new
-  round opens only when every node of the old one has left it: the removed agent never says so,
-  so the others wait until its heartbeat is stale (``keep_alive_interval`` x
-  ``keep_alive_max_attempt``, 5 s x 3 by default) and then ``last_call_timeout`` again.
+  rendezvous (so the job can grow again later). The others' next collective fails, their agents
+  count a failure (one of ``--max-restarts``) and re-join. The new round opens only once every node
+  of the old one has left it; the removed agent never says so, so the others wait until its
+  heartbeat is stale (``keep_alive_interval`` x ``keep_alive_max_attempt``, 5 s x 3 by default),
+  then ``last_call_timeout`` again.
 
-With the defaults a grow to fewer than MAX workers takes about 30 s and a shrink about 45 s;
-``--rdzv-conf=is_host=...,last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=2``
-brings both to a few seconds (``--rdzv-conf`` on the command line replaces ``PET_RDZV_CONF``, it is
-not merged, so keep ``is_host`` in it).
+Pass ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every worker's environment: with torch 2.13's
+default (the agents' rendezvous store shared with the training processes) an agent that joins a
+running job waits 60 s for a ``MASTER_ADDR`` that rank 0, re-elected, never writes again, and the
+whole group fails. And shorten the rendezvous timeouts, in ``PET_RDZV_CONF`` next to ``is_host``
+(``--rdzv-conf`` on the command line replaces ``PET_RDZV_CONF``, it does not add to it):
+``is_host=1,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=4``.
 
 Every (re)start begins at the last checkpoint: rank 0 writes model, optimizer and epoch to
 ``$GPUPOOL_CHECKPOINT_DIR`` (else ``--checkpoint-dir``) at the end of every epoch, atomically, as
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             final = float(nn.functional.mse_loss(model(x.to(device)), y.to(device)))
         print(f"final loss {final:.6f}", flush=True)
+    # Leave together: a rank that exits while another is still at work looks like a failure to the
+    # agents, which would re-form the group (harmless: it resumes at the last epoch and ends again).
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -182,5 +182,7 @@ def test_elastic_job_grows_and_shrinks_and_keeps_learning(agents: Agents) -> Non
         # gloo sums the ranks' gradients in another order than one process does: rounding, no more
         assert loss == pytest.approx(expected[epoch], rel=0.02), f"epoch {epoch} on {world} workers:\n{log}"
     assert epochs[-1][2] < epochs[0][2] / 50, f"the loss fell through the grow and the shrink:\n{log}"
-    assert log.count("final loss") == 1, "rank 0 alone reports"
+    finals = re.findall(r"^final loss (\S+)$", log, re.MULTILINE)
+    # one, unless the group re-formed after the last epoch: then it resumed there and ended again
+    assert finals and len(set(finals)) == 1, log
     assert agents.tagged() == [], "every worker stopped with its agent"
