@@ -28,6 +28,7 @@ from gpupool.cli.simulate import Study
 from gpupool.scheduler.config import SchedulerConfig
 from gpupool.sim import elastic
 from gpupool.sim.cluster import uniform
+from gpupool.sim.trace_job import TraceJob
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly"
 FIGURES = (
@@ -56,6 +57,14 @@ def main() -> None:
     parser.add_argument("--minimum", default="half", help="an elastic job's minimum: half, or a part of its width")
     parser.add_argument("--alpha", type=float, default=elastic.DEFAULT_ALPHA, help="the speed model's exponent")
     parser.add_argument("--placement", default=SchedulerConfig().placement, help="placement (default: the head's)")
+    parser.add_argument(
+        "--split-gpus",
+        type=int,
+        default=0,
+        help="make each job of more GPUs a gang of workers of this many GPUs each, in both runs (a DDP job's"
+        " ranks; Philly's loader makes a job of up to 8 GPUs one worker, so only its 35 wider ones are gangs);"
+        " 0: as the trace has them",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     args = parser.parse_args()
     fraction = elastic.parse_fraction(args.minimum)
@@ -64,6 +73,8 @@ def main() -> None:
         args.trace, "philly", args.policy, args.placement, args.vcs, args.window, args.scale_load, None, 8
     )
     longer = [replace(j, duration=None if j.duration is None else j.duration * args.duration_scale) for j in study.jobs]
+    if args.split_gpus:
+        longer = [_split(j, args.split_gpus) for j in longer]
     variants = {
         "rigid": longer,
         f"elastic ({args.minimum})": elastic.make_elastic(longer, fraction),
@@ -84,10 +95,19 @@ def main() -> None:
         f"Philly {args.window}, {len(longer):,} jobs ({gangs:,} multi-worker) on {args.nodes} nodes x 8 GPUs, "
         f"arrivals x{args.scale_load:g}, durations x{args.duration_scale:g}, policy {args.policy}, "
         f"elastic minimum {args.minimum}, alpha {args.alpha:g}"
+        + (f", jobs split into {args.split_gpus}-GPU workers" if args.split_gpus else "")
     )
     print(f"{'':<18}" + "".join(f"{label:>22}" for label in runs))
     for key, name in FIGURES:
         print(f"{name:<18}" + "".join(f"{_cell(key, figures[key]):>22}" for figures in runs.values()))
+
+
+def _split(job: TraceJob, gpus: int) -> TraceJob:
+    """A job of whole GPUs per worker beyond ``gpus`` as a gang of ``gpus``-GPU workers (its GPUs in all kept)."""
+    spec = job.spec
+    if spec.gpus <= gpus or spec.gpus % gpus:
+        return job
+    return replace(job, spec=replace(spec, gpus=float(gpus), workers=spec.workers * int(spec.gpus // gpus)))
 
 
 def _cell(key: str, value: Any) -> str:

@@ -33,7 +33,9 @@ def test_every_worker_of_an_elastic_job_is_told_one_rendezvous_on_worker_0_which
         assert env["GPUPOOL_RDZV_ENDPOINT"] == "10.0.0.1:29400"
         assert env["GPUPOOL_RDZV_ID"] == "gpupool-7-4"
         assert (env["GPUPOOL_MIN_WORKERS"], env["GPUPOOL_MAX_WORKERS"], env["NNODES"]) == ("2", "8", "2:8")
-    assert (host["PET_RDZV_CONF"], guest["PET_RDZV_CONF"]) == ("is_host=1", "is_host=0")
+    timeouts = ",last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=4"
+    assert (host["PET_RDZV_CONF"], guest["PET_RDZV_CONF"]) == ("is_host=1" + timeouts, "is_host=0" + timeouts)
+    assert host["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == guest["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     # Without an attempt given, it is the one after the restarts the worker is told of.
     assert env_of(spec, 1, rdzv)["GPUPOOL_RDZV_ID"] == "gpupool-7-3"
 
