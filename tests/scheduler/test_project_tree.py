@@ -127,3 +127,35 @@ def test_a_project_whose_unit_is_at_its_limit_takes_back_from_its_sibling_though
         "reclaim: stopping 2 job(s) of nlp that borrowed beyond quota (unit cs is at its limit); "
         "starts when their GPUs are free"
     )
+
+
+UNITS_8 = [
+    Project("u1", quota=8),
+    Project("a1", quota=8, parent="u1"),
+    Project("a2", quota=0, parent="u1"),
+    Project("u2", quota=8),
+    Project("b1", quota=8, parent="u2"),
+    Project("b2", quota=0, parent="u2"),
+]
+
+
+def test_a_claim_is_made_at_every_level_on_the_path_that_is_owed() -> None:
+    # b1 is owed 2 of its quota, its unit u2 only 1 (b2 borrows 1 inside it): b1 takes b2's one
+    # back, and u2 the other from a2, which borrows beyond u1's quota (never 2 from a2: u2 would
+    # then hold 9 of its 8).
+    held = {"a2": 9, "b1": 6, "b2": 1}
+    result = _run([pending(1, project="b1", gpus=2)], _full(held), projects=UNITS_8)
+    victims = {p.job_id for p in result.preemptions}
+    owners = sorted(r.spec.project for r in _full(held) if r.id in victims)
+    assert owners == ["a2", "b2"], result.pending
+    assert not result.starts and result.pending[1].code is ReasonCode.RECLAIM
+
+
+def test_a_level_takes_from_outside_only_what_it_is_owed() -> None:
+    # As above but b2's job is an inference job (never taken back): u2 is owed 1, b1 needs 2, so
+    # b1 waits and nothing is stopped for it.
+    held = {"a2": 9, "b1": 6}
+    jobs = _full(held)
+    b2 = running(200, ("n2", (7,)), project="b2", priority="inference")
+    result = _run([pending(1, project="b1", gpus=2)], [*jobs, b2], projects=UNITS_8)
+    assert not result.preemptions and not result.starts

@@ -206,3 +206,33 @@ def test_a_project_whose_unit_is_at_its_limit_takes_back_from_its_sibling() -> N
     # b1 borrows b2's quota (u2 at its limit), default fills the rest; b2's job waits.
     starts, preemptions = _owed(tree, {"b1": 1, "default": 15}, "b2", 1)
     assert not starts and [p.job_id for p in preemptions] == [100]
+
+
+def test_a_project_takes_back_inside_its_unit_and_its_unit_outside() -> None:
+    """Found by the property above: the claim was made at one level only. b1 is owed its 4, u2
+    only 3 (b2 borrows 1 inside it): the one level owed the whole job was b1, whose sibling holds
+    1, so b1 waited. Now b1 takes back b2's one and u2 one of a2's (2 GPUs are idle)."""
+    tree = [
+        Project("u1", quota=0),
+        Project("a2", quota=0, parent="u1"),
+        Project("u2", quota=4),
+        Project("b1", quota=4, parent="u2"),
+        Project("b2", quota=0, parent="u2"),
+        Project("default", quota=12),
+    ]
+    starts, preemptions = _owed(tree, {"a2": 6, "b2": 1, "default": 7}, "b1", 4)
+    assert not starts and sorted(p.job_id for p in preemptions) == [105, 106]
+
+
+def test_a_project_whose_unit_is_at_its_limit_also_takes_back_outside_it() -> None:
+    """Found by the property above: where a unit's limit held the job back, the claim stayed
+    inside the unit. a1 is owed 6, u1 (at its limit of 6 with a2's one GPU) 5; 4 GPUs are idle:
+    a2's one brings u1 under its limit, and default, beyond its quota by 1, gives the last."""
+    tree = [
+        Project("u1", quota=6, limit=6),
+        Project("a1", quota=6, parent="u1"),
+        Project("a2", quota=0, parent="u1"),
+        Project("default", quota=10),
+    ]
+    starts, preemptions = _owed(tree, {"a2": 1, "default": 11}, "a1", 6)
+    assert not starts and sorted(p.job_id for p in preemptions) == [100, 111]

@@ -66,32 +66,40 @@ class Levels:
         """What a project holds, or a unit's projects together."""
         return allocated.get(name, 0.0) + self.held_under(name, allocated)
 
-    def lenders(
-        self, project: str, need: float, allocated: Mapping[str, float], below: str | None = None
-    ) -> tuple[set[str], str | None]:
-        """Whom ``project``, below its quota and waiting for ``need`` GPUs, may reclaim from, and
-        the unit whose projects those are (None: the root). GPUs go back to the level that lent
-        them: the claim is that of the highest level on the project's path still owed ``need``
-        within its quota (the project itself, or a unit whose projects hold less than its quota);
-        it is made on the branches beside that level, under the same parent, that hold beyond their
-        quota. So a project whose unit is within its quota takes back from its siblings, and one
-        whose unit is below it from the units beside it. ``below``: a unit at its limit, under which
-        the claim stays (only its projects' GPUs make room under the limit)."""
-        claim = project
-        for unit in self.units_of(project):
-            if unit == below:
-                break
-            if self.held(unit, allocated) + need <= self.projects[unit].quota + EPS:
-                claim = unit
-        scope = self.projects[claim].parent if claim in self.projects else None
-        found = set()
+    def lenders(self, project: str, need: float, allocated: Mapping[str, float]) -> dict[str, str]:
+        """Whom ``project``, below its quota and waiting for ``need`` GPUs, may reclaim from, each
+        with the level on the project's path that claims from it. GPUs go back to the level that
+        lent them, and a claim is made at every level of the path (the project, then each unit
+        above it): a level takes back from the branches beside it, under its parent, that hold
+        beyond their quota, and only while it is owed (``owes``). So a project takes back from its
+        siblings what they borrowed of its quota, and what its unit lent outside from the units
+        beside it. (Where a unit at its limit holds the job back, reclaim also asks that enough be
+        taken from the unit's own projects.)"""
+        path = (project, *self.units_of(project))
+        claims: list[str] = []
+        for level in path:
+            # (no level takes from outside where even all its other projects' GPUs taken back
+            # would leave it beyond its quota once the job holds its GPUs)
+            if allocated.get(project, 0.0) + need <= self._quota(level) + EPS:
+                claims.append(level)
+        found: dict[str, str] = {}
         for name in allocated:
-            if name == claim or claim in self.units_of(name):
-                continue  # inside the level that claims
-            branch = self._branch(name, scope)
+            if name == project:
+                continue
+            there = (name, *self.units_of(name))
+            claim = next(level for level in path if level == path[-1] or self._parent(level) in there)
+            if claim not in claims:
+                continue
+            branch = self._branch(name, self._parent(claim))
             if branch is not None and self.held(branch, allocated) > self._quota(branch) + EPS:
-                found.add(name)
-        return found, scope
+                found[name] = claim
+        return found
+
+    def owes(self, level: str, need: float, taken: Mapping[str, float], allocated: Mapping[str, float]) -> bool:
+        """Whether ``level`` may take back from outside it for a job of ``need`` GPUs below it:
+        once the job holds them, and ``taken`` (by project) is given back, the level holds no
+        more than its quota. What is taken inside it (lower on the path) makes room for it."""
+        return self.held(level, allocated) + need - self.held(level, taken) <= self._quota(level) + EPS
 
     def keeps_quotas(
         self, lender: str, taken: Mapping[str, float], allocated: Mapping[str, float], scope: str | None
@@ -124,6 +132,10 @@ class Levels:
     def _quota(self, name: str) -> float:
         found = self.projects.get(name)
         return 0.0 if found is None else found.quota
+
+    def _parent(self, name: str) -> str | None:
+        found = self.projects.get(name)
+        return None if found is None else found.parent
 
     def _branch(self, name: str, scope: str | None) -> str | None:
         """The level just below ``scope`` on ``name``'s path (``name`` itself, or a unit above it),

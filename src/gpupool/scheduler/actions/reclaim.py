@@ -2,16 +2,18 @@
 borrowed beyond theirs, preempting the fewest, most recently started over-quota train jobs,
 and never taking a lender below its own quota.
 
-In a tree of projects (issue 34, ``Levels.lenders``) GPUs go back to the level that lent them:
-the claim is that of the highest level on the waiting job's path still owed its GPUs, made on the
-branches beside it that hold beyond their quota, and no level of a lender's branch is taken below
-its quota. A job within its project's quota that only a unit's limit holds back (a sibling
-borrowed the unit's quota) claims below that unit: enough of its siblings' GPUs to bring the unit
-back under its limit. A flat list is the one-level case: exactly the rule above."""
+In a tree of projects (issue 34, ``Levels.lenders``) GPUs go back to the level that lent them,
+and the claim is made at every level of the waiting job's path, its project's first: each level
+takes back from the branches beside it that hold beyond their quota, only what it is owed (it
+holds no more than its quota once the job holds its GPUs, what was taken inside it given back),
+and no level of a lender's branch is taken below its quota. A job within its project's quota that
+only a unit's limit holds back (a sibling borrowed the unit's quota) also takes back enough of
+its siblings' GPUs to bring the unit back under its limit. A flat list is the one-level case:
+exactly the rule above."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from gpupool.domain.decisions import Reason, ReasonCode
@@ -49,8 +51,8 @@ def run(session: Session) -> None:
             owed = session.per_model.owed(project.name, models, need, session.cluster.models)
             if owed is not None and not owed:
                 continue
-        candidates, grown, keeps_quota = _candidates(session, job, candidates_of, owed, units)
-        enough = None if units is None else _frees(session, units)
+        candidates, grown, keeps_quota, owes = _candidates(session, job, candidates_of, owed)
+        enough = _both(None if units is None else _frees(session, units), owes)
         # (the GPUs its reservation keeps count as its own)
         victims = victims_for(session, job, grown, keeps_quota, purpose=purpose, enough=enough)
         if victims is None:
@@ -77,27 +79,30 @@ def _candidates(
     job: PendingJob,
     known_by: dict[object, tuple[list[RunningJob], list[RunningJob]]],
     owed: frozenset[str] | None = None,
-    units: dict[str, float] | None = None,
-) -> tuple[list[RunningJob], list[RunningJob], Allowed]:
+) -> tuple[list[RunningJob], list[RunningJob], Allowed, Enough | None]:
     """The borrowers' running jobs ``job`` may take back (and those that ran the minimum), and
     the rule that keeps each lender at its quota; remembered in ``known_by`` per project (per
     project and size in a tree, where the level owed depends on the size). With per-model
     figures (``session.per_model``), ``owed``: the models whose GPUs it may take (None: any).
-    ``units``: those at their limit that hold it back; the claim stays below the nearest."""
+    In a tree, also what keeps every level that takes from outside it owed what it takes."""
     name, levels, min_run_s = job.spec.project, session.levels, session.config.reclaim_min_run_s
     per_model = session.per_model
     key: object = name if per_model is None else (name, owed)
-    scope: str | None = None
-    borrowing: set[str] = set()
+    claims: dict[str, str] = {}  # in a tree: each lender, with the level of the path that claims from it
+    borrowing: Collection[str] = ()
     if levels is not None:
-        below = next(iter(units)) if units else None
-        borrowing, scope = levels.lenders(name, job.spec.total_gpus, session.allocated, below)
-        key = (name, job.spec.total_gpus, owed, below)
+        borrowing = claims = levels.lenders(name, job.spec.total_gpus, session.allocated)
+        key = (name, job.spec.total_gpus, owed)
     known = known_by.get(key)
     if known is None:
         if levels is None:
             borrowing = {other for other in session.allocated if other != name and _borrowing(session, other)}
         every = [r for r in session.preemptible() if r.spec.project in borrowing] if borrowing else []
+        if (
+            levels is not None and claims
+        ):  # the project's own level first, then up the path: a claim above needs those below
+            depth = {level: i for i, level in enumerate((name, *levels.units_of(name)))}
+            every.sort(key=lambda r: depth[claims[r.spec.project]])
         if per_model is not None and owed is not None:
             every = [r for r in every if per_model.holds_any(r, owed)]
         grown = [r for r in every if _ran_enough(session, r)] if min_run_s else every
@@ -114,14 +119,43 @@ def _candidates(
         if per_model is not None and levels is None and lender in per_model.quotas:
             return True  # its per-model quotas are its guarantee (checked above), not the total
         if levels is not None:
-            taken: dict[str, float] = {lender: victim.spec.total_gpus}
-            for r in chosen:
-                taken[r.spec.project] = taken.get(r.spec.project, 0.0) + r.spec.total_gpus
-            return levels.keeps_quotas(lender, taken, session.allocated, scope)
+            taken = _taken([*chosen, victim])
+            claim = claims.get(lender)
+            if claim is None:
+                return False  # (a candidate remembered before this job's GPUs were counted)
+            scope = levels.projects[claim].parent
+            return levels.owes(claim, job.spec.total_gpus, taken, session.allocated) and levels.keeps_quotas(
+                lender, taken, session.allocated, scope
+            )
         took = sum(r.spec.total_gpus for r in chosen if r.spec.project == lender) + victim.spec.total_gpus
         return session.allocated.get(lender, 0.0) - took >= session.project(lender).quota - 1e-9
 
-    return known[0], known[1], keeps_quota
+    return known[0], known[1], keeps_quota, None if not claims else _still_owed(session, job, claims)
+
+
+def _taken(jobs: list[RunningJob]) -> dict[str, float]:
+    taken: dict[str, float] = {}
+    for r in jobs:
+        taken[r.spec.project] = taken.get(r.spec.project, 0.0) + r.spec.total_gpus
+    return taken
+
+
+def _still_owed(session: Session, job: PendingJob, claims: dict[str, str]) -> Enough:
+    """Whether every level that takes from outside it among the jobs released is still owed
+    what it takes: sparing a victim below it (``choose_victims`` keeps the fewest) must not leave
+    it beyond its quota once the job holds its GPUs."""
+    levels = session.levels
+    assert levels is not None
+
+    def enough(released: list[RunningJob]) -> bool:
+        victims = [r for r in released if not r.stopping and r.spec.project in claims]
+        taken = _taken(victims)
+        return all(
+            levels.owes(claim, job.spec.total_gpus, taken, session.allocated)
+            for claim in {claims[r.spec.project] for r in victims}
+        )
+
+    return enough
 
 
 def _told(borrower: str, job_id: int) -> Callable[[RunningJob], str]:
@@ -194,6 +228,12 @@ def _frees(session: Session, units: dict[str, float]) -> Enough:
         )
 
     return enough
+
+
+def _both(a: Enough | None, b: Enough | None) -> Enough | None:
+    if a is None or b is None:
+        return a or b
+    return lambda released: a(released) and b(released)
 
 
 def _borrowing(session: Session, name: str) -> bool:
