@@ -16,6 +16,7 @@ from gpupool.domain.jobs import JobSpec, JobState, Placement
 from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.domain.records import WorkerStatus
 from gpupool.domain.worker_env import Rendezvous
+from gpupool.scheduler import schedule
 from gpupool.sim.cluster import uniform
 from gpupool.store import accounting as accounting_repo
 from gpupool.store import jobs as job_repo
@@ -111,8 +112,9 @@ def test_a_grow_launches_new_workers_told_the_same_rendezvous_and_records_why(db
         env = request.env
         assert env["GPUPOOL_RDZV_ENDPOINT"] == first["GPUPOOL_RDZV_ENDPOINT"] == "10.0.0.1:29500"
         assert env["GPUPOOL_RDZV_ID"] == first["GPUPOOL_RDZV_ID"] == f"gpupool-{job}-1"
-        assert (env["PET_RDZV_CONF"], env["NNODES"], env["GPUPOOL_WORKER"]) == ("is_host=0", "1:3", str(worker))
-    assert first["PET_RDZV_CONF"] == "is_host=1"
+        assert (env["NNODES"], env["GPUPOOL_WORKER"]) == ("1:3", str(worker))
+        assert env["PET_RDZV_CONF"].startswith("is_host=0,")
+    assert first["PET_RDZV_CONF"].startswith("is_host=1,")
     assert e.events(job, "grew") == ["grew to 3 workers: GPUs free on node-1, node-2"]
     assert e.running(job) == ((0, 1, 2), frozenset(), 3)
     # Past its maximum, or once it is no longer running, a grow is dropped and nothing launches.
@@ -219,3 +221,23 @@ def test_gpu_time_follows_the_width_each_worker_counted_from_its_own_start_to_it
         spans = accounting_repo.worker_spans(s, began, e.clock.now() + timedelta(seconds=1))
     held = sorted(((sp.finished or e.clock.now()) - sp.started).total_seconds() for sp in spans if sp.job_id == job)
     assert held == [360.0, 2160.0]  # the grown worker 6 minutes; worker 0 the whole 36
+
+
+def test_a_job_one_of_whose_workers_ended_well_is_finishing_and_never_grown_again(db: Database) -> None:
+    # torchrun's agents end together once training is done: the first to exit 0 says the job is on
+    # its way out. Grown into the GPU it left, a new agent would wait for a rendezvous that is over.
+    e = Elastic(db)
+    job = e.start(ELASTIC, 2)
+    with db.read() as s:
+        assert not next(j for j in load_snapshot(s, e.clock.now()).running if j.id == job).stopping
+    e.end(job, 1, 0)
+    e.settle()
+    assert e.job(job) == (JobState.RUNNING, 0)
+    with db.read() as s:
+        snapshot = load_snapshot(s, e.clock.now())
+    finishing = next(j for j in snapshot.running if j.id == job)
+    assert finishing.stopping and [p.worker for p in finishing.placements] == [0]
+    assert schedule(snapshot).grows == ()
+    e.end(job, 0, 0)
+    e.settle()
+    assert e.job(job)[0] is JobState.SUCCEEDED

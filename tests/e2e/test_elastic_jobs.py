@@ -83,7 +83,8 @@ def test_an_elastic_job_grows_into_free_gpus_and_gives_back_only_its_extra_worke
         c.cancel(claim)
         shown = c.job(job)
 
-    assert done["state"] == "succeeded", epochs_of(c, job, 3)
+    said = "\n".join(f"{e['kind']}: {e['message']}" for e in shown["events"])
+    assert done["state"] == "succeeded", f"{epochs_of(c, job, 3)}\n{said}"
     messages = [e["message"] for e in shown["events"]]
     assert any(m.startswith("grew to 3 workers") for m in messages), messages
     assert any(m.startswith("shrank to 2 workers") and "project b" in m for m in messages), messages

@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
@@ -132,7 +132,8 @@ def load_snapshot(
     specs = cache.get(session, [*by_job, *(job_id for job_id, *_ in waiting)])
     cache.keep_only(set(specs))
     served = cache.running(session, attempts)
-    numbered = _numbered(session, [(j, attempts[j]) for j in by_job if specs[j].elastic and j in attempts])
+    numbered, finishing = _numbered(session, [(j, attempts[j]) for j in by_job if specs[j].elastic and j in attempts])
+    stopping |= finishing
     running = tuple(
         RunningJob(
             id=job_id,
@@ -180,18 +181,27 @@ def _power(session: Session, cluster_w: float) -> PowerBudget:
     return replace(budget, curves=power_curves(session)) if budget.active else budget
 
 
-def _numbered(session: Session, runs: list[tuple[int, int]]) -> dict[int, int]:
+def _numbered(session: Session, runs: list[tuple[int, int]]) -> tuple[dict[int, int], set[int]]:
     """For running elastic jobs (job, attempt): the first worker number their attempt has not used,
-    stopped workers' included (issue 35). Asked only where there are elastic jobs."""
+    stopped workers' included (issue 35); and those that are finishing, a worker of theirs (not one
+    a shrink stopped) having exited 0: torchrun's agents end together once training is done, so
+    such a job is on its way out, not to be grown again. Asked only where there are elastic jobs."""
     if not runs:
-        return {}
+        return {}, set()
     wanted = set(runs)
+    succeeded = func.sum(case((and_(WorkerRow.exit_code == 0, WorkerRow.released.is_(False)), 1), else_=0))
     rows = session.execute(
-        select(WorkerRow.job_id, WorkerRow.attempt, func.max(WorkerRow.worker))
+        select(WorkerRow.job_id, WorkerRow.attempt, func.max(WorkerRow.worker), succeeded)
         .where(WorkerRow.job_id.in_([job_id for job_id, _ in runs]))
         .group_by(WorkerRow.job_id, WorkerRow.attempt)
     )
-    return {job_id: top + 1 for job_id, attempt, top in rows if (job_id, attempt) in wanted}
+    numbered, finishing = {}, set()
+    for job_id, attempt, top, done in rows:
+        if (job_id, attempt) in wanted:
+            numbered[job_id] = top + 1
+            if done:
+                finishing.add(job_id)
+    return numbered, finishing
 
 
 def _launch_power(workers: list[WorkerRow]) -> tuple[PowerSetting | None, ...]:
