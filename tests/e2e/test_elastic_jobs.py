@@ -8,49 +8,17 @@ The job passes ``--device cpu``: the head's GPUs are simulated."""
 from __future__ import annotations
 
 import importlib.util
-import re
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.elastic import EPOCHS, LAUNCH, epochs_of, wait_for_world
 from tests.support.headproc import HeadProcess, wait_state
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the elastic example needs torch"),
 ]
-
-ELASTIC = str(Path(__file__).resolve().parents[2] / "examples" / "elastic_train.py")
-EPOCH_LINE = re.compile(r"^epoch (\d+) world (\d+) loss (\S+)$", re.MULTILINE)
-EPOCHS = 30
-# The guide's launch line, expanded on the worker by a shell.
-LAUNCH = (
-    f"exec {sys.executable} -m torch.distributed.run --nnodes=$GPUPOOL_MIN_WORKERS:$GPUPOOL_MAX_WORKERS"
-    " --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=$GPUPOOL_RDZV_ENDPOINT --rdzv-id=$GPUPOOL_RDZV_ID"
-    f" --max-restarts=100 {ELASTIC} --epochs {EPOCHS} --steps-per-epoch 5 --step-time 0.4 --device cpu"
-)
-
-
-def epochs_of(c: Any, job_id: int, workers: int) -> list[tuple[int, int, float]]:
-    """Rank 0's epoch lines, from whichever worker was rank 0 (a re-form may move it), in order."""
-    found: dict[int, tuple[int, int, float]] = {}
-    for worker in range(workers):
-        text = c.logs(job_id, worker=worker).data.decode(errors="replace")
-        for epoch, world, loss in EPOCH_LINE.findall(text):
-            found[int(epoch)] = (int(epoch), int(world), float(loss))
-    return [found[e] for e in sorted(found)]
-
-
-def wait_for_world(c: Any, job_id: int, world: int, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(w == world for _, w, _ in epochs_of(c, job_id, 3)):
-            return
-        time.sleep(0.5)
-    pytest.fail(f"job {job_id} never trained on {world} workers: {epochs_of(c, job_id, 3)}")
 
 
 def test_an_elastic_job_grows_into_free_gpus_and_gives_back_only_its_extra_workers(

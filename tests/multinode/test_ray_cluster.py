@@ -26,6 +26,7 @@ from gpupool.executors.ray_processes import ray_temp_dir
 from tests.multinode.conftest import RayCluster
 from tests.support import DIAL, REPLICA_SERVER
 from tests.support.dial import dialed
+from tests.support.elastic import EPOCHS, LAUNCH, epochs_of, wait_for_world
 from tests.support.headproc import HeadProcess, pid_alive, wait_for, wait_state
 from tests.support.oci import File, layer, write_archive
 from tests.support.unix_accounts import TestAccounts
@@ -384,3 +385,33 @@ def test_on_ray_a_gang_runs_in_an_image_on_two_nodes(cluster: RayCluster, unix_a
         assert {p["node"] for p in job["placements"]} == {"w1", "w2"}
         for worker, log in enumerate(logs):
             assert f"RANK={worker}" in log and "VAR=from-image" in log and f"WHO={account}" in log, log
+
+
+def test_on_ray_an_elastic_job_grows_onto_a_second_node_and_shrinks_back(cluster: RayCluster, tmp_path: Path) -> None:
+    """Issue 35 across two Ray nodes: the elastic example starts on one node beside a job holding
+    the other, grows onto it when that job ends, and gives its extra worker to an interactive job
+    of its project, training on through both re-forms."""
+    with cluster.head.client() as c:
+        blocker = submit(c, ["sleep", "600"], gpus=2)
+        wait_state(c, blocker, ("running",), timeout=60)
+        job = submit(c, ["bash", "-c", LAUNCH], gpus=2, workers="1:2", checkpoint_dir=str(tmp_path / "ckpt"))
+        wait_state(c, job, ("running",), timeout=60)
+        wait_for_world(c, job, 1, workers=2)
+        c.cancel(blocker)
+        wait_for_world(c, job, 2, workers=2)
+        nodes = {p["node"] for p in c.job(job)["placements"]}
+        urgent = submit(c, ["sleep", "600"], gpus=2, priority="interactive")
+        wait_state(c, urgent, ("running",), timeout=60)
+        done = wait_state(c, job, ("succeeded", "failed"), timeout=240)
+        c.cancel(urgent)
+        shown = c.job(job)
+        epochs = epochs_of(c, job, 2)
+    said = [f"{e['kind']}: {e['message']}" for e in shown["events"]]
+    assert done["state"] == "succeeded", (epochs, said)
+    assert nodes == {"w1", "w2"}, "it grew onto the other node"
+    assert any(m.startswith("grew: grew to 2 workers") for m in said), said
+    assert any(m.startswith("shrank: shrank to 1 worker: GPUs for job") for m in said), said
+    assert [e for e, _, _ in epochs] == list(range(1, EPOCHS + 1)), epochs
+    worlds = [w for i, (_, w, _) in enumerate(epochs) if i == 0 or epochs[i - 1][1] != w]
+    assert worlds == [1, 2, 1], epochs
+    assert epochs[-1][2] < epochs[0][2] / 20, epochs
