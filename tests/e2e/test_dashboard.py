@@ -477,3 +477,32 @@ def test_the_projects_panel_shows_the_tree_with_each_levels_bar(
             wait_state(c, int(job), ("cancelled",))
         for name in ("vision", "web", "lab", "org"):
             ok("project", "delete", name)
+
+
+def test_the_job_page_draws_an_elastic_jobs_width_over_time(
+    head: HeadProcess, browser: Any, playwright_api: Any
+) -> None:
+    """Issue 35: an elastic job of 1 to 2 workers of 4 GPUs starts on one node and grows onto the
+    other; its page says so in its facts and draws the width it ran at, 1 then 2."""
+    expect = playwright_api.expect
+    made = head.cli("submit", "--gpus", "4", "--workers", "1:2", "--name", "stretchy", "--", "sleep", "120")
+    assert made.returncode == 0, made.stderr
+    job = int(made.stdout.split()[-1])
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        with head.client() as c:
+            wait_for(lambda: len(c.job(job)["placements"]) == 2, timeout=30, what="the job grown to 2 workers")
+        page = context.new_page()
+        page.goto(f"{head.url}/ui/#token={head.token()}")
+        page.goto(f"{head.url}/ui/#/jobs/{job}")
+        expect(page.get_by_test_id("job-facts")).to_contain_text("× 2 workers (elastic, 1 to 2)")
+        width = page.get_by_test_id("job-width")
+        expect(width).to_have_attribute("data-widths", "1,2")
+        if VENDOR.exists():
+            expect(width.locator("canvas")).to_have_count(1)
+        width.screenshot(path=str(ARTIFACTS / "dashboard-elastic-width.png"))
+    finally:
+        context.close()
+        head.cli("cancel", str(job))
+        with head.client() as c:
+            wait_state(c, job, ("cancelled",))

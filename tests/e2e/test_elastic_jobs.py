@@ -39,6 +39,7 @@ def test_an_elastic_job_grows_into_free_gpus_and_gives_back_only_its_extra_worke
         wait_state(c, job, ("running",))
         wait_for_world(c, job, 1)
         assert "1/1:3" in head.cli("jobs").stdout
+        assert "elastic, on 1 of 1:3 workers: it grows when GPUs are free" in c.why(job)["reason"]
 
         c.cancel(blocker)  # its GPUs come free: the elastic job grows into them
         wait_for_world(c, job, 3)

@@ -57,6 +57,7 @@ export function renderSummary(el, data) {
 
 function asked(job) {
   const per = fmtNum(job.gpus, 2);
+  if (job.max_workers) return `${per} × ${job.workers}:${job.max_workers} workers`; // elastic: its range
   return job.workers > 1 ? `${per} × ${job.workers} workers` : per === "0" ? "CPU only" : per;
 }
 
