@@ -179,6 +179,21 @@ def test_simulate_elastic_half_replays_the_multi_worker_jobs_elastic(tmp_path: P
     assert got["gpu_utilization"] == pytest.approx(1.0)
 
 
+def test_plan_sizes_a_smaller_cluster_for_elastic_gangs(tmp_path: Path) -> None:
+    # One GPU a node and no waiting allowed: rigid, the 4-worker job and the 1-worker one start
+    # together only on 5 nodes; elastic from half, the big one starts on 2 beside the small one: 3.
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time,duration,gpus,workers\nbig,0,100,1,4\nsmall,0,100,1,1\n")
+    args = ["plan", str(path), "--target-queue-p95", "0s", "--gpus-per-node", "1", "-o", "json"]
+    rigid = CliRunner().invoke(app, args)
+    elastic_run = CliRunner().invoke(app, [*args, "--elastic", "half"])
+    assert rigid.exit_code == elastic_run.exit_code == 0, (rigid.output, elastic_run.output)
+    assert (json.loads(rigid.output)["nodes"], json.loads(elastic_run.output)["nodes"]) == (5, 3)
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--elastic", "most"])
+    assert exited.value.code == 2
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

@@ -293,6 +293,8 @@ def plan(
     cluster: plan_quotas.ClusterOpt = None,
     max_replays: plan_quotas.MaxReplaysOpt = 30,
     write_projects: plan_quotas.WriteProjectsOpt = None,
+    elastic: elastic_opts.ElasticOpt = None,
+    elastic_alpha: elastic_opts.AlphaOpt = DEFAULT_ALPHA,
 ) -> None:
     """Find the smallest cluster of uniform nodes whose replay of TRACE meets a p95 queue-time target
     (with --power-budget, under that budget: a share of peak grows with the cluster, watts do not);
@@ -300,6 +302,7 @@ def plan(
     if len(policy_names(policy, placement)) != 1:
         raise InvalidInput("plan sizes the cluster for one policy: give a single --policy")
     target = parse_duration(target_queue_p95)
+    fraction = elastic_opts.checked(elastic, elastic_alpha)
     alone = report is None and all(v is None for v in (power_budget, power_model, power_modes))
     fixed = plan_quotas.fixed_cluster(quotas, projects, nodes, cluster, write_projects, gpus_per_node, gpu_model, alone)
     if gpus_per_node < 1 or max_nodes < 1:
@@ -319,6 +322,7 @@ def plan(
         max_wait,
         [g.model for n in fixed for g in n.gpus] if fixed else [gpu_model],
     )
+    study = replace(study, jobs=elastic_opts.apply(study.jobs, fraction))
     if fixed:
         title = f"{trace.name}: {len(fixed)} nodes, {sum(len(n.gpus) for n in fixed)} GPUs, {policy} policy"
         config = study.policies[policy]
@@ -343,6 +347,7 @@ def plan(
             max_nodes,
             status.update,
             power if powered else None,
+            elastic_alpha,
         )
     if report is not None:
         from gpupool.sim.report import write_curve

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gpupool.domain.nodes import Node
 from gpupool.domain.projects import Project
 from gpupool.scheduler import SchedulerConfig
+from gpupool.sim import elastic
 from gpupool.sim.cluster import uniform
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import summarize
@@ -47,6 +48,7 @@ def search(
     max_nodes: int,
     progress: Callable[[str], None] = lambda _: None,
     power: Callable[[list[Node]], PowerConfig] | None = None,
+    elastic_alpha: float = elastic.DEFAULT_ALPHA,
 ) -> tuple[int | None, list[Probe]]:
     """The smallest node count that meets the target (None if even ``max_nodes`` does not),
     and every probe made, by node count. ``power``: each probed cluster's power plan (a budget
@@ -56,7 +58,9 @@ def search(
     def probe(nodes: int) -> Probe:
         if nodes not in probes:
             progress(f"replaying {len(jobs):,} jobs on {nodes} nodes × {gpus_per_node} GPUs…")
-            probes[nodes] = _replay(jobs, nodes, target_s, gpus_per_node, gpu_model, projects, config, power)
+            probes[nodes] = _replay(
+                jobs, nodes, target_s, gpus_per_node, gpu_model, projects, config, power, elastic_alpha
+            )
         return probes[nodes]
 
     low = max([1, *(j.spec.workers for j in jobs if j.spec.gpus >= gpus_per_node)])  # the widest gang fits
@@ -83,13 +87,16 @@ def _replay(
     projects: Sequence[Project],
     config: SchedulerConfig,
     power: Callable[[list[Node]], PowerConfig] | None = None,
+    elastic_alpha: float = elastic.DEFAULT_ALPHA,
 ) -> Probe:
     # p95 is the value at rank ceil(0.95 n): it exceeds the target once this many jobs waited longer.
     late = len(jobs) - math.ceil(PERCENTILE / 100 * len(jobs)) + 1
     started = time.perf_counter()
     cluster = uniform(nodes, gpus_per_node, gpu_model)
     plan = None if power is None else power(cluster)
-    result = simulate(jobs, cluster, projects, config, give_up=(target_s, late), power=plan)
+    result = simulate(
+        jobs, cluster, projects, config, give_up=(target_s, late), power=plan, elastic_alpha=elastic_alpha
+    )
     figures = summarize(result, time.perf_counter() - started)
     never = sum(1 for r in result.runs.values() if r.first_start is None)
     p95 = math.inf if result.stopped_early or never >= late else figures["p95_queue_s"]
