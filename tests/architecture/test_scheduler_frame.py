@@ -37,7 +37,12 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     ("hooks", frozenset({"hooks"})),  # the types plugins implement: no plugin, no session
     # One cycle's working state and the helpers the actions share.
-    ("session", frozenset({"session", "reservation", "victims", "user_queue", "displace_index"} | {"user_limit"})),
+    (
+        "session",
+        frozenset(
+            {"session", "reservation", "victims", "user_queue", "displace_index"} | {"user_limit", "extras_limits"}
+        ),
+    ),
     ("actions", frozenset({"actions"})),  # they call plugins only through session.hooks
     ("plugins", frozenset({"plugins"})),
     ("registry", frozenset({"registry", "policies"})),  # the one place that names the plugins

@@ -242,3 +242,87 @@ def test_the_cycle_memory_holds_grown_workers_once() -> None:
     cluster, _, _ = memory.open(later)
     assert memory.rebuilds == 1
     assert cluster.total_free_gpus() == ClusterState(later).total_free_gpus() == 4
+
+
+def test_a_project_whose_extras_fill_its_limit_starts_no_job_past_it_and_takes_them_back() -> None:
+    projects = [Project("a", quota=2, limit=4)]
+    job = elastic(5, "2:4", *on("n1", 4), project="a")
+    nodes = [node("n1"), node("n2")]  # n2 idle: only the limit holds the waiting job back
+    result = schedule(snapshot(nodes, [pending(1, gpus=2, project="a")], [job], projects))
+    assert result.starts == ()  # 2 + 2 extras + 2 would be 6 of its 4
+    assert [(s.job_id, s.workers, s.for_job) for s in result.shrinks] == [(5, (2, 3), 1)]
+    assert result.shrinks[0].message == "shrank to 2 workers: GPUs for job 1 of project a, within its limit"
+    assert result.pending[1].code is ReasonCode.PREEMPTING
+    assert "within project a's limit" in result.pending[1].message
+    assert result.grows == ()
+    # While the shrunk workers leave they still count: it waits, and nothing more is shrunk.
+    leaving = replace(job, leaving=frozenset({2, 3}))
+    result = schedule(snapshot(nodes, [pending(1, gpus=2, project="a")], [leaving], projects))
+    assert (result.starts, result.shrinks) == ((), ())
+    assert "waiting for workers being stopped" in result.pending[1].message
+    # Once they are gone it starts.
+    shrunk = replace(job, placements=job.placements[:2])
+    result = schedule(snapshot(nodes, [pending(1, gpus=2, project="a")], [shrunk], projects))
+    assert [s.job_id for s in result.starts] == [1]
+
+
+def test_extras_of_higher_standing_stay_and_the_job_waits_with_its_limit_reason() -> None:
+    projects = [Project("a", quota=4, limit=4)]
+    job = elastic(5, "2:4", *on("n1", 4), project="a", priority="interactive")
+    result = schedule(snapshot([node("n1"), node("n2")], [pending(1, gpus=2, project="a")], [job], projects))
+    assert (result.starts, result.shrinks, result.preemptions) == ((), (), ())
+    assert result.pending[1].code is ReasonCode.LIMIT
+    assert result.pending[1].message.startswith("limit: project a holds 4 of its limit 4 GPUs")
+
+
+def test_a_unit_whose_projects_extras_fill_its_limit_gives_them_back_to_a_sibling() -> None:
+    projects = [Project("u", limit=4), Project("a", parent="u"), Project("b", parent="u")]
+    job = elastic(5, "2:4", *on("n1", 4), project="a")
+    nodes = [node("n1"), node("n2")]
+    result = schedule(snapshot(nodes, [pending(1, project="b")], [job], projects))
+    assert result.starts == ()
+    (shrink,) = result.shrinks
+    assert (shrink.workers, shrink.message) == (
+        (3,),
+        "shrank to 3 workers: GPUs for job 1 of project b, within unit u's limit",
+    )
+    shrunk = replace(job, placements=job.placements[:3])
+    assert [s.job_id for s in schedule(snapshot(nodes, [pending(1, project="b")], [shrunk], projects)).starts] == [1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 8),  # a's limit
+    st.integers(1, 12),  # the unit's limit
+    st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 2), st.integers(0, 3), st.booleans()), max_size=4),
+    st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 3), st.booleans()), min_size=1, max_size=4),
+)
+def test_no_project_or_unit_holds_more_than_its_limit_after_a_cycle(
+    limit_a: int, limit_u: int, shapes: list[tuple[str, int, int, bool]], queue: list[tuple[str, int, bool]]
+) -> None:
+    projects = [Project("u", limit=limit_u), Project("a", parent="u", limit=limit_a), Project("b", parent="u")]
+    slots = [(f"n{i // 4}", i % 4) for i in range(32)]
+    jobs: list[RunningJob] = []
+    held = {"a": 0, "b": 0}
+    for i, (name, least, extra, high) in enumerate(shapes):
+        width = least + extra
+        if held[name] + width > (limit_a if name == "a" else limit_u) or sum(held.values()) + width > limit_u:
+            continue  # the cluster starts within its limits
+        used = sum(held.values())
+        priority = "interactive" if high else "train"
+        jobs.append(
+            elastic(10 + i, f"{least}:{width + 2}", *slots[used : used + width], project=name, priority=priority)
+        )
+        held[name] += width
+    waiting = [pending(i + 1, gpus=g, project=name, priority="train") for i, (name, g, _) in enumerate(queue)]
+    result = schedule(snapshot([node(f"n{i}") for i in range(8)], waiting, jobs, projects))
+    after = dict(held)
+    names = {j.id: j.spec.project for j in (*jobs, *waiting)}
+    for s in result.shrinks:
+        after[names[s.job_id]] -= len(s.workers)
+    for g in result.grows:
+        after[names[g.job_id]] += len(g.placements)
+    for s in result.starts:
+        after[names[s.job_id]] += sum(len(p.gpus) for p in s.placements)
+    assert after["a"] <= limit_a
+    assert after["a"] + after["b"] <= limit_u

@@ -50,6 +50,8 @@ def refusal(session: Session, job: PendingJob) -> Reason | None:
     key = (project.name, user)
     promised = session.user_promised.get(key, 0.0)
     held = session.memory.user_held(*key) + session.user_started.get(key, 0.0) + promised
+    if session.extras is not None:  # elastic jobs' workers above their minimums (issue 35)
+        held += session.extras.held_by_user(key)
     need = job.spec.total_gpus
     if held + need <= limit + EPSILON:
         return None

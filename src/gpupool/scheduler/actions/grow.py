@@ -40,14 +40,18 @@ def run(session: Session) -> None:
     if not growable:
         return
     allocated, promised = dict(session.allocated), dict(session.user_promised)
-    for project, gpus in extras.gpus.items():  # the limits count the extra workers too
-        session.allocated[project] = session.allocated.get(project, 0.0) + gpus
-    for key, gpus in extras.by_user.items():
-        session.user_promised[key] = session.user_promised.get(key, 0.0) + gpus
+    # The checks count the extra workers (those on their way back too) as the job's own: folded in
+    # here, the quota check reads them once (``Extras.folded``), its quota under ``isolated`` too.
+    session.allocated.update(extras.with_held(allocated))
+    for figures in (extras.by_user, extras.apart_by_user):
+        for key, gpus in figures.items():
+            session.user_promised[key] = session.user_promised.get(key, 0.0) + gpus
+    extras.folded = True
     try:
         for job in in_job_order(session, growable):
             _grow(session, extras, job)
     finally:  # the session's accounting stays that of minimums, as every other action reads it
+        extras.folded = False
         session.allocated.clear()
         session.allocated.update(allocated)
         session.user_promised.clear()

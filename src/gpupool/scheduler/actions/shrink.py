@@ -15,14 +15,17 @@ whole job is stopped for it as well. Without elastic jobs it returns at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpupool.domain.decisions import Reason, ReasonCode, ShrinkJob
 from gpupool.domain.jobs import Placement
 from gpupool.domain.snapshot import PendingJob, RunningJob
+from gpupool.scheduler import extras_limits as limits
 from gpupool.scheduler import user_limit
 from gpupool.scheduler.actions.grow import in_job_order
 from gpupool.scheduler.extras import Extras
+from gpupool.scheduler.extras_limits import Scope
 from gpupool.scheduler.session import Session
 
 EPS = 1e-9
@@ -41,51 +44,71 @@ def run(session: Session) -> None:
         return
     failed: set[tuple[object, ...]] = set()
     for job in session.queue:
-        if session.policy_refused(job.id) or user_limit.held_back(session, job) or not session.ever_fits(job):
+        scope = None
+        if session.policy_refused(job.id):
+            scope = limits.scope(session, extras, job)  # only a limit its level's extras fill may be cured
+            if not scope or user_limit.refusal(session, job) is not None or not session.ever_fits(job):
+                continue
+        elif user_limit.held_back(session, job) or not session.ever_fits(job):
             continue
-        shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority)
+        shape = (session.demand(job), job.spec.workers, job.spec.project, job.spec.priority, scope is not None)
         if shape in failed:
             continue
-        if not _serve(session, extras, job):
+        if not _serve(session, extras, job, scope):
             failed.add(shape)
 
 
-def _serve(session: Session, extras: Extras, job: PendingJob) -> bool:
+def _serve(session: Session, extras: Extras, job: PendingJob, scope: Scope | None) -> bool:
     """Free what ``job`` needs from extra and leaving workers, if they suffice; the GPUs kept for it
-    (the reservation, when it is its own) count as its own, as for reclaim's victims."""
+    (the reservation, when it is its own) count as its own, as for reclaim's victims. ``scope``:
+    the job waits for a limit, which the extra workers of those projects, of its standing or
+    below, count against: it is served only if it then passes its quota check and fits."""
     reservation = session.reservation
     mine = reservation is not None and reservation.job_id == job.id
     if mine:
         session.release_reserved()
+
+    def ready() -> bool:
+        return session.fits(job) and (scope is None or session.hooks.quota_check(session, job) is None)
+
     try:
-        if session.fits(job):
+        if ready():
             return False  # it waits for something else (the reservation of another job)
-        return _free_for(session, extras, job)
+        return _free_for(session, extras, job, scope, ready)
     finally:
         if mine and reservation is not None:
             session.keep_reserved(reservation)
 
 
-def _free_for(session: Session, extras: Extras, job: PendingJob) -> bool:
+def _free_for(
+    session: Session, extras: Extras, job: PendingJob, scope: Scope | None, ready: Callable[[], bool]
+) -> bool:
     out: list[_Freed] = []  # what is given back in the cluster state now, restored at the end
     try:
         offers = [*_on_their_way(session, extras), *_extras_for(session, extras, job)]
+        if scope is not None:  # first what brings the levels at their limit back within it
+            first = [f for f in offers if f.kind == "leaving" and limits.inside(scope, job, f.job)]
+            first += _scope_extras(session, extras, job, scope)
+            keys = set(map(_key, first))
+            offers = [*first, *(f for f in offers if _key(f) not in keys)]
         for freed in offers:
-            for p in freed.placements:
-                session.cluster.give_back(p)
+            _release(session, extras, freed)
             out.append(freed)
-            if session.fits(job):
+            if ready():
                 break
         else:
             return False
-        needed = _fewest(session, job, out)
+        needed = _fewest(session, extras, out, ready)
         if not any(f.kind != "stopping" for f in needed):
             return False  # only jobs being stopped: reclaim and preempt count on them as before
-        _record(session, extras, job, needed)
+        for freed in reversed(out):
+            _restore(session, extras, freed)
+        out = []
+        _record(session, extras, job, needed, scope)
         return True
     finally:
         for freed in reversed(out):
-            _take(session, freed)
+            _restore(session, extras, freed)
 
 
 def _on_their_way(session: Session, extras: Extras) -> list[_Freed]:
@@ -119,27 +142,62 @@ def _extras_for(session: Session, extras: Extras, job: PendingJob) -> list[_Free
     return found
 
 
+def _scope_extras(session: Session, extras: Extras, job: PendingJob, scope: Scope) -> list[_Freed]:
+    """The extra workers inside the levels at their limit that give way to ``job``, in the order
+    ``_extras_for`` takes them."""
+    found: list[_Freed] = []
+    for running in reversed(in_job_order(session, list(extras.jobs.values()))):
+        if (running.id in session.claimed and not extras.gone.get(running.id)) or not limits.inside(
+            scope, job, running
+        ):
+            continue
+        where = {p.worker: p for p in running.placements}
+        found.extend(_Freed("extra", running, (where[w],)) for w in extras.extra_workers(running))
+    return found
+
+
+def _key(freed: _Freed) -> tuple[str, int, int]:
+    return (freed.kind, freed.job.id, freed.placements[0].worker)
+
+
 def _within_quota(session: Session, job: PendingJob) -> bool:
     project = session.project(job.spec.project)
     return session.allocated.get(project.name, 0.0) + job.spec.total_gpus <= project.quota + EPS
 
 
-def _fewest(session: Session, job: PendingJob, out: list[_Freed]) -> list[_Freed]:
+def _fewest(session: Session, extras: Extras, out: list[_Freed], ready: Callable[[], bool]) -> list[_Freed]:
     """Spare what the waiting job does not need after all, the last given back first (extra
     workers before leaving ones and stopping jobs); what is spared is taken back at once."""
     needed = list(out)
     for freed in reversed(needed[:]):
-        _take(session, freed)
-        if session.fits(job):
+        _restore(session, extras, freed)
+        if ready():
             needed.remove(freed)
             out.remove(freed)
         else:
-            for p in freed.placements:
-                session.cluster.give_back(p)
+            _release(session, extras, freed)
     return needed
 
 
-def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Freed]) -> None:
+def _release(session: Session, extras: Extras, freed: _Freed) -> None:
+    """Give ``freed`` back for now: its GPUs free, and no longer counted against the limits."""
+    for p in freed.placements:
+        session.cluster.give_back(p)
+    if freed.kind == "extra":
+        extras.drop(freed.job, freed.placements[0].worker)
+    elif freed.kind == "leaving":
+        extras.promise(freed.job, freed.placements[0].worker)
+
+
+def _restore(session: Session, extras: Extras, freed: _Freed) -> None:
+    _take(session, freed)
+    if freed.kind == "extra":
+        extras.undrop(freed.job, freed.placements[0].worker)
+    elif freed.kind == "leaving":
+        extras.unpromise(freed.job, freed.placements[0].worker)
+
+
+def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Freed], scope: Scope | None) -> None:
     """``needed`` is ``job``'s now: stopping jobs and shrunk elastic jobs claimed, leaving workers
     promised, new ShrinkJobs, its GPUs counted as its own (as ``victims.stop_for``) and its reason."""
     within = _within_quota(session, job)
@@ -149,22 +207,24 @@ def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Fre
         if freed.kind == "stopping":
             session.claimed.add(freed.job.id)
         elif freed.kind == "leaving":
-            extras.promised.add((freed.job.id, freed.placements[0].worker))
+            extras.promise(freed.job, freed.placements[0].worker)
         else:
             by_job.setdefault(freed.job.id, []).append(freed.placements[0].worker)
             shrunk[freed.job.id] = freed.job
     reclaimed = False
     for job_id, workers in by_job.items():
         running = shrunk[job_id]
-        extras.gone.setdefault(job_id, set()).update(workers)
-        extras.count(running, -len(workers))
+        for worker in workers:
+            extras.drop(running, worker)
         session.claimed.add(job_id)
-        other = running.spec.project != job.spec.project
+        limited = scope is not None and limits.inside(scope, job, running)
+        other = running.spec.project != job.spec.project and not limited
         reclaimed = reclaimed or other
         why = (
             f"reclaimed for project {job.spec.project}"
             if other
             else f"GPUs for job {job.id} of project {job.spec.project}"
+            + (f", within {scope.within}" if scope is not None and limited else "")
         )
         left = extras.width(running)
         message = f"shrank to {left} worker{'' if left == 1 else 's'}: {why}"
@@ -180,10 +240,18 @@ def _record(session: Session, extras: Extras, job: PendingJob, needed: list[_Fre
         said = f"stopping {stopped} worker(s) above the minimum of elastic job(s) {names}"
     else:
         said = "waiting for workers being stopped to free their GPUs"
-    if reclaimed or (not by_job and within):
+    if scope is not None and not reclaimed:
+        session.reasons[job.id] = Reason(
+            ReasonCode.PREEMPTING, f"preempting: {said}, within {_named(scope, job)}; starts when their GPUs are free"
+        )
+    elif reclaimed or (not by_job and within):
         session.reasons[job.id] = Reason(ReasonCode.RECLAIM, f"reclaim: {said}; starts when their GPUs are free")
     else:
         session.reasons[job.id] = Reason(ReasonCode.PREEMPTING, f"preempting: {said}; starts when their GPUs are free")
+
+
+def _named(scope: Scope, job: PendingJob) -> str:
+    return f"project {job.spec.project}'s limit" if scope.within == "its limit" else scope.within
 
 
 def _take(session: Session, freed: _Freed) -> None:

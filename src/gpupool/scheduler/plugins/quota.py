@@ -1,6 +1,7 @@
 """Quota check: why a job may not start now however many GPUs are free (None: it may).
 
-``borrow``: a project may use idle GPUs beyond its quota, up to its limit; interactive and
+``borrow``: a project may use idle GPUs beyond its quota, up to its limit (its own and its units',
+which count elastic jobs' workers above their minimums: a limit caps what a project holds); interactive and
 inference jobs must fit inside the quota beside the project's other such jobs (its own train jobs
 do not count: the preempt action displaces them).
 ``isolated``: each project is also confined to its partition, as Philly's virtual clusters were:
@@ -25,6 +26,9 @@ from gpupool.scheduler.session import Session
 def borrow(session: Session, job: PendingJob) -> Reason | None:
     project = session.project(job.spec.project)
     held = session.allocated.get(project.name, 0.0)
+    extras = session.extras  # elastic jobs' workers above their minimums: limits count them (issue 35)
+    if extras is not None:
+        held += extras.held(project.name)
     need = job.spec.total_gpus
     if project.limit is not None and held + need > project.limit + 1e-9:
         return Reason(
@@ -32,7 +36,11 @@ def borrow(session: Session, job: PendingJob) -> Reason | None:
             f"limit: project {project.name} holds {held:g} of its limit "
             f"{project.limit:g} GPUs; this job needs {need:g} more",
         )
-    if session.levels is not None and (above := session.levels.limit_refusal(project.name, need, session.allocated)):
+    if session.levels is not None and (
+        above := session.levels.limit_refusal(
+            project.name, need, session.allocated if extras is None else extras.with_held(session.allocated)
+        )
+    ):
         return above  # a unit above it at its limit (issue 34)
     if session.lending is not None and (kept := session.lending.refusal(project.name, need, session.allocated)):
         return kept  # idle GPUs another project or unit does not lend (issue 34)
