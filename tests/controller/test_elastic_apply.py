@@ -15,6 +15,7 @@ from gpupool.domain.decisions import GrowJob, ShrinkJob, StartJob
 from gpupool.domain.jobs import JobSpec, JobState, Placement
 from gpupool.domain.launch import LaunchRequest, WorkerExit, WorkerHandle
 from gpupool.domain.records import WorkerStatus
+from gpupool.domain.snapshot import RunningJob
 from gpupool.domain.worker_env import Rendezvous
 from gpupool.scheduler import schedule
 from gpupool.sim.cluster import uniform
@@ -23,7 +24,7 @@ from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database
-from gpupool.store.snapshot import load_snapshot
+from gpupool.store.snapshot import GROW_HOLD_S, load_snapshot
 from tests.support.executor import KILLED, USER, FakeExecutor
 
 
@@ -229,15 +230,68 @@ def test_a_job_one_of_whose_workers_ended_well_is_finishing_and_never_grown_agai
     e = Elastic(db)
     job = e.start(ELASTIC, 2)
     with db.read() as s:
-        assert not next(j for j in load_snapshot(s, e.clock.now()).running if j.id == job).stopping
+        assert next(j for j in load_snapshot(s, e.clock.now()).running if j.id == job).may_grow
     e.end(job, 1, 0)
     e.settle()
     assert e.job(job) == (JobState.RUNNING, 0)
     with db.read() as s:
         snapshot = load_snapshot(s, e.clock.now())
     finishing = next(j for j in snapshot.running if j.id == job)
-    assert finishing.stopping and [p.worker for p in finishing.placements] == [0]
+    # Not grown, but not "stopping" either: it may still be preempted, and holds its GPUs as its own.
+    assert not finishing.may_grow and not finishing.stopping and [p.worker for p in finishing.placements] == [0]
     assert schedule(snapshot).grows == ()
+    # Nor does a grow decided before the worker ended start a newcomer into the ending group.
+    assert not e.applier.grow(GrowJob(job, (e.place(2),), "grew to 2 workers"), ELASTIC)
     e.end(job, 0, 0)
     e.settle()
     assert e.job(job)[0] is JobState.SUCCEEDED
+
+
+def test_a_worker_that_could_not_get_its_image_costs_no_restart_and_holds_growth_a_while(db: Database) -> None:
+    e = Elastic(db)
+    job = e.start(ELASTIC, 1)
+    assert e.applier.grow(GrowJob(job, (e.place(1),), "grew to 2 workers"), ELASTIC)
+    e.executor.ended[(job, 1, 1)] = WorkerExit(1, reason=exit_reasons.IMAGE_UNAVAILABLE)
+    e.settle()
+    assert e.job(job) == (JobState.RUNNING, 0), "no restart: the node could not get the image"
+    assert any("no restart" in m for m in e.events(job, "ran_on"))
+
+    def snapshot_job() -> RunningJob:
+        with db.read() as s:
+            return next(j for j in load_snapshot(s, e.clock.now()).running if j.id == job)
+
+    assert not snapshot_job().may_grow  # not straight back onto a node that could not take it
+    e.clock.advance(GROW_HOLD_S + 1)
+    assert snapshot_job().may_grow
+
+
+def test_a_shrunk_worker_whose_sigterm_failed_is_sent_it_again(db: Database) -> None:
+    e = Elastic(db)
+    job = e.start(ELASTIC, 2)
+    failing = {"left": 1}
+    signal = e.executor.kill
+
+    def flaky(node: str, handle: WorkerHandle) -> None:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise OSError("the node did not answer")
+        signal(node, handle)
+
+    e.executor.kill = flaky  # type: ignore[method-assign]
+    assert e.applier.shrink(ShrinkJob(job, (1,), "shrank to 1 worker"))
+    assert e.executor.killed == []
+    with db.tx() as s:
+        again = job_repo.stopping(s)
+    assert job in again  # the reap step settles it every cycle while it is leaving ...
+    e.monitor.settle(again)  # ... as it does here
+    assert [k[2] for k in e.executor.killed] == [1]
+
+
+def test_the_job_shows_the_workers_it_runs_on_and_the_logs_of_a_shrunk_one_stay_readable(db: Database) -> None:
+    e = Elastic(db)
+    job = e.start(ELASTIC, 3)
+    assert e.applier.shrink(ShrinkJob(job, (2,), "shrank to 2 workers"))
+    with db.read() as s:
+        assert [p.worker for p in job_repo.get_job(s, job).placements] == [0, 1]  # 2/1:3, not 3/1:3
+        assert worker_repo.worker_node(s, job, 2) == e.place(2).node  # where its log stays
+        assert worker_repo.worker_node(s, job, 7) is None

@@ -71,3 +71,10 @@ def test_width_over_time_counts_the_workers_at_each_change() -> None:
     spans = [(t, None), (t + m, t + 5 * m), (t + m, t + 3 * m), (t + 3 * m, None)]  # one replaced at 3
     assert width_over_time(spans) == [(t, 1), (t + m, 3), (t + 5 * m, 2)]
     assert width_over_time([]) == []
+
+
+@pytest.mark.parametrize("workers", ["²", "1:²", "1:" + "9" * 5000, "٣", "1:٣"])
+def test_digits_python_reads_but_int_does_not_are_refused_not_a_crash(workers: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        JobSpec.create(command=["x"], gpus=1, workers=workers)
+    assert len(str(refused.value)) < 200

@@ -10,16 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from gpupool.domain import bounds
 from gpupool.domain.errors import InvalidInput
 
 MAX_WORKERS = 4096
 
 
 def _whole_workers(value: object, what: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        # ASCII digits only, and few: str.isdigit() also takes '²', which int() refuses
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else value
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WORKERS:
-        raise InvalidInput(f"{what} must be a whole number from 1 to {MAX_WORKERS}, got {value!r}")
+        raise InvalidInput(f"{what} must be a whole number from 1 to {MAX_WORKERS}, got {bounds.shown(value)}")
     return value
 
 
@@ -29,10 +32,10 @@ def parse_workers(workers: object, max_workers: object = None) -> tuple[int, int
     rigid gang, so ``4:4`` is just 4)."""
     if isinstance(workers, str) and ":" in workers:
         if max_workers is not None:
-            raise InvalidInput(f"workers {workers!r} already gives a maximum: leave max_workers out")
+            raise InvalidInput(f"workers {bounds.shown(workers)} already gives a maximum: leave max_workers out")
         low, _, high = workers.partition(":")
-        least = _whole_workers(low.strip(), f"the least workers of {workers!r}")
-        most = _whole_workers(high.strip(), f"the most workers of {workers!r}")
+        least = _whole_workers(low.strip(), f"the least workers of {bounds.shown(workers)}")
+        most = _whole_workers(high.strip(), f"the most workers of {bounds.shown(workers)}")
     else:
         least = _whole_workers(workers, "workers")
         most = least if max_workers is None else _whole_workers(max_workers, "max_workers")

@@ -57,6 +57,7 @@ class Outcome:
     exit_reason: str | None = None  # of the first worker that failed, when its node knows why
     waits_for_image: bool = False  # requeued because a node could not get its image now: no restart counted
     released: tuple[int, ...] = ()  # RUN_ON: the failed workers (ids) the job runs on without
+    charged: int = 0  # RUN_ON: the restarts they cost (a worker that could not get its image: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +164,21 @@ def _run_on(
     rendezvous), the workers it keeps are at least its minimum, and it has a restart left for each;
     None: it does not (or it is a rigid gang), and fails or is requeued whole."""
     kept = sum(1 for w in live if w.id not in released)
-    count = restarts + len(bad)
+    # A worker whose node could not get the image is not the job's failure (as for a gang): no restart.
+    charged = sum(1 for w in bad if w.exit_reason != exit_reasons.IMAGE_UNAVAILABLE)
+    count = restarts + charged
     if least is None or any(w.placement.worker == 0 for w in bad) or kept < least or count > max_restarts:
         return None
     failed = "; ".join(_failure(w) for w in bad)
-    message = f"{failed}; it runs on with {kept} workers (restart {count} of {max_restarts})"
+    cost = f"restart {count} of {max_restarts}" if charged else "its image was not to be had there: no restart"
+    message = f"{failed}; it runs on with {kept} workers ({cost})"
     return Outcome(
-        Verdict.RUN_ON, bad[0].exit_code, message, exit_reason=bad[0].exit_reason, released=tuple(w.id for w in bad)
+        Verdict.RUN_ON,
+        bad[0].exit_code,
+        message,
+        exit_reason=bad[0].exit_reason,
+        released=tuple(w.id for w in bad),
+        charged=charged,
     )
 
 
@@ -245,7 +254,7 @@ def settle(job: JobFacts, workers: Sequence[WorkerRecord]) -> Settlement | None:
         )
     if outcome.verdict is Verdict.RUN_ON:
         return Settlement(
-            restarts=job.restarts + len(outcome.released),
+            restarts=job.restarts + outcome.charged,
             exit_code=job.exit_code,
             exit_reason=job.exit_reason,
             released=outcome.released,

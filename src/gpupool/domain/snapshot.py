@@ -55,6 +55,11 @@ class RunningJob:
     # grown worker takes a new number, never a stopped one's, whose run directory and exit the node
     # keeps. Set for elastic jobs only.
     next_worker: int = 0
+    # False: an elastic job not to be grown now: one of its workers ended well (torchrun's agents
+    # end together: it is finishing), or a worker of its run failed or could not be launched a
+    # moment ago (no grow loop into a node that cannot take it). The store sets it; the simulator
+    # never needs to.
+    may_grow: bool = True
 
     @property
     def width(self) -> int:

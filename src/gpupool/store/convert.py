@@ -51,6 +51,8 @@ def worker_record(row: WorkerRow) -> WorkerRecord:
 
 def job_record(row: JobRow, workers: list[WorkerRow]) -> JobRecord:
     current = sorted((w for w in workers if w.attempt == row.starts), key=lambda w: w.worker)
+    if row.max_workers is not None and JobState(row.state).active:  # elastic (issue 35): where it runs now
+        current = [w for w in current if w.status in LIVE_WORKER_STATES and not w.released] or current
     return JobRecord(
         id=row.id,
         spec=spec_of(row),

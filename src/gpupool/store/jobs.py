@@ -162,11 +162,13 @@ def stop_overdue(session: Session, now: datetime) -> list[int]:
 
 
 def stopping(session: Session) -> set[int]:
-    """Starting or running jobs asked to stop: the monitor settles each of them every cycle."""
+    """Starting or running jobs asked to stop, and elastic jobs with workers a shrink is stopping
+    (issue 35): the monitor settles each of them every cycle, so a SIGTERM that failed is sent again."""
     query = select(JobRow.id).where(
         JobRow.state.in_((JobState.STARTING.value, JobState.RUNNING.value)), JobRow.stop_reason.is_not(None)
     )
-    return set(session.scalars(query))
+    shrinking = select(WorkerRow.job_id).where(WorkerRow.released.is_(True), WorkerRow.status.in_(LIVE_WORKER_STATES))
+    return set(session.scalars(query)) | set(session.scalars(shrinking))
 
 
 def settle_job(

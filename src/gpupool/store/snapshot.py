@@ -10,9 +10,10 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
+from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import REQUEUING_STOPS, JobSpec, JobState
 from gpupool.domain.launch import PowerSetting
 from gpupool.domain.power_budget import PowerBudget
@@ -23,6 +24,7 @@ from gpupool.store.convert import placement_of, spec_of
 from gpupool.store.images import image_nodes
 from gpupool.store.nodes import load_nodes, power_budgets
 from gpupool.store.orm import JobRow, WorkerRow
+from gpupool.store.orm_base import UtcDateTime
 from gpupool.store.power_curves import curves as power_curves
 from gpupool.store.projects import list_projects, recent_usage
 from gpupool.store.user_usage import recent as recent_user_usage
@@ -132,8 +134,8 @@ def load_snapshot(
     specs = cache.get(session, [*by_job, *(job_id for job_id, *_ in waiting)])
     cache.keep_only(set(specs))
     served = cache.running(session, attempts)
-    numbered, finishing = _numbered(session, [(j, attempts[j]) for j in by_job if specs[j].elastic and j in attempts])
-    stopping |= finishing
+    elastic_runs = [(j, attempts[j]) for j in by_job if specs[j].elastic and j in attempts]
+    numbered, held = _numbered(session, elastic_runs, now)
     running = tuple(
         RunningJob(
             id=job_id,
@@ -146,6 +148,7 @@ def load_snapshot(
             power=_launch_power(ws),
             leaving=frozenset(w.worker for w in ws if w.released),
             next_worker=numbered.get(job_id, 0),
+            may_grow=job_id not in held,
         )
         for job_id, ws in sorted(by_job.items())
     )
@@ -181,27 +184,50 @@ def _power(session: Session, cluster_w: float) -> PowerBudget:
     return replace(budget, curves=power_curves(session)) if budget.active else budget
 
 
-def _numbered(session: Session, runs: list[tuple[int, int]]) -> tuple[dict[int, int], set[int]]:
+# An elastic job a worker of which failed, or could not launch or get its image, this long ago or
+# less is not grown (issue 35): a node that cannot take a worker is not tried every cycle.
+GROW_HOLD_S = 60.0
+
+
+def _numbered(session: Session, runs: list[tuple[int, int]], now: datetime) -> tuple[dict[int, int], set[int]]:
     """For running elastic jobs (job, attempt): the first worker number their attempt has not used,
-    stopped workers' included (issue 35); and those that are finishing, a worker of theirs (not one
-    a shrink stopped) having exited 0: torchrun's agents end together once training is done, so
-    such a job is on its way out, not to be grown again. Asked only where there are elastic jobs."""
+    stopped workers' included (issue 35); and those not to be grown now. A job is finishing once a
+    worker it kept exited 0 (torchrun's agents end together once training is done), and one whose
+    worker failed, or could not launch or get its image, within ``GROW_HOLD_S`` waits that long
+    before it grows again, so a node that cannot take a worker is not tried every cycle. Asked
+    only where there are elastic jobs."""
     if not runs:
         return {}, set()
     wanted = set(runs)
-    succeeded = func.sum(case((and_(WorkerRow.exit_code == 0, WorkerRow.released.is_(False)), 1), else_=0))
+    kept_done = func.sum(case((and_(WorkerRow.exit_code == 0, WorkerRow.released.is_(False)), 1), else_=0))
+    failed_at = type_coerce(
+        func.max(
+            case(
+                (
+                    and_(
+                        WorkerRow.finished_at.is_not(None),
+                        or_(WorkerRow.exit_reason.is_(None), WorkerRow.exit_reason != exit_reasons.SHRUNK),
+                        or_(WorkerRow.exit_code.is_(None), WorkerRow.exit_code != 0),
+                    ),
+                    WorkerRow.finished_at,
+                ),
+                else_=None,
+            )
+        ),
+        UtcDateTime(),
+    )
     rows = session.execute(
-        select(WorkerRow.job_id, WorkerRow.attempt, func.max(WorkerRow.worker), succeeded)
+        select(WorkerRow.job_id, WorkerRow.attempt, func.max(WorkerRow.worker), kept_done, failed_at)
         .where(WorkerRow.job_id.in_([job_id for job_id, _ in runs]))
         .group_by(WorkerRow.job_id, WorkerRow.attempt)
     )
-    numbered, finishing = {}, set()
-    for job_id, attempt, top, done in rows:
+    numbered, held = {}, set()
+    for job_id, attempt, top, done, failed in rows:
         if (job_id, attempt) in wanted:
             numbered[job_id] = top + 1
-            if done:
-                finishing.add(job_id)
-    return numbered, finishing
+            if done or (failed is not None and (now - failed).total_seconds() < GROW_HOLD_S):
+                held.add(job_id)
+    return numbered, held
 
 
 def _launch_power(workers: list[WorkerRow]) -> tuple[PowerSetting | None, ...]:

@@ -117,6 +117,16 @@ def begin_grow(
     newcomer takes the next unused one. ``Stale`` when the job runs no more, is being stopped,
     lost worker 0, or would pass its maximum."""
     row, kept = _elastic_running(session, job_id, "grow")
+    finished = session.scalar(
+        select(func.count()).where(
+            WorkerRow.job_id == job_id,
+            WorkerRow.attempt == row.starts,
+            WorkerRow.exit_code == 0,
+            WorkerRow.released.is_(False),
+        )
+    )
+    if finished:  # a worker ended well since the snapshot: the job is finishing, not to be grown
+        raise Stale(f"job {job_id} is finishing; its grow is dropped", code="invalid_state")
     if not any(w.worker == 0 for w in kept) or row.rendezvous is None:
         raise Stale(f"job {job_id} has no worker 0 to hold its rendezvous; its grow is dropped", code="invalid_state")
     if len(kept) + len(placements) > (row.max_workers or 0):
@@ -351,3 +361,14 @@ def worker_spans(session: Session, job_id: int) -> list[tuple[datetime, datetime
         )
     )
     return [(start, end) for start, end in rows if start is not None]
+
+
+def worker_node(session: Session, job_id: int, worker: int) -> str | None:
+    """The node a job's worker of that number ran on last (any attempt; None: it never had one): where
+    its log is, also for an elastic job's worker that a shrink stopped."""
+    return session.scalar(
+        select(WorkerRow.node)
+        .where(WorkerRow.job_id == job_id, WorkerRow.worker == worker)
+        .order_by(WorkerRow.attempt.desc(), WorkerRow.id.desc())
+        .limit(1)
+    )

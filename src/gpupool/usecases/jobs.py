@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
-from gpupool.domain.elastic import width_over_time
+from gpupool.domain.elastic import MAX_WORKERS, width_over_time
 from gpupool.domain.errors import InvalidInput, Stale
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.domain.records import Event, JobRecord
@@ -175,15 +175,19 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
     with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         require_job(s, who, job, "read the logs of")
-    # An elastic job's workers come and go (issue 35): any number up to its most, or one it runs now.
-    numbers = max(job.spec.most_workers, 1 + max((p.worker for p in job.placements), default=-1))
+    # An elastic job's workers come and go (issue 35), each with a number its run never used before.
+    numbers = MAX_WORKERS if job.spec.elastic else job.spec.workers
     if not 0 <= worker < numbers:
         raise InvalidInput(f"job {job_id} has workers 0..{numbers - 1}; there is no worker {worker}")
     if offset < 0:
         raise InvalidInput("offset must not be negative")
     placement = next((p for p in job.placements if p.worker == worker), None)
+    node = placement.node if placement is not None else None
+    if node is None and job.spec.elastic:  # a worker a shrink stopped is no longer among its placements
+        with ctx.db.read() as s:
+            node = worker_repo.worker_node(s, job_id, worker)
     data = b""
-    if placement is not None:
-        data = ctx.executor.read_log(placement.node, job_id, worker, offset)
+    if node is not None:
+        data = ctx.executor.read_log(node, job_id, worker, offset)
     # Finished only once the job ended and the whole log was read.
     return LogChunk(data, offset + len(data), job.state.terminal and len(data) < (1 << 20))

@@ -31,7 +31,9 @@ def run(session: Session) -> None:
     if extras is None:
         return
     growable = [
-        r for r in extras.jobs.values() if r.id not in session.claimed and extras.width(r) < r.spec.most_workers
+        r
+        for r in extras.jobs.values()
+        if r.may_grow and r.id not in session.claimed and extras.width(r) < r.spec.most_workers
     ]
     if not growable:
         return
