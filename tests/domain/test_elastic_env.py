@@ -36,6 +36,9 @@ def test_every_worker_of_an_elastic_job_is_told_one_rendezvous_on_worker_0_which
     timeouts = ",last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=4"
     assert (host["PET_RDZV_CONF"], guest["PET_RDZV_CONF"]) == ("is_host=1" + timeouts, "is_host=0" + timeouts)
     assert host["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == guest["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # Ranks and the world size are the rendezvous's to give at each re-form (worker 5 > minimum 2).
+    assert not {"WORLD_SIZE", "RANK", "NODE_RANK"} & (set(host) | set(guest))
+    assert guest["GPUPOOL_WORKER"] == "5" and guest["LOCAL_RANK"] == "0"
     # Without an attempt given, it is the one after the restarts the worker is told of.
     assert env_of(spec, 1, rdzv)["GPUPOOL_RDZV_ID"] == "gpupool-7-3"
 
@@ -43,6 +46,7 @@ def test_every_worker_of_an_elastic_job_is_told_one_rendezvous_on_worker_0_which
 def test_a_rigid_gang_is_told_no_elastic_rendezvous_and_its_nnodes_stays_its_size() -> None:
     env = env_of(JobSpec.create(command=["x"], gpus=1, workers=4), 1, Rendezvous("10.0.0.1", 29400))
     assert not ELASTIC_VARS & set(env) and env["NNODES"] == "4"
+    assert (env["WORLD_SIZE"], env["RANK"], env["NODE_RANK"]) == ("4", "1", "1")
 
 
 def test_a_rendezvous_is_kept_as_its_endpoint_and_read_back_ipv6_included() -> None:

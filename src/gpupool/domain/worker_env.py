@@ -142,6 +142,10 @@ def worker_env(
     if spec.elastic:
         number = restarts + 1 if attempt is None else attempt
         env.update(elastic_env(job_id, number, spec, rendezvous, placement.worker))
+        # Its ranks and world size are the rendezvous's to give at each re-form, not gpupool's: a
+        # worker's number may be above the minimum it would have been told as WORLD_SIZE.
+        for fixed in ("WORLD_SIZE", "RANK", "NODE_RANK"):
+            del env[fixed]
     if placement.gpu_share:
         env["GPUPOOL_GPU_SHARE"] = f"{placement.gpu_share:g}"
         env["GPUPOOL_GPU_MEMORY_MIB"] = str(placement.gpu_memory_mib)
