@@ -380,3 +380,24 @@ def test_set_reasons_leaves_jobs_that_are_no_longer_pending(db: Database, now: d
     with job_updates(db) as touched, db.tx() as session:
         jobs.set_reasons(session, {})
     assert touched == []
+
+
+def test_first_waiting_for_gpus_is_the_oldest_job_of_those_priorities_held_for_gpus(
+    db: Database, now: datetime
+) -> None:
+    with db.tx() as s:
+        quota = jobs.insert_job(s, JobSpec.create(command=["a"]), "alice", now).id
+        train = jobs.insert_job(s, JobSpec.create(command=["b"]), "alice", now).id
+        urgent = jobs.insert_job(s, JobSpec.create(command=["c"], priority="interactive"), "alice", now).id
+        jobs.set_reasons(
+            s,
+            {
+                quota: Reason(ReasonCode.QUOTA, "quota"),  # free GPUs would not help it
+                train: Reason(ReasonCode.RESOURCES, "needs 1 GPU"),
+                urgent: Reason(ReasonCode.GANG, "gang"),
+            },
+        )
+    with db.read() as s:
+        assert jobs.first_waiting_for_gpus(s, ["train", "interactive", "inference"]) == train
+        assert jobs.first_waiting_for_gpus(s, ["interactive", "inference"]) == urgent
+        assert jobs.first_waiting_for_gpus(s, ["inference"]) is None

@@ -161,6 +161,27 @@ def stop_overdue(session: Session, now: datetime) -> list[int]:
     return overdue
 
 
+# Reasons of a job that waits for GPUs to come free, which an elastic job's growth would take.
+_WAITING_FOR_GPUS = tuple(
+    c.value
+    for c in (
+        ReasonCode.RESOURCES, ReasonCode.FRAGMENTED, ReasonCode.GANG, ReasonCode.CPUS, ReasonCode.MEMORY,
+        ReasonCode.BACKFILL, ReasonCode.RECLAIM, ReasonCode.PREEMPTING,
+    )
+)  # fmt: skip
+
+
+def first_waiting_for_gpus(session: Session, priorities: Iterable[str]) -> int | None:
+    """The oldest pending job of one of ``priorities`` that waits for GPUs (issue 35: what keeps an
+    elastic job from growing), or None."""
+    query = select(func.min(JobRow.id)).where(
+        JobRow.state == JobState.PENDING.value,
+        JobRow.priority.in_(list(priorities)),
+        JobRow.reason_code.in_(_WAITING_FOR_GPUS),
+    )
+    return session.scalar(query)
+
+
 def stopping(session: Session) -> set[int]:
     """Starting or running jobs asked to stop, and elastic jobs with workers a shrink is stopping
     (issue 35): the monitor settles each of them every cycle, so a SIGTERM that failed is sent again."""

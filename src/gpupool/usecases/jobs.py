@@ -8,7 +8,7 @@ from datetime import datetime
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.elastic import MAX_WORKERS, width_over_time
 from gpupool.domain.errors import InvalidInput, Stale
-from gpupool.domain.jobs import JobSpec, JobState
+from gpupool.domain.jobs import JobSpec, JobState, Priority
 from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.estimate import estimate_start
@@ -128,7 +128,7 @@ def why(ctx: HeadContext, job_id: int) -> Why:
         where = "; ".join(
             f"worker {p.worker} on {p.node} GPUs {','.join(map(str, p.gpus)) or 'none'}" for p in job.placements
         )
-        said = f"it is {job.state.value}: {where}{_image_phase(ctx, job)}{_elastic_note(job)}"
+        said = f"it is {job.state.value}: {where}{_image_phase(ctx, job)}{_elastic_note(ctx, job)}"
         return Why(job, job.state.value, said)
     return Why(
         job,
@@ -137,18 +137,23 @@ def why(ctx: HeadContext, job_id: int) -> Why:
     )
 
 
-def _elastic_note(job: JobRecord) -> str:
-    """Where an elastic job stands in its range (issue 35), and when it would grow."""
+def _elastic_note(ctx: HeadContext, job: JobRecord) -> str:
+    """Where an elastic job stands in its range (issue 35), when it would grow, and what holds it
+    back now if a job of equal or higher priority waits for GPUs."""
     spec = job.spec
     if spec.max_workers is None:
         return ""
     width = len(job.placements)
     if width >= spec.max_workers:
         return f"; elastic, at its most of {spec.workers_text} workers"
-    return (
+    said = (
         f"; elastic, on {width} of {spec.workers_text} workers: it grows when GPUs are free and no job of"
         f" equal or higher priority waits for them, and gives back only the workers above {spec.workers}"
     )
+    standing = [p.value for p in Priority if p.rank >= spec.priority.rank]
+    with ctx.db.read() as s:
+        waiting = job_repo.first_waiting_for_gpus(s, standing)
+    return said + (f" (job {waiting} waits for GPUs now)" if waiting is not None else "")
 
 
 def _image_phase(ctx: HeadContext, job: JobRecord) -> str:
