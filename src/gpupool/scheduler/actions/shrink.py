@@ -10,7 +10,9 @@ already leaving (a shrink of an earlier cycle) and jobs being stopped count as G
 back, before any new worker is taken; only if all this lets the waiting job fit is anything
 stopped, and then the fewest. Their GPUs are the waiting job's: the shrunk job is claimed (no other
 action stops it whole this cycle), and the waiting job is served (``Session.shrunk_for``), so no
-whole job is stopped for it as well. Without elastic jobs it returns at once.
+whole job is stopped for it as well. Where they are not enough alone, reclaim and preempt count
+them as freed first and stop whole jobs only for the rest (``extras_first``). Without elastic jobs
+it returns at once.
 """
 
 from __future__ import annotations
