@@ -170,6 +170,45 @@ def test_a_train_job_of_the_same_project_takes_extra_workers() -> None:
     assert result.grows == ()  # the job it shrank for waits: it does not grow back
 
 
+def _extras_and_two_rigid(project: str) -> list[RunningJob]:
+    """Elastic job 9 at 4 of 2:4 on n1, the youngest (it would be stopped whole first); rigid
+    2-GPU jobs 6 and 7 fill n2."""
+    rigid = [running(6, ("n2", (0, 1)), project=project), running(7, ("n2", (2, 3)), project=project)]
+    return [elastic(9, "2:4", *on("n1", 4), project=project), *rigid]
+
+
+def test_reclaim_counts_extra_workers_first_and_stops_whole_jobs_only_for_the_rest() -> None:
+    # b needs 4 GPUs: the 2 extras of job 9 are not enough alone, so one whole borrowed job goes
+    # too, job 7 (2 GPUs), not the elastic job.
+    projects = [Project("a", quota=2), Project("b", quota=4)]
+    queue = [pending(1, gpus=2, workers=2, project="b")]
+    result = schedule(snapshot([node("n1"), node("n2")], queue, _extras_and_two_rigid("a"), projects))
+    assert [(p.job_id, p.for_job) for p in result.preemptions] == [(7, 1)]
+    assert [(s.job_id, s.workers, s.for_job) for s in result.shrinks] == [(9, (2, 3), 1)]
+    assert result.shrinks[0].message == "shrank to 2 workers: reclaimed for project b"
+    assert result.pending[1].code is ReasonCode.RECLAIM
+    assert "2 worker(s) above the minimum of elastic job(s) 9 (a)" in result.pending[1].message
+
+
+def test_priority_preemption_counts_extra_workers_first_and_stops_whole_jobs_only_for_the_rest() -> None:
+    projects = [Project("a", quota=12)]
+    queue = [pending(1, gpus=2, workers=2, priority="interactive", project="a")]
+    result = schedule(snapshot([node("n1"), node("n2")], queue, _extras_and_two_rigid("a"), projects))
+    assert [p.job_id for p in result.preemptions] == [7]
+    assert [(s.job_id, s.workers) for s in result.shrinks] == [(9, (2, 3))]
+    assert result.shrinks[0].message == "shrank to 2 workers: GPUs for job 1 of project a"
+    assert result.pending[1].code is ReasonCode.PREEMPTING
+    assert "elastic job(s) 9 (a)" in result.pending[1].message
+
+
+def test_no_extra_worker_is_shrunk_where_no_whole_job_completes_the_need() -> None:
+    # a may give back only down to its quota of 5: the extras and one rigid job would take it to 4.
+    projects = [Project("a", quota=5), Project("b", quota=4)]
+    queue = [pending(1, gpus=2, workers=2, project="b")]
+    result = schedule(snapshot([node("n1"), node("n2")], queue, _extras_and_two_rigid("a"), projects))
+    assert (result.shrinks, result.preemptions) == ((), ())
+
+
 def test_leaving_workers_count_as_on_their_way_and_are_not_shrunk_twice() -> None:
     job = elastic(5, "2:8", *on("n1", 4), *on("n2", 4), leaving=frozenset({7}))
     queue = [pending(1, priority="interactive"), pending(2, priority="interactive")]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.scheduler import user_limit
+from gpupool.scheduler.actions import shrink
 from gpupool.scheduler.session import Session
-from gpupool.scheduler.victims import choose_victims, saying, stop_for
+from gpupool.scheduler.victims import saying, stop_for
 
 
 def run(session: Session) -> None:
@@ -19,7 +20,13 @@ def run(session: Session) -> None:
         # Only train jobs are preemptible, and only interactive and inference jobs get here: every
         # preemptible job of the project ranks below this one.
         candidates = session.preemptible_in(job.spec.project)
-        victims = choose_victims(session, job, candidates, purpose="preempt")
+        victims, note = shrink.extras_first(  # elastic jobs' extra workers go first (issue 35)
+            session,
+            job,
+            candidates,
+            purpose="preempt",
+            own_reservation=False,
+        )
         if victims is None:
             continue
         why = f"preempted: {job.spec.priority.value} job {job.id} of project {job.spec.project} needs its GPUs"
@@ -27,7 +34,8 @@ def run(session: Session) -> None:
         session.bound[job.spec.project] = session.bound.get(job.spec.project, 0.0) + job.spec.total_gpus
         session.reasons[job.id] = Reason(
             ReasonCode.PREEMPTING,
-            f"preempting {len(victims)} train job(s) of project {job.spec.project}; starts when their GPUs are free"
+            f"preempting {len(victims)} train job(s) of project {job.spec.project}{note}; starts when their GPUs "
+            "are free"
             if victims
-            else "waiting for jobs being stopped to free their GPUs",
+            else f"waiting for jobs being stopped to free their GPUs{note}",
         )

@@ -20,7 +20,7 @@ from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.durations import format_duration
 from gpupool.domain.snapshot import PendingJob, RunningJob
 from gpupool.scheduler import user_limit
-from gpupool.scheduler.actions import fair_reclaim
+from gpupool.scheduler.actions import fair_reclaim, shrink
 from gpupool.scheduler.session import Session
 from gpupool.scheduler.victims import Enough, already_failed, stop_for, victims_for
 
@@ -54,7 +54,15 @@ def run(session: Session) -> None:
         candidates, grown, keeps_quota, owes = _candidates(session, job, candidates_of, owed)
         enough = _both(None if units is None else _frees(session, units), owes)
         # (the GPUs its reservation keeps count as its own)
-        victims = victims_for(session, job, grown, keeps_quota, purpose=purpose, enough=enough)
+        victims, note = shrink.extras_first(  # elastic jobs' extra workers go first (issue 35)
+            session,
+            job,
+            grown,
+            keeps_quota,
+            purpose=purpose,
+            enough=enough,
+            own_reservation=True,
+        )
         if victims is None:
             if len(grown) < len(candidates):
                 _wait_for_young(session, job, candidates, keeps_quota, enough)
@@ -66,9 +74,9 @@ def run(session: Session) -> None:
         at = "" if not units else f" (unit {next(iter(units))} is at its limit)"
         message = (
             f"reclaim: stopping {len(victims)} job(s) of {', '.join(lenders)} that borrowed beyond "
-            f"quota{at}; starts when their GPUs are free"
+            f"quota{at}{note}; starts when their GPUs are free"
             if victims
-            else "reclaim: waiting for jobs being stopped to free their GPUs"
+            else f"reclaim: waiting for jobs being stopped to free their GPUs{note}"
         )
         session.reasons[job.id] = Reason(ReasonCode.RECLAIM, message)
     fair_reclaim.run(session)  # beyond quotas, where --fair-reclaim asks (off by default)

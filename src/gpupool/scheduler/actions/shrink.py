@@ -10,7 +10,9 @@ already leaving (a shrink of an earlier cycle) and jobs being stopped count as G
 back, before any new worker is taken; only if all this lets the waiting job fit is anything
 stopped, and then the fewest. Their GPUs are the waiting job's: the shrunk job is claimed (no other
 action stops it whole this cycle), and the waiting job is served (``Session.shrunk_for``), so no
-whole job is stopped for it as well. Without elastic jobs it returns at once.
+whole job is stopped for it as well. Where they are not enough alone, reclaim and preempt count
+them as freed first and stop whole jobs only for the rest (``extras_first``). Without elastic jobs
+it returns at once.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from gpupool.scheduler.actions.grow import in_job_order
 from gpupool.scheduler.extras import Extras
 from gpupool.scheduler.extras_limits import Scope
 from gpupool.scheduler.session import Session
+from gpupool.scheduler.victims import Enough, choose_victims, victims_for
 
 EPS = 1e-9
+Allowed = Callable[[list[RunningJob], RunningJob], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,3 +261,122 @@ def _named(scope: Scope, job: PendingJob) -> str:
 def _take(session: Session, freed: _Freed) -> None:
     for p in freed.placements:
         session.cluster.take(p)
+
+
+def extras_first(
+    session: Session,
+    job: PendingJob,
+    candidates: list[RunningJob],
+    allowed: Allowed = lambda chosen, victim: True,
+    *,
+    purpose: str,
+    enough: Enough | None = None,
+    own_reservation: bool,
+) -> tuple[list[RunningJob] | None, str]:
+    """Reclaim's or preempt's victims for ``job`` among ``candidates`` (``victims_for``, or
+    ``choose_victims`` where its reservation's GPUs are not its own: ``own_reservation``), with the
+    extra and leaving workers ``run`` would have offered it counted as freed first: whole jobs are
+    chosen only for what those workers leave short, and the extras needed are shrunk for it
+    (``ShrinkJob``s, their jobs claimed, leaving ones promised); with the note its reason adds. A
+    job whose workers are offered is not stopped whole meanwhile. Where no whole-job set completes
+    the need, nothing is shrunk and whole jobs are chosen as before (so without elastic jobs,
+    exactly as before)."""
+
+    def pick(chosen_for: str) -> list[RunningJob] | None:
+        choose = victims_for if own_reservation else choose_victims
+        return choose(session, job, candidates, allowed, purpose=chosen_for, enough=enough)
+
+    extras = session.extras
+    offers = (
+        []
+        if extras is None or not extras.busy()
+        else [*_on_their_way(session, extras), *_extras_for(session, extras, job)]
+    )
+    offers = [f for f in offers if f.kind != "stopping"]  # ``pick`` counts on jobs being stopped itself
+    if extras is None or not any(f.kind == "extra" for f in offers):
+        return pick(purpose), ""
+    reservation = session.reservation
+    mine = own_reservation and reservation is not None and reservation.job_id == job.id
+    if mine:
+        session.release_reserved()
+        session.reservation = None  # counted as its own here, not kept again inside ``pick``
+    before = set(session.claimed)
+    hidden = {f.job.id for f in offers} - before
+    needed: list[_Freed] = []
+    try:
+        for freed in offers:
+            _release(session, extras, freed)
+        session.claimed |= hidden
+        try:
+            victims = pick(f"{purpose}:extras")
+        finally:
+            session.claimed -= hidden
+        if victims is not None:
+            whole = [r for r in (*session.stopping(), *victims) if r.id in session.claimed - before]
+            needed = _spare(session, extras, job, offers, whole)
+    finally:
+        for freed in reversed(offers):
+            _restore(session, extras, freed)
+        if mine and reservation is not None:
+            session.reservation = reservation
+            session.keep_reserved(reservation)
+    if victims is None:
+        return pick(purpose), ""
+    return victims, _shrink_for(session, extras, job, needed)
+
+
+def _spare(
+    session: Session, extras: Extras, job: PendingJob, offers: list[_Freed], whole: list[RunningJob]
+) -> list[_Freed]:
+    """The offers ``job`` still needs beside the ``whole`` jobs chosen (all released now), the last
+    offered spared first; each spared one is restored (and released again by the caller's restore
+    order: ``offers`` stay all released when this returns)."""
+    for r in whole:
+        for p in r.placements:
+            session.cluster.give_back(p)
+    needed = list(offers)
+    try:
+        for freed in reversed(offers):
+            _restore(session, extras, freed)
+            if session.fits(job):
+                needed.remove(freed)
+            else:
+                _release(session, extras, freed)
+    finally:
+        for freed in offers:
+            if freed not in needed:
+                _release(session, extras, freed)
+        for r in reversed(whole):
+            for p in r.placements:
+                session.cluster.take(p)
+    return needed
+
+
+def _shrink_for(session: Session, extras: Extras, job: PendingJob, needed: list[_Freed]) -> str:
+    """Record ``needed`` (leaving workers promised, extras shrunk) as ``job``'s; the note for its reason."""
+    by_job: dict[int, list[int]] = {}
+    shrunk: dict[int, RunningJob] = {}
+    for freed in needed:
+        worker = freed.placements[0].worker
+        if freed.kind == "leaving":
+            extras.promise(freed.job, worker)
+        else:
+            extras.drop(freed.job, worker)
+            by_job.setdefault(freed.job.id, []).append(worker)
+            shrunk[freed.job.id] = freed.job
+    for job_id, workers in by_job.items():
+        running = shrunk[job_id]
+        session.claimed.add(job_id)
+        other = running.spec.project != job.spec.project
+        why = (
+            f"reclaimed for project {job.spec.project}"
+            if other
+            else f"GPUs for job {job.id} of project {job.spec.project}"
+        )
+        left = extras.width(running)
+        message = f"shrank to {left} worker{'' if left == 1 else 's'}: {why}"
+        session.shrinks.append(ShrinkJob(job_id, tuple(sorted(workers)), message, for_job=job.id))
+    if not by_job:
+        return ""
+    names = ", ".join(f"{i} ({shrunk[i].spec.project})" for i in sorted(by_job))
+    return f", and stopping {sum(map(len, by_job.values()))} worker(s) above the minimum of elastic job(s) {names}"
