@@ -14,29 +14,16 @@ from gpupool.domain.errors import InvalidInput
 from gpupool.domain.worker_env import inherited_env
 from gpupool.knobs import DEFAULT_PORT as DEFAULT_PORT
 
+# In paths.py, light enough for the CLI's start; still importable from here.
+from gpupool.paths import JOIN_TOKEN_FILE as JOIN_TOKEN_FILE
+from gpupool.paths import TOKEN_FILE as TOKEN_FILE
+from gpupool.paths import default_config_dir as default_config_dir
+from gpupool.paths import default_data_dir as default_data_dir
+
 if TYPE_CHECKING:
     from gpupool.domain.alerts import AlertRules
     from gpupool.domain.idle import IdleSettings
     from gpupool.scheduler.config import SchedulerConfig
-
-TOKEN_FILE = "admin-token"
-JOIN_TOKEN_FILE = "join-token"
-
-
-def default_data_dir(environ: Mapping[str, str]) -> Path:
-    if environ.get("GPUPOOL_DATA_DIR"):
-        return Path(environ["GPUPOOL_DATA_DIR"]).expanduser()
-    xdg = environ.get("XDG_DATA_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".local" / "share")
-    return Path(xdg) / "gpupool"
-
-
-def default_config_dir(environ: Mapping[str, str]) -> Path:
-    """The user's gpupool config dir (the CLI's credentials): ``$XDG_CONFIG_HOME/gpupool``, else
-    ``~/.config/gpupool``. A relative XDG_CONFIG_HOME is ignored, as the XDG spec says."""
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    if not xdg or not Path(xdg).is_absolute():
-        xdg = str(Path(environ.get("HOME", "~")).expanduser() / ".config")
-    return Path(xdg) / "gpupool"
 
 
 def worker_base_env(environ: Mapping[str, str]) -> dict[str, str]:

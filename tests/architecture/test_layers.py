@@ -35,7 +35,7 @@ LAYERS = (
     # clock.py reads the time and settings.py the environment: side effects, injected from above.
     Layer(
         "side effects",
-        frozenset({"store", "executors", "node", "clock", "settings", "knobs"}),
+        frozenset({"store", "executors", "node", "clock", "settings", "knobs", "paths"}),
         "database, processes, NVML",
     ),
     # Floors inside it (hooks, session, actions, plugins, registry): tests/architecture/test_scheduler_frame.py.

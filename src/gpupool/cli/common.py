@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 import typer
 
 from gpupool.cli import credentials
-from gpupool.settings import DEFAULT_PORT, TOKEN_FILE, default_data_dir
+from gpupool.paths import TOKEN_FILE, default_data_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,7 +45,7 @@ class LazyConsole:
 console = LazyConsole()
 err_console = LazyConsole(stderr=True)
 
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_URL = "http://127.0.0.1:7070"  # knobs.DEFAULT_PORT (test_cli_startup.py checks), without importing the knobs
 
 
 class Output(enum.StrEnum):

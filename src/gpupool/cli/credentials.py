@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpupool.client.http import is_loopback
+from gpupool.client.errors import is_loopback
 from gpupool.domain.errors import InvalidInput
-from gpupool.settings import default_config_dir
+from gpupool.paths import default_config_dir
 
 CREDENTIALS_FILE = "credentials.json"
 _LOCK_FILE = ".credentials.lock"

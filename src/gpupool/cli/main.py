@@ -14,8 +14,7 @@ from typer.core import TyperGroup
 import gpupool
 from gpupool.cli import fastparams
 from gpupool.cli.common import err_console
-from gpupool.client import ClientError, HeadUnreachable
-from gpupool.client.http import CA_ENV, INSECURE_ENV
+from gpupool.client.errors import CA_ENV, INSECURE_ENV, ClientError, HeadUnreachable
 from gpupool.domain.errors import GpupoolError
 
 # submit's own options end at ``--`` or at the first word that is not an option: what follows is

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import time
 import uuid
@@ -13,15 +12,23 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from urllib.parse import urlsplit
 
 from gpupool.client import transport as plain
+
+# Defined in errors.py (light, for the CLI's start) and still importable from here.
+from gpupool.client.errors import CA_ENV as CA_ENV
+from gpupool.client.errors import INSECURE_ENV as INSECURE_ENV
+from gpupool.client.errors import ClientError as ClientError
+from gpupool.client.errors import HeadUnreachable as HeadUnreachable
+from gpupool.client.errors import is_loopback as is_loopback
 from gpupool.client.projects import ProjectCalls
 from gpupool.client.services import ServiceCalls
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.jobs import JobSpec, Submission
 
 if TYPE_CHECKING:
     import ssl
 
     import httpx
+
+    from gpupool.domain.jobs import JobSpec, Submission
 
 
 def _plain(value: object) -> object:
@@ -36,25 +43,11 @@ def _plain(value: object) -> object:
 SUBMIT_RETRIES = (0.2, 0.5, 1.0, 2.0)  # ~4 s of a head restarting or a network blip
 
 
-class ClientError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-class HeadUnreachable(Exception):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     data: bytes
     next_offset: int
     finished: bool
-
-
-CA_ENV = "GPUPOOL_CA"  # a CA bundle to verify the head's certificate with (else the system's)
-INSECURE_ENV = "GPUPOOL_INSECURE"  # "1": plain http to a head that is not on this machine is allowed
 
 
 def check_url(url: str, insecure: bool = False) -> str:
@@ -75,16 +68,6 @@ def check_url(url: str, insecure: bool = False) -> str:
             "or --insecure if the network between you is trusted"
         )
     return url.strip().rstrip("/")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine: a loopback address or ``localhost``."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _ca_context(ca: str) -> ssl.SSLContext:
