@@ -3,14 +3,16 @@ Slurm), ``ID_INDEX`` one task; ``gpupool jobs`` folds an array into one line."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from gpupool.cli.render import STATE_STYLE, ago, gpus_text, job_row
-from gpupool.client import GpupoolClient
 from gpupool.domain.arrays import parse_job_ref
 from gpupool.domain.jobs import TERMINAL_STATES, JobState
+
+if TYPE_CHECKING:
+    from gpupool.client import GpupoolClient
 
 ORDER = [s.value for s in JobState]  # counts shown in lifecycle order
 TERMINAL = {s.value for s in TERMINAL_STATES}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
@@ -25,8 +25,11 @@ from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print
 from gpupool.cli.render import STATE_STYLE, span
 from gpupool.cli.service_load import services_table
 from gpupool.cli.tables import Col, Listing
-from gpupool.client import ClientError, GpupoolClient, HeadUnreachable
+from gpupool.client import ClientError, HeadUnreachable
 from gpupool.domain.nodes import NodeState
+
+if TYPE_CHECKING:
+    from gpupool.client import GpupoolClient
 
 STALE = "1m"  # readings older than this are not shown (the head samples every few seconds)
 BAR_WIDTH = 10

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
-from gpupool.domain import bounds, job_checks
+from gpupool.domain import bounds
 from gpupool.domain.elastic import parse_workers
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.projects import NAME_RE
@@ -260,6 +260,10 @@ class JobSpec:
         gpu_power: str | None = None,
         max_workers: int | None = None,
     ) -> JobSpec:
+        # Only making a spec checks one: reading jobs (the CLI's listings) does not load the checks
+        # and what they import (power, launch, images: ~16 ms of a command's start).
+        from gpupool.domain import job_checks
+
         argv = job_checks.command(command, image)
         gpus = validate_gpus(gpus)
         if gpus > bounds.MAX_GPUS_PER_WORKER:

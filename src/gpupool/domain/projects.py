@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from gpupool.domain import model_quotas
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.power import parse_mode
 
 DEFAULT_PROJECT = "default"
 # The one rule for names people give things: projects, users (and a job's project).
@@ -92,7 +91,7 @@ class Project:
             None if limit is None else float(limit),
             float(weight),
             None if idle_timeout_s is None else float(idle_timeout_s),
-            None if gpu_power is None else parse_mode(gpu_power).text,
+            None if gpu_power is None else _power_mode(gpu_power),
             parent,
             *_user_limits(name, limit, user_limit, user_limits or {}),
             None if lend_limit is None else float(lend_limit),
@@ -195,3 +194,11 @@ def _figure(text: str, figure: str) -> float | None:
         return float(figure)
     except ValueError:
         raise InvalidInput(f"--user-limit {text!r}: give GPUs (4), a user's GPUs (ann=8), or none (no limit)") from None
+
+
+def _power_mode(text: str) -> str:
+    """``--gpu-power`` as power.py writes it. Imported here, not at the top: reading jobs (which
+    import this module for NAME_RE) should not load power.py and launch.py (~12 ms of a CLI start)."""
+    from gpupool.domain.power import parse_mode
+
+    return parse_mode(text).text
