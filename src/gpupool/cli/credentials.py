@@ -19,7 +19,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -141,6 +140,8 @@ def _read_for_update(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _write(path: Path, heads: Mapping[str, Mapping[str, Any]]) -> None:
+    import tempfile  # only login and logout write; every command reads
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600, O_EXCL
     try:
         with os.fdopen(fd, "w") as f:

@@ -12,7 +12,6 @@ from gpupool.cli.render import nodes_table
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.nodes import NodeState
-from gpupool.domain.power import show_watts
 
 node_app = typer.Typer(help="Calibrate a node's GPU power and see the curves (issue 33).", no_args_is_help=True)
 
@@ -192,4 +191,6 @@ def set_power_budget(
     elif said["power_budget_w"] is None:
         console.print(f"node {node}: no power budget of its own")
     else:
+        from gpupool.domain.power import show_watts  # ~12 ms that only this command needs
+
         console.print(f"node {node}: power budget {show_watts(said['power_budget_w'])}")
