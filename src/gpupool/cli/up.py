@@ -6,6 +6,7 @@ the knob's. Here is only what the command does with them."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 from typing import Annotated, Any
@@ -24,7 +25,13 @@ def up(**given: Any) -> None:
     # above are read: a malformed one is refused in half a second, not after two of imports.
     from gpupool.head import Head
 
-    Head(settings).serve()
+    head = Head(settings)
+    # What is loaded by now (the server stack, the app, the store) lives as long as the head: frozen,
+    # the collector no longer scans it, and a full collection under a burst of submissions pauses
+    # the head for ~10 ms instead of 120-210 ms (docs/performance/log.md, 2026-11-27).
+    gc.collect()
+    gc.freeze()
+    head.serve()
 
 
 def option(knob: Knob[Any]) -> inspect.Parameter:
