@@ -17,20 +17,17 @@ shrink actions are what let it widen into idle GPUs and give back only its extra
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from gpupool.cli.simulate import Study
-from gpupool.scheduler.config import SchedulerConfig
+import _philly
+
 from gpupool.sim import elastic
 from gpupool.sim.cluster import uniform
 from gpupool.sim.trace_job import TraceJob
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly"
 FIGURES = (
     ("avg_jct_s", "mean JCT"),
     ("p95_jct_s", "p95 JCT"),
@@ -44,19 +41,9 @@ FIGURES = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=TRACES / "philly_pollux_jobs.csv")
-    parser.add_argument("--vcs", type=Path, default=TRACES / "philly_vc_nodes_helios_qssf.csv", help="VC sizes")
-    parser.add_argument("--nodes", type=int, default=352)
-    parser.add_argument("--policy", default="default")
-    parser.add_argument(
-        "--window", default="2017-10-01,2017-10-15", help="Helios' Philly setup is 2017-10-01,2017-12-01"
-    )
-    parser.add_argument("--scale-load", type=float, default=2.5, help="arrivals this many times as frequent")
-    parser.add_argument("--duration-scale", type=float, default=2.573, help="run times multiplied by this")
+    parser = _philly.parser(__doc__.splitlines()[0])
     parser.add_argument("--minimum", default="half", help="an elastic job's minimum: half, or a part of its width")
     parser.add_argument("--alpha", type=float, default=elastic.DEFAULT_ALPHA, help="the speed model's exponent")
-    parser.add_argument("--placement", default=SchedulerConfig().placement, help="placement (default: the head's)")
     parser.add_argument(
         "--split-gpus",
         type=int,
@@ -69,10 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     fraction = elastic.parse_fraction(args.minimum)
     elastic.check_alpha(args.alpha)
-    study = Study.prepare(
-        args.trace, "philly", args.policy, args.placement, args.vcs, args.window, args.scale_load, None, 8
-    )
-    longer = [replace(j, duration=None if j.duration is None else j.duration * args.duration_scale) for j in study.jobs]
+    study, longer = _philly.load(args)
     if args.split_gpus:
         longer = [_split(j, args.split_gpus) for j in longer]
     variants = {

@@ -19,20 +19,17 @@ scaling (durations x 2.573, arrivals x 2.5), about a minute on the 2-core VM; ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from gpupool.cli.simulate import Study
+import _philly
+
 from gpupool.domain.projects import Project
-from gpupool.scheduler.config import SchedulerConfig
 from gpupool.sim.cluster import uniform
 from gpupool.sim.fairness import per_unit
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly"
 UNITS = {
     "big": ("6214e9", "b436b2"),
     "mid": ("ee9e8c", "7f04ca", "6c71a0"),
@@ -53,23 +50,10 @@ def organise(flat: list[Project]) -> list[Project]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=TRACES / "philly_pollux_jobs.csv")
-    parser.add_argument("--vcs", type=Path, default=TRACES / "philly_vc_nodes_helios_qssf.csv", help="VC sizes")
-    parser.add_argument("--nodes", type=int, default=352)
-    parser.add_argument("--policy", default="default")
-    parser.add_argument(
-        "--window", default="2017-10-01,2017-10-15", help="Helios' Philly setup is 2017-10-01,2017-12-01"
-    )
-    parser.add_argument("--scale-load", type=float, default=2.5, help="arrivals this many times as frequent")
-    parser.add_argument("--duration-scale", type=float, default=2.573, help="run times multiplied by this")
-    parser.add_argument("--placement", default=SchedulerConfig().placement, help="placement (default: the head's)")
+    parser = _philly.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     args = parser.parse_args()
-    study = Study.prepare(
-        args.trace, "philly", args.policy, args.placement, args.vcs, args.window, args.scale_load, None, 8
-    )
-    longer = [replace(j, duration=None if j.duration is None else j.duration * args.duration_scale) for j in study.jobs]
+    study, longer = _philly.load(args)
     tree = organise(study.projects)
     runs: dict[str, dict[str, Any]] = {}
     for label, projects in (("flat", study.projects), ("tree", tree)):
