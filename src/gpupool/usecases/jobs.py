@@ -180,17 +180,15 @@ def logs(ctx: HeadContext, job_id: int, who: Principal, worker: int, offset: int
     with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         require_job(s, who, job, "read the logs of")
+        # Where its log is: the node its worker of that number ran on last (an elastic job's
+        # worker that a shrink stopped is no longer among its placements, but its log stays there).
+        node = worker_repo.worker_node(s, job_id, worker)
     # An elastic job's workers come and go (issue 35), each with a number its run never used before.
     numbers = MAX_WORKERS if job.spec.elastic else job.spec.workers
     if not 0 <= worker < numbers:
         raise InvalidInput(f"job {job_id} has workers 0..{numbers - 1}; there is no worker {worker}")
     if offset < 0:
         raise InvalidInput("offset must not be negative")
-    placement = next((p for p in job.placements if p.worker == worker), None)
-    node = placement.node if placement is not None else None
-    if node is None and job.spec.elastic:  # a worker a shrink stopped is no longer among its placements
-        with ctx.db.read() as s:
-            node = worker_repo.worker_node(s, job_id, worker)
     data = b""
     if node is not None:
         data = ctx.executor.read_log(node, job_id, worker, offset)
