@@ -28,6 +28,7 @@ from gpupool.store.orm_base import UtcDateTime
 from gpupool.store.power_curves import curves as power_curves
 from gpupool.store.projects import list_projects, recent_usage
 from gpupool.store.user_usage import recent as recent_user_usage
+from gpupool.store.workers import ENDED_WELL
 
 
 class SpecCache:
@@ -199,7 +200,7 @@ def _numbered(session: Session, runs: list[tuple[int, int]], now: datetime) -> t
     if not runs:
         return {}, set()
     wanted = set(runs)
-    kept_done = func.sum(case((and_(WorkerRow.exit_code == 0, WorkerRow.released.is_(False)), 1), else_=0))
+    kept_done = func.sum(case((ENDED_WELL, 1), else_=0))
     failed_at = type_coerce(
         func.max(
             case(

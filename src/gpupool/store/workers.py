@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
@@ -91,6 +91,11 @@ def _ticket(session: Session, row: JobRow, placements: tuple[Placement, ...], pr
     return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
 
 
+# A worker an elastic job kept (not one a shrink stopped) that exited 0: torchrun's agents end
+# together once training is done, so its job is finishing and is not grown again (issue 35).
+ENDED_WELL = and_(WorkerRow.exit_code == 0, WorkerRow.released.is_(False))
+
+
 def _elastic_running(session: Session, job_id: int, what: str) -> tuple[JobRow, list[WorkerRow]]:
     """A running elastic job that nothing stops, read for update, and its current attempt's live
     workers that it keeps (a shrink's leaving ones left out); else ``Stale``."""
@@ -117,23 +122,16 @@ def begin_grow(
     newcomer takes the next unused one. ``Stale`` when the job runs no more, is being stopped,
     lost worker 0, or would pass its maximum."""
     row, kept = _elastic_running(session, job_id, "grow")
-    finished = session.scalar(
-        select(func.count()).where(
-            WorkerRow.job_id == job_id,
-            WorkerRow.attempt == row.starts,
-            WorkerRow.exit_code == 0,
-            WorkerRow.released.is_(False),
-        )
-    )
-    if finished:  # a worker ended well since the snapshot: the job is finishing, not to be grown
+    attempt = session.execute(
+        select(WorkerRow.worker, ENDED_WELL).where(WorkerRow.job_id == job_id, WorkerRow.attempt == row.starts)
+    ).all()
+    if any(well for _, well in attempt):  # one ended well since the snapshot: finishing, not to be grown
         raise Stale(f"job {job_id} is finishing; its grow is dropped", code="invalid_state")
     if not any(w.worker == 0 for w in kept) or row.rendezvous is None:
         raise Stale(f"job {job_id} has no worker 0 to hold its rendezvous; its grow is dropped", code="invalid_state")
     if len(kept) + len(placements) > (row.max_workers or 0):
         raise Stale(f"job {job_id} would pass its {row.max_workers} workers; its grow is dropped", code="invalid_state")
-    used = set(
-        session.scalars(select(WorkerRow.worker).where(WorkerRow.job_id == job_id, WorkerRow.attempt == row.starts))
-    )
+    used = {number for number, _ in attempt}
     numbered = []
     for p in placements:
         number = p.worker if p.worker not in used else max(used) + 1
