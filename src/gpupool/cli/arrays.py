@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
-
 from gpupool.cli.render import STATE_STYLE, ago, gpus_text, job_row
+from gpupool.cli.styled import Styled
 from gpupool.domain.arrays import parse_job_ref
 from gpupool.domain.jobs import TERMINAL_STATES, JobState
 
@@ -36,8 +35,8 @@ def job_id(c: GpupoolClient, ref: str) -> int:
     return array_id if index is None else int(c.array_task(array_id, index)["id"])
 
 
-def counts_text(counts: dict[str, int]) -> Text:
-    text = Text()
+def counts_text(counts: dict[str, int]) -> Styled:
+    text = Styled()
     for state in sorted(counts, key=lambda s: ORDER.index(s) if s in ORDER else len(ORDER)):
         if text:
             text.append(" ")
@@ -72,13 +71,13 @@ def table_rows(jobs: list[dict[str, Any]], arrays: list[dict[str, Any]]) -> list
     return [row for _, row in sorted(rows, key=lambda r: r[0])]
 
 
-def summary_lines(array: dict[str, Any]) -> list[str | Text]:
+def summary_lines(array: dict[str, Any]) -> list[str | Styled]:
     first = array["job"]
     cap = f"at most {array['max_running']} at once" if array["max_running"] else "no cap on how many run at once"
-    lines: list[str | Text] = [
+    lines: list[str | Styled] = [
         f"array {array['id']} ({array['name']}) of {array['owner']} in project {array['project']}: "
         f"{array['tasks']} tasks of {gpus_text(first)} GPU each, {cap}",
-        Text("tasks: ").append_text(counts_text(array["counts"])),
+        Styled("tasks: ").append_text(counts_text(array["counts"])),
     ]
     if first.get("command"):
         lines.append("command: " + " ".join(first["command"]))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import enum
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
-
-import typer
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpupool.cli import credentials
 from gpupool.paths import TOKEN_FILE, default_data_dir
@@ -21,8 +20,9 @@ if TYPE_CHECKING:
 
 
 class LazyConsole:
-    """A rich Console made on first use: importing rich costs ~70 ms, and a command that fails
-    before printing (or prints with ``print``) should not pay it."""
+    """Rich's Console, made on first use: importing Rich costs ~35-70 ms. What the everyday
+    commands print (lines, ``Styled`` text, ``Listing`` tables, ``Grid``s) is written as Rich
+    would write it by ``cli/textout.py`` without importing Rich at all; the rest goes to Rich."""
 
     def __init__(self, *, stderr: bool = False) -> None:
         self._stderr = stderr
@@ -36,7 +36,18 @@ class LazyConsole:
         return self._console
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        self.real().print(*objects, **kwargs)
+        from gpupool.cli import textout
+
+        stream = sys.stderr if self._stderr else sys.stdout
+        if set(kwargs) <= {"sep", "end"} and (at := textout.screen(stream)) is not None:
+            text = textout.render(objects, at, **kwargs)
+            if text is not None:
+                stream.write(text)
+                stream.flush()
+                return
+        from gpupool.cli.styled import rich_cell
+
+        self.real().print(*(rich_cell(o) for o in objects), **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real(), name)
@@ -51,10 +62,6 @@ DEFAULT_URL = "http://127.0.0.1:7070"  # knobs.DEFAULT_PORT (test_cli_startup.py
 class Output(enum.StrEnum):
     TABLE = "table"
     JSON = "json"
-
-
-UrlOpt = Annotated[str, typer.Option("--url", envvar="GPUPOOL_URL", help="the head's URL", show_default=True)]
-OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table for people, json for scripts")]
 
 
 class FoundToken(NamedTuple):

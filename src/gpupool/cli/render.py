@@ -1,13 +1,12 @@
-"""Rich renderings of jobs and nodes for people."""
+"""Renderings of jobs and nodes for people: ``Listing``, ``Grid`` and ``Styled`` text, which
+``cli/textout.py`` prints without Rich (and Rich prints where it cannot)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
+from gpupool.cli.styled import Grid, Styled
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain import exit_reasons
 from gpupool.domain.jobs import JobState
@@ -69,8 +68,8 @@ def placement_text(job: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def state_text(state: str) -> Text:
-    return Text(state, style=STATE_STYLE.get(state, ""))
+def state_text(state: str) -> Styled:
+    return Styled(state, style=STATE_STYLE.get(state, ""))
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Listing:
@@ -118,7 +117,7 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Listing:
         models = sorted({g["model"] for g in n["gpus"]}) or ["-"]
         use = " ".join(_gpu_use(g) for g in n["gpus"]) or "-"
         model = ", ".join(models) + (" (simulated)" if n["simulated"] else "")
-        state = state_text(n["state"]) if n["state"] != N.UP else Text(N.UP.value, style="green")
+        state = state_text(n["state"]) if n["state"] != N.UP else Styled(N.UP.value, style="green")
         if n.get("drain_requested") and n["state"] == N.DOWN:
             state.append(" (drained when back)")
         table.add_row(
@@ -144,10 +143,8 @@ def _gpu_use(gpu: dict[str, Any]) -> str:
 HIDDEN = "(hidden: only its owner, a manager of its project or an admin sees what runs inside a job)"
 
 
-def job_detail(job: dict[str, Any]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
+def job_detail(job: dict[str, Any]) -> Grid:
+    table = Grid()
     rows: list[tuple[str, Any]] = [
         ("job", f"{job['id']} ({job['name']})"),
         ("state", state_text(job["state"])),
