@@ -34,17 +34,22 @@ HEAVY = (
     "gpupool.store",
     "gpupool.cli.simulate",
     "gpupool.cli.jobs",
+    "gpupool.cli.app",
+    "typer",
+    "click",
+    "http.client",
+    "ssl",
 )
 
 
-def _loaded_after(code: str) -> set[str]:
+def _loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return {m for m in out.splitlines() if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    return {m for m in out.splitlines() if any(m == h or m.startswith(h + ".") for h in heavy)}
 
 
 def test_importing_the_cli_loads_nothing_heavy() -> None:
@@ -52,23 +57,31 @@ def test_importing_the_cli_loads_nothing_heavy() -> None:
 
 
 def test_a_command_loads_only_what_it_needs() -> None:
-    # `gpupool jobs` against no head: it parses, reads the token and fails to connect.
+    """`gpupool jobs` against no head: the fast path parses it, reads the token, fails to connect and
+    says so, with neither Typer nor Rich nor the standard library's HTTP client (issue 36)."""
     code = (
         "import os; os.environ['GPUPOOL_URL'] = 'http://127.0.0.1:9'\n"
         "from gpupool.cli.main import main\n"
         "try:\n    main(['jobs'])\nexcept SystemExit:\n    pass"
     )
-    loaded = _loaded_after(code)
-    assert "gpupool.cli.jobs" in loaded  # the check can see a command's module
-    assert {m for m in loaded if not m.startswith("rich")} == {"gpupool.cli.jobs"}  # rich prints the error
+    assert _loaded_after(code) == set()
+    everything = _loaded_after(code, heavy=("gpupool.cli",))
+    assert "gpupool.cli.job_actions" in everything  # the check can see a command's module
+    assert "gpupool.cli.jobs" not in everything and "gpupool.cli.app" not in everything
+
+
+def test_a_line_the_fast_path_declines_goes_to_typer() -> None:
+    code = "from gpupool.cli.main import main\ntry:\n    main(['jobs', '--help'])\nexcept SystemExit:\n    pass"
+    assert {"typer", "gpupool.cli.jobs"} <= _loaded_after(code, heavy=("typer", "gpupool.cli.jobs"))
 
 
 def test_parsing_and_help_load_no_client_and_no_knobs() -> None:
-    """What every command imports to parse its arguments and print help: the client's errors and
-    the token's paths, not the HTTP client, the job types or the settings' knobs (~85 ms of start)."""
+    """What the Typer application imports to parse any command's arguments and print help: the
+    client's errors and the token's paths, not the HTTP client, the job types or the settings'
+    knobs (~85 ms of start)."""
     light = ("gpupool.client.http", "gpupool.client.transport", "gpupool.domain.jobs", "gpupool.knobs")
     out = subprocess.run(
-        [sys.executable, "-c", "import gpupool.cli.main, sys; print('\\n'.join(sys.modules))"],
+        [sys.executable, "-c", "import gpupool.cli.app, sys; print('\\n'.join(sys.modules))"],
         capture_output=True,
         text=True,
         check=True,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from gpupool.api.app import create_app
-from gpupool.cli import jobs as jobs_cli
+from gpupool.cli import job_actions as jobs_cli
 from gpupool.cli import projects as projects_cli
 from gpupool.cli.main import main
 from gpupool.client.http import GpupoolClient

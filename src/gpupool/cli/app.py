@@ -1,81 +1,27 @@
-"""Entry point: one Typer app; every error becomes one line on stderr and exit code 2."""
+"""The Typer application: every command, its help and its errors. ``cli/main.py`` runs a command
+line here unless the fast path (``cli/fastpath.py``) answered it."""
 
 from __future__ import annotations
 
 import importlib
 import os
-import sys
 from collections.abc import Iterator, MutableMapping
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 import gpupool
 from gpupool.cli import fastparams
+from gpupool.cli.commands import BY_NAME, Entry
 from gpupool.cli.common import err_console
-from gpupool.client.errors import CA_ENV, INSECURE_ENV, ClientError, HeadUnreachable
-from gpupool.domain.errors import GpupoolError
+from gpupool.cli.outcome import failed, finish
+from gpupool.client.errors import CA_ENV, INSECURE_ENV
 
-# submit's own options end at ``--`` or at the first word that is not an option: what follows is
-# the job's command, its options included. An unknown option before that is refused like anywhere
-# else (it once became the command, so a typo such as --gpu 2 ran as a job).
-_COMMAND_AFTER = {"allow_interspersed_args": False}
-
-
-class _Entry(NamedTuple):
-    name: str
-    module: str  # under gpupool.cli
-    attr: str  # a command function, or with group=True a Typer app of subcommands
-    group: bool = False
-    context_settings: dict[str, Any] | None = None
-
-
-# Every command, in the order --help lists them. A command's module is imported only when that
-# command runs (or --help lists them all): a whole-CLI import costs ~0.4 s, one command's ~0.1 s.
-COMMANDS = (
-    _Entry("up", "up", "up"),
-    _Entry("down", "down", "down"),
-    _Entry("submit", "jobs", "submit", context_settings=_COMMAND_AFTER),
-    _Entry("jobs", "jobs", "jobs"),
-    _Entry("show", "jobs", "show"),
-    _Entry("logs", "jobs", "logs"),
-    _Entry("cancel", "jobs", "cancel"),
-    _Entry("wait", "jobs", "wait"),
-    _Entry("why", "jobs", "why"),
-    _Entry("nodes", "nodes", "nodes"),
-    _Entry("drain", "nodes", "drain"),
-    _Entry("undrain", "nodes", "undrain"),
-    _Entry("images", "images", "images"),
-    _Entry("top", "top", "top"),
-    _Entry("dashboard", "dashboard", "dashboard"),
-    _Entry("report", "report", "report"),
-    _Entry("alerts", "alerts", "alerts"),
-    _Entry("audit", "audit", "audit"),
-    _Entry("idle", "alerts", "idle"),
-    _Entry("projects", "projects", "projects"),
-    _Entry("serve", "services", "serve"),
-    _Entry("services", "services", "services"),
-    _Entry("login", "login", "login"),
-    _Entry("logout", "login", "logout"),
-    _Entry("whoami", "login", "whoami"),
-    _Entry("join", "join", "join"),
-    _Entry("simulate", "simulate", "simulate"),
-    _Entry("plan", "simulate", "plan"),
-    # Typer lists groups of subcommands after the commands.
-    _Entry("project", "projects", "project_app", group=True),
-    _Entry("node", "nodes", "node_app", group=True),
-    _Entry("image", "images", "image_app", group=True),
-    _Entry("service", "services", "service_app", group=True),
-    _Entry("node", "nodes", "node_app", group=True),
-    _Entry("user", "users", "user_app", group=True),
-    _Entry("token", "users", "token_app", group=True),
-)
-_BY_NAME = {entry.name: entry for entry in COMMANDS}
 _TYPER_SETTINGS: dict[str, Any] = {"add_completion": False, "pretty_exceptions_enable": False}
 
 
-def _load(entry: _Entry) -> Any:
+def _load(entry: Entry) -> Any:
     """The click command for ``entry``, built as registering it on the root app would build it."""
     module = importlib.import_module(f"gpupool.cli.{entry.module}")
     holder = typer.Typer(**_TYPER_SETTINGS)
@@ -100,7 +46,7 @@ class _LazyCommands(MutableMapping[str, Any]):
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._loaded:
-            self._loaded[name] = _load(_BY_NAME[name])
+            self._loaded[name] = _load(BY_NAME[name])
         return self._loaded[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -110,10 +56,10 @@ class _LazyCommands(MutableMapping[str, Any]):
         raise TypeError("the CLI's commands are fixed")
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_BY_NAME)
+        return iter(BY_NAME)
 
     def __len__(self) -> int:
-        return len(_BY_NAME)
+        return len(BY_NAME)
 
 
 class _LazyGroup(TyperGroup):
@@ -122,7 +68,7 @@ class _LazyGroup(TyperGroup):
         self.commands = _LazyCommands()
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(_BY_NAME)
+        return list(BY_NAME)
 
 
 def _print_version(value: bool) -> None:
@@ -167,28 +113,25 @@ UsageError: type[Exception] = _CLICK["UsageError"]
 ClickException: type[Exception] = _CLICK["ClickException"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` with Typer and run the command it names; exits with its code."""
     command = fastparams.install(typer.main.get_command(app), subcommands=False)
     try:
         result = command.main(args=argv, prog_name="gpupool", standalone_mode=False)
     except UsageError as exc:
         err_console.print(f"error: {_message(exc)} (see gpupool {_sub(exc)}--help)")
-        return _exit(2)
+        return finish(2)
     except ClickException as exc:
         err_console.print(f"error: {_message(exc)}")
-        return _exit(2)
+        return finish(2)
     except typer.Abort:
-        return _exit(130)
-    except ClientError as exc:
-        err_console.print(f"error: {' '.join(exc.message.split())}")
-        return _exit(2 if exc.status < 500 else 1)
-    except HeadUnreachable as exc:
-        err_console.print(f"error: {exc}")
-        return _exit(1)
-    except GpupoolError as exc:
-        err_console.print(f"error: {' '.join(exc.message.split())}")
-        return _exit(2)
-    return _exit(result if isinstance(result, int) else 0)
+        return finish(130)
+    except Exception as exc:
+        code = failed(exc)
+        if code is None:
+            raise
+        return finish(code)
+    return finish(result if isinstance(result, int) else 0)
 
 
 def _message(exc: Any) -> str:
@@ -209,12 +152,3 @@ def _sub(exc: Any) -> str:
     ctx = getattr(exc, "ctx", None)
     words = str(ctx.command_path).split()[1:] if ctx is not None else []
     return "".join(f"{word} " for word in words)
-
-
-def _exit(code: int) -> int:
-    sys.stdout.flush()
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

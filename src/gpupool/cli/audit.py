@@ -7,7 +7,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.common import DEFAULT_URL, Output, client, console, print_json
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.render import parse_time
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.audit import printable

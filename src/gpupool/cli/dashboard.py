@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 import typer
 
-from gpupool.cli.common import DEFAULT_URL, UrlOpt, console, err_console, resolve_token
+from gpupool.cli.common import DEFAULT_URL, console, err_console, resolve_token
+from gpupool.cli.opts import UrlOpt
 
 OpenOpt = Annotated[bool, typer.Option("--open", help="also open it in the default web browser")]
 

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json, resolve_token
+from gpupool.cli.common import Output, client, console, print_json, resolve_token
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.resources import format_bytes
 

@@ -16,7 +16,8 @@ from typing import Annotated
 import typer
 
 from gpupool.cli import credentials
-from gpupool.cli.common import DEFAULT_URL, Output, OutputOpt, UrlOpt, console, err_console, find_token, print_json
+from gpupool.cli.common import DEFAULT_URL, Output, console, err_console, find_token, print_json
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.client import ClientError, GpupoolClient
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.registries import registry_host

@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.common import Output, client, console, print_json
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.render import span
 from gpupool.cli.tables import Col, Listing
 from gpupool.domain.durations import parse_duration

@@ -13,7 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.common import DEFAULT_URL, UrlOpt, client, console, print_json
+from gpupool.cli.common import DEFAULT_URL, client, console, print_json
+from gpupool.cli.opts import UrlOpt
 from gpupool.cli.render import parse_time
 from gpupool.cli.tables import Col, Listing
 

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.common import Output, client, console, print_json
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.render import ago, parse_time
 from gpupool.cli.service_load import load_line, replica_table
 from gpupool.cli.tables import Col, Listing

@@ -14,7 +14,8 @@ import typer
 from gpupool.cli import plan_quotas
 from gpupool.cli import simulate_elastic as elastic_opts
 from gpupool.cli import simulate_power as power_opts
-from gpupool.cli.common import Output, OutputOpt, console, print_json
+from gpupool.cli.common import Output, console, print_json
+from gpupool.cli.opts import OutputOpt
 from gpupool.cli.plan_quotas import human_seconds
 from gpupool.cli.render import bounded_duration
 from gpupool.cli.tables import Col, Listing

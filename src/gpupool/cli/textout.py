@@ -149,7 +149,7 @@ def listing_lines(listing: Listing, width: int) -> list[Line]:
     least = [listing.least(i) for i in range(len(listing.columns))]
     shown = listing.layout(width, least)
     widths = listing.widths(shown, least, width)
-    if not widths and any(listing.columns[i].wrap for i in shown):
+    if not shown or (not widths and any(listing.columns[i].wrap for i in shown)):
         raise Unsupported  # Rich's own layout
     columns = [listing.columns[i] for i in shown]
     sizes = [widths.get(i, least[i]) for i in shown]

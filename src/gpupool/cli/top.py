@@ -21,7 +21,8 @@ from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from gpupool.cli.common import Output, OutputOpt, UrlOpt, client, console, print_json
+from gpupool.cli.common import Output, client, console, print_json
+from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.render import STATE_STYLE, span
 from gpupool.cli.service_load import services_table
 from gpupool.cli.tables import Col, Listing

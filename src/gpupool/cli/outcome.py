@@ -1,0 +1,41 @@
+"""How a command ends, the same whichever way it was parsed (Typer or the fast path): its exit
+code, and every error as one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+from gpupool.cli.common import err_console
+from gpupool.client.errors import ClientError, HeadUnreachable
+from gpupool.domain.errors import GpupoolError
+
+
+class Exit(Exception):
+    """Raised by a command to end with ``code`` after what it printed (``wait``: 1 for a failed job)."""
+
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def failed(exc: BaseException) -> int | None:
+    """The exit code for what a command raised, after saying it on stderr in one line; None for
+    what is not one of gpupool's own outcomes (the caller's parser may know it)."""
+    if isinstance(exc, Exit):
+        return exc.code
+    if isinstance(exc, ClientError):
+        err_console.print(f"error: {' '.join(exc.message.split())}")
+        return 2 if exc.status < 500 else 1
+    if isinstance(exc, HeadUnreachable):
+        err_console.print(f"error: {exc}")
+        return 1
+    if isinstance(exc, GpupoolError):
+        err_console.print(f"error: {' '.join(exc.message.split())}")
+        return 2
+    return None
+
+
+def finish(code: int) -> int:
+    """Exit with ``code`` once stdout is flushed (a pipe closed early must not hide the code)."""
+    sys.stdout.flush()
+    sys.exit(code)
