@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request, Response
 
+from gpupool.api import auditing
 from gpupool.api.deps import Caller, Ctx, Submissions
 from gpupool.api.params import IdempotencyKey, JobId, LogOffset, WorkerIndex
 from gpupool.api.schemas.arrays import BatchRequest
@@ -23,6 +24,7 @@ async def submit(
     body: SubmitRequest,
     group: Submissions,
     who: Caller,
+    request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
@@ -31,7 +33,9 @@ async def submit(
     once committed; submissions that arrive together share one commit, which the request awaits
     on the event loop rather than in a thread (usecases/group_commit.py)."""
     spec = JobSpec.create(**body.model_dump())
-    job, replayed = await group.submit_async(spec, who, idempotency_key)
+    noted = auditing.in_transaction(request.scope)  # its audit entry goes in with the job
+    job, replayed = await group.submit_async(spec, who, idempotency_key, noted)
+    auditing.written(request.scope, noted)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"  # the audit log's target, too
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
