@@ -155,3 +155,15 @@ def test_a_bad_ca_bundle_is_refused_even_for_plain_http(tmp_path: Any) -> None:
     bad.write_text("not a certificate")
     with pytest.raises(InvalidInput, match="as the CA bundle"):
         GpupoolClient("http://127.0.0.1:7070", None, ca=str(bad))
+
+
+def test_a_new_idempotency_key_is_a_random_uuid() -> None:
+    import uuid
+
+    from gpupool.client.http import new_idempotency_key
+
+    keys = {new_idempotency_key() for _ in range(200)}
+    assert len(keys) == 200
+    for key in keys:
+        parsed = uuid.UUID(key)
+        assert (str(parsed), parsed.version, parsed.variant) == (key, 4, uuid.RFC_4122)

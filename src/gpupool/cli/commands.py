@@ -30,7 +30,7 @@ class Entry(NamedTuple):
 COMMANDS = (
     Entry("up", "up", "up"),
     Entry("down", "down", "down"),
-    Entry("submit", "jobs", "submit", context_settings=COMMAND_AFTER, action="job_actions:submit"),
+    Entry("submit", "jobs", "submit", context_settings=COMMAND_AFTER, action="submit_action:submit"),
     Entry("jobs", "jobs", "jobs", action="job_actions:jobs"),
     Entry("show", "jobs", "show", action="job_actions:show"),
     Entry("logs", "jobs", "logs", action="job_actions:logs"),

@@ -1,4 +1,4 @@
-"""What the job commands do: submit, jobs, show, logs, cancel, wait, why. Their options are
+"""What the job commands do: jobs, show, logs, cancel, wait, why (submit: cli/submit_action.py). Their options are
 declared once, in ``cli/jobs.py`` (Typer: help, errors, the docs' reference); these functions
 take the parsed values under the same names and import neither Typer nor Rich's parser, so the
 fast path (``cli/fastpath.py``) can run them without loading either."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from gpupool.cli import arrays as array_cli
@@ -15,90 +14,11 @@ from gpupool.cli.common import Output, client, console, err_console, print_json
 from gpupool.cli.outcome import Exit
 from gpupool.cli.render import events_table, job_detail, jobs_table, rows_table, state_text, until
 from gpupool.client.errors import ClientError
-from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.jobs import TERMINAL_STATES, JobSpec, JobState
+from gpupool.domain.jobs import TERMINAL_STATES, JobState
 
 TERMINAL = tuple(state.value for state in TERMINAL_STATES)
-
-
-def submit(
-    command: list[str] | None = None,
-    name: str | None = None,
-    project: str | None = None,
-    gpus: float = 1.0,
-    workers: str = "1",
-    cpus: str = "0",
-    memory: str | None = None,
-    priority: str = "train",
-    max_restarts: int = 0,
-    env: list[str] | None = None,
-    workdir: str | None = None,
-    gpu_model: str | None = None,
-    max_runtime: str | None = None,
-    gpu_memory: str | None = None,
-    checkpoint_dir: str | None = None,
-    idempotency_key: str | None = None,
-    array: str | None = None,
-    expose: int | None = None,
-    image: str | None = None,
-    gpu_power: str | None = None,
-    url: str = "http://127.0.0.1:7070",
-    output: Output = Output.TABLE,
-) -> None:
-    """What ``gpupool submit`` does (declared in cli/jobs.py)."""
-    if not command and image is None:
-        raise InvalidInput("empty command: give the command after --, e.g. gpupool submit --gpus 1 -- python train.py")
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"--env {item!r} is not K=V")
-        env_map[key] = value
-    spec = JobSpec.create(
-        command=list(command or []),
-        name=name,
-        project=project,
-        gpus=gpus,
-        workers=workers,
-        cpus=cpus,
-        memory=memory,
-        priority=priority,
-        max_restarts=max_restarts,
-        env=env_map,
-        workdir=str(Path(workdir or ".").resolve()),
-        gpu_model=gpu_model,
-        max_runtime_s=int(parse_duration(max_runtime)) if max_runtime else None,
-        gpu_memory=gpu_memory,
-        checkpoint_dir=str(Path(checkpoint_dir).expanduser().resolve()) if checkpoint_dir else checkpoint_dir,
-        expose=expose,
-        image=image,
-        gpu_power=gpu_power,
-    )
-    if array is not None:
-        ArraySpec.parse(array)  # refused here, before anything is sent
-        with client(url) as c:
-            made = c.submit_array(spec, array, idempotency_key=idempotency_key)
-        if output is Output.JSON:
-            print_json(made)
-            return
-        console.print(
-            f"submitted array {made['id']} ({made['name']}) to project {made['project']}: {made['tasks']} tasks of "
-            f"{spec.workers_text} × {spec.gpus:g} GPU; see it with gpupool show {made['id']}"
-        )
-        print(made["id"])
-        return
-    with client(url) as c:
-        job = c.submit(spec, idempotency_key=idempotency_key)
-    if output is Output.JSON:
-        print_json(job)
-        return
-    console.print(
-        f"submitted job {job['id']} ({job['name']}) to project {job['project']}: "
-        f"{_asked_workers(job)} × {job['gpus']:g} GPU; follow it with gpupool logs {job['id']} --follow"
-    )
-    print(job["id"])
 
 
 def jobs(
@@ -277,8 +197,3 @@ def why(
             console.print("no start estimate: the jobs in its way have no --max-runtime")
     else:
         console.print(f"job {job_id} is not pending: {answer['reason']}")
-
-
-def _asked_workers(job: dict[str, Any]) -> str:
-    """The workers it asked for, as ``--workers`` takes them: ``4``, or ``2:8`` for an elastic job."""
-    return f"{job['workers']}:{job['max_workers']}" if job.get("max_workers") else str(job["workers"])

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli import job_actions
+from gpupool.cli import job_actions, submit_action
 from gpupool.cli.common import Output
 from gpupool.cli.opts import OutputOpt, UrlOpt
 
@@ -87,7 +87,7 @@ def submit(
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Submit a job (or with --array, an array of tasks); prints its id as the last line."""
-    job_actions.submit(**locals())
+    submit_action.submit(**locals())
 
 
 def jobs(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
@@ -38,6 +37,16 @@ def _plain(value: object) -> object:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return list(value)
     return value
+
+
+def new_idempotency_key() -> str:
+    """A random (version 4) UUID, as ``str(uuid.uuid4())`` writes it, without importing ``uuid``
+    (~8 ms of a command's start: it loads ``platform``)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 SUBMIT_RETRIES = (0.2, 0.5, 1.0, 2.0)  # ~4 s of a head restarting or a network blip
@@ -160,12 +169,12 @@ class GpupoolClient(ServiceCalls, ProjectCalls):
             raise TypeError("submit() takes a JobSpec or keyword fields, not both")
         plain = {k: _plain(v) for k, v in fields.items() if v is not None}
         body = spec.submission() if spec is not None else plain
-        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
         return dict(self._send("POST", "/api/v1/jobs", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 
     def submit_array(self, spec: JobSpec, array: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """A job array (``array``: Slurm's syntax, e.g. ``0-999%50``), retried as ``submit`` is."""
-        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
         body = {**spec.submission(), "array": array}
         return dict(self._send("POST", "/api/v1/arrays", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 

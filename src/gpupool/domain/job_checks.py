@@ -6,9 +6,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from gpupool.domain import bounds, images
+from gpupool.domain import bounds
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.power import parse_mode
 from gpupool.domain.resources import parse_memory
 
 
@@ -28,6 +27,8 @@ def command(command: Sequence[str], image: str | None) -> tuple[str, ...]:
 def image_ref(text: str) -> str:
     """An image reference in one of its forms (``domain/images.py``); its form only, not whether a
     node can get it."""
+    from gpupool.domain import images  # with its dataclasses, only for a job that names an image
+
     try:
         images.parse_ref(text)
     except images.BadImageRef as exc:
@@ -41,6 +42,8 @@ def gpu_power(text: str | None, gpus: float) -> str | None:
         return None
     if gpus == 0:
         raise InvalidInput("--gpu-power needs GPUs: a job without GPUs has no GPU power to set")
+    from gpupool.domain.power import parse_mode  # and launch's types: only for a job that sets it
+
     return parse_mode(text).text
 
 
@@ -87,6 +90,8 @@ def checkpoint_dir(path: str | None, workdir: str | None) -> str | None:
 
 def default_name(argv: tuple[str, ...], image: str | None = None) -> str:
     if not argv:  # the image's own entrypoint: named after the image (pytorch for nvcr.io/nvidia/pytorch:24.10)
+        from gpupool.domain import images
+
         return images.parse_ref(image or "job").location.rstrip("/").rsplit("/", 1)[-1][:64] or "job"
     base = argv[0].rsplit("/", 1)[-1]
     if base.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
