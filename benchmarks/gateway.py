@@ -21,6 +21,14 @@ nginx is installed with apt-get when it is missing (root only). Figures are nois
 machine: compare figures from one run.
 
     .venv/bin/python benchmarks/gateway.py [--latency-s 3] [--load-s 6] [--concurrency 32] [--json]
+
+Fixed rates (``--rates 500,1000``): instead of the above, an open-loop client (``_rates.py``)
+sends each rate for ``--rate-s`` seconds, on a schedule, to the replica directly and through the
+gateway (one process, and ``--processes`` more, e.g. ``--processes 1,2``): p50 and p99 of each,
+the added latency (gateway less direct, at each percentile) and the gateway's CPU per request.
+The targets take turns at each rate, so that a change in the machine's load touches all of them.
+
+    .venv/bin/python benchmarks/gateway.py --rates 500,1000 [--rate-s 5] [--processes 1,2] [--json]
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from _head import machine, machine_line, percentile
+from _rates import fixed_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUEST = b"GET /bench/ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -53,9 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--json", action="store_true")
     p.add_argument("--uvloop-only", action="store_true", help="leave out the gateway on asyncio's own loop")
+    p.add_argument("--rates", help="fixed rates (requests a second, e.g. 500,1000): open-loop latency only")
+    p.add_argument("--rate-s", type=float, default=5.0, help="seconds at each rate (after a second of warm-up)")
+    p.add_argument("--processes", default="1", help="gateway processes to measure at fixed rates, e.g. 1,2")
     a = p.parse_args(argv)
     if a.replica is not None:
         return _replica(a.replica)
+    if a.rates:
+        try:
+            rates = [float(r) for r in a.rates.split(",")]
+            processes = [int(n) for n in a.processes.split(",")]
+        except ValueError:
+            print("benchmark: --rates and --processes take numbers separated by commas", file=sys.stderr)
+            return 2
+        return _fixed_rates(rates, processes, a.rate_s, a.json)
     if shutil.which("ab") is None:
         print("benchmark: ab missing: apt-get install apache2-utils", file=sys.stderr)
         return 2
@@ -107,6 +127,51 @@ def _print(results: dict[str, dict[str, float]], info: dict[str, object], conc: 
         )
     print(f"latency: one connection, sequential requests; req/s: ab -k -c {conc}; +: added to direct;")
     print("CPU µs/req: the proxy's own CPU per request under ab; per core: 1e6 / that, req/s one core carries")
+
+
+def _fixed_rates(rates: list[float], processes: list[int], seconds: float, as_json: bool) -> int:
+    rows: list[dict[str, object]] = []
+    with contextlib.ExitStack() as stack:
+        ports = [_free_port(), _free_port()]
+        for port in ports:
+            stack.enter_context(_process([sys.executable, __file__, "--replica", str(port)], port))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gw-bench-")))
+        targets: dict[str, tuple[int, int | None]] = {"direct": (ports[0], None)}
+        for n in processes:
+            targets[f"gateway x{n}"] = stack.enter_context(_gateway(tmp, ports, "uvloop", n))
+        for rate in rates:
+            direct: dict[str, float] = {}
+            for name, (port, pid) in targets.items():
+                request = REQUEST.replace(b"/bench/ping", b"/ping") if name == "direct" else REQUEST
+                before = _cpu_s(pid)
+                try:
+                    r = fixed_rate(port, request, rate, seconds)
+                except (OSError, RuntimeError) as e:
+                    raise SystemExit(f"benchmark: {name} at {rate:.0f}/s: {e}") from None
+                r["cpu_us"] = (_cpu_s(pid) - before) / (r["n"] + rate) * 1e6 if pid is not None else float("nan")
+                direct = direct or r
+                r["added_p50_us"] = r["p50_us"] - direct["p50_us"]
+                r["added_p99_us"] = r["p99_us"] - direct["p99_us"]
+                rows.append({"target": name, "rate": rate, **r})
+    info = {**machine(), "loadavg": os.getloadavg()}
+    if as_json:
+        print(json.dumps({"machine": info, "seconds": seconds, "results": rows}, indent=2))
+        return 0
+    load = info["loadavg"]
+    assert isinstance(load, tuple)
+    print(f"{machine_line(info)}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"{'target':<12} {'rate/s':>7} {'p50 µs':>8} {'p99 µs':>8} {'max µs':>8} {'+p50 µs':>8} {'+p99 µs':>8}"
+        f" {'CPU µs/req':>11} {'late':>5}"
+    )
+    for row in rows:
+        print(
+            f"{row['target']:<12} {row['rate']:>7.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} {row['max_us']:>8.0f}"
+            f" {row['added_p50_us']:>8.0f} {row['added_p99_us']:>8.0f} {row['cpu_us']:>11.1f} {row['late']:>5}"
+        )
+    print(f"open loop: requests on a fixed schedule for {seconds:g}s at each rate; +: added to direct at that")
+    print("percentile; CPU µs/req: the gateway's own (its processes'), warm-up included; late: sends >2 ms behind")
+    return 0
 
 
 def _latency(port: int, path: str, seconds: float) -> dict[str, float]:
@@ -216,7 +281,7 @@ http {{
 
 
 @contextlib.contextmanager
-def _gateway(tmp: Path, ports: list[int], loop: str) -> Iterator[tuple[int, int]]:
+def _gateway(tmp: Path, ports: list[int], loop: str, processes: int = 1) -> Iterator[tuple[int, int]]:
     routes = tmp / "routes.json"
     endpoints = [{"replica": f"r{i}", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports)]
     table = {"name": "bench", "kind": "service", "project": "bench", "public": True, "max_concurrency": 1000}
@@ -225,6 +290,7 @@ def _gateway(tmp: Path, ports: list[int], loop: str) -> Iterator[tuple[int, int]
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     command = [sys.executable, "-m", "gpupool.gateway", "--routes", str(routes), "--port", str(port), "--loop", loop]
+    command += ["--processes", str(processes)] if processes > 1 else []
     with _process(command, port, env) as pid:
         yield port, pid
 

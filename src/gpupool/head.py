@@ -274,13 +274,13 @@ class Head:
                 ) from None
         local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
         head = f"{'https' if settings.tls_cert else 'http'}://{f'[{local}]' if ':' in local else local}"
-        # The gateway's door is the API's: the same client timeouts and connection cap, and HTTPS
-        # where the head serves it (the head's own certificate, which the gateway also trusts).
+        # The gateway's door is the API's (timeouts, connection cap); HTTPS with the head's certificate, trusted.
         extra = [
             f"--header-timeout={settings.client_timeout_s}s",
             f"--body-timeout={settings.client_timeout_s}s",
             f"--max-connections={settings.max_connections}",
             f"--sign-in-limit={settings.sign_in_limit}",  # 0 (no limit) too
+            f"--processes={settings.gateway_processes}",
         ]
         if settings.tls_cert and settings.tls_key:
             extra += ["--head-ca", str(settings.tls_cert), "--tls-cert", str(settings.tls_cert)]

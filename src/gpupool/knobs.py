@@ -332,6 +332,8 @@ GATEWAY_PORT = whole(
     high=65535,
 )
 GATEWAY = switch("gateway", True, "--no-gateway: start none (services then have no URL)", "--gateway/--no-gateway")
+_PROCESSES_HELP = "gateway processes sharing its port, each with its share of every replica's cap (1 to 64)"
+GATEWAY_PROCESSES = whole("gateway_processes", 1, _PROCESSES_HELP, low=1, high=64)
 POWER_BUDGET = Knob("power_budget", str, "0", read_budget, "GPU power budget: 20kW (0: none)", "power_budget_w")
 AUTOSCALE_WINDOW = duration("autoscale_window", "30s", "the span of load the autoscaler averages (1s to 10m)", 1, 600)
 MAX_SLOWDOWN = number("max_slowdown", 20.0, _SLOWDOWN_HELP, field="max_slowdown_pct", low=0, high=90)
@@ -391,6 +393,7 @@ KNOBS = table(
     TRUSTED_PROXY,
     GATEWAY_PORT,
     GATEWAY,
+    GATEWAY_PROCESSES,
     AUTOSCALE_WINDOW,
     MAX_SLOWDOWN,
     POWER_BUDGET,

@@ -81,6 +81,7 @@ class Settings:
     trusted_proxies: tuple[str, ...] = knobs.TRUSTED_PROXY.default
     gateway_port: int = knobs.GATEWAY_PORT.default  # 0: any free port
     gateway: bool = knobs.GATEWAY.default
+    gateway_processes: int = knobs.GATEWAY_PROCESSES.default  # on its one port (SO_REUSEPORT)
     autoscale_window_s: float = knobs.AUTOSCALE_WINDOW.default
     max_slowdown_pct: float = knobs.MAX_SLOWDOWN.default  # what efficient may cost in speed (issue 33)
     power_budget_w: float = knobs.POWER_BUDGET.default  # the GPUs' budget (issue 33); 0: none

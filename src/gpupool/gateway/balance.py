@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import zlib
 from collections.abc import Callable, Sequence
 
 # Methods whose repetition has the same effect as one call (RFC 9110 9.2.2): a request sent to a
@@ -92,3 +93,16 @@ def ejection_s(failures: int, base_s: float, most_s: float) -> float:
     """How long a replica that refused or dropped connections ``failures`` times in a row is left
     out: ``base_s``, doubling with each further failure, at most ``most_s``."""
     return float(min(most_s, base_s * 2 ** max(0, min(failures - 1, 30))))
+
+
+def share(total: int, key: str, index: int, count: int) -> int:
+    """Process ``index``'s part of ``total`` slots when ``count`` gateway processes serve one port
+    (``--processes``): ``total // count``, and one more for ``total % count`` of them, so the parts
+    add up to ``total`` exactly and a replica's cap holds across processes without any shared
+    state. Which processes get the extra slot turns with ``key`` (a stable CRC, not Python's
+    salted ``hash``: every process must compute the same), so replicas capped below ``count`` are
+    spread over the processes instead of all falling to the first ones."""
+    if count <= 1:
+        return total
+    turn = (index - zlib.crc32(key.encode())) % count
+    return total // count + (1 if turn < total % count else 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.resources import parse_bytes
 from gpupool.domain.signins import LIMIT as SIGN_IN_LIMIT
-from gpupool.gateway import observe
+from gpupool.gateway import observe, workers
 from gpupool.gateway.access import Access
 from gpupool.gateway.connection import ClientConnection
 from gpupool.gateway.door import Door
@@ -61,6 +62,7 @@ class Options:
     door: Door = field(default_factory=Door)
     tls: tuple[Path, Path] | None = None  # certificate and key: served over HTTPS
     sign_in_limit: int = SIGN_IN_LIMIT
+    processes: int = 1  # on one port (SO_REUSEPORT), each with its share of every cap (gateway/workers.py)
 
 
 def parse(argv: list[str], env: dict[str, str]) -> Options:
@@ -94,6 +96,12 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
     p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     p.add_argument("--parent", type=int, help="stop when this process (the head that started it) is gone")
     p.add_argument("--head-ca", type=Path, help="the certificate (PEM) to trust for an HTTPS head")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="processes serving the port (SO_REUSEPORT), each with its share of every replica's cap (1..64)",
+    )
     a = p.parse_args(argv)
     if (a.head is None) == (a.routes is None):
         raise UsageError("give either --head URL or --routes FILE")
@@ -109,6 +117,8 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         raise UsageError("--poll 0.05s..60s, --report-every 0.1s..10m, --auth-ttl 0..5m, --eject 0.01s..5m")
     if not (0.1 <= header <= 300 and 0.1 <= body <= 300 and 16 <= a.max_connections <= 100_000):
         raise UsageError("--header-timeout and --body-timeout 0.1s..5m, --max-connections 16..100000")
+    if not 1 <= a.processes <= workers.MAX_PROCESSES:
+        raise UsageError(f"--processes {a.processes}: must be 1..{workers.MAX_PROCESSES}")
     if not 0 <= a.sign_in_limit <= 100_000:
         raise UsageError(f"--sign-in-limit {a.sign_in_limit}: must be 0..100000")
     if (a.tls_cert is None) != (a.tls_key is None):
@@ -128,9 +138,10 @@ def parse(argv: list[str], env: dict[str, str]) -> Options:
         uvloop=_uvloop(a.loop),
         parent=a.parent,
         head_ca=a.head_ca,
-        door=Door(header_s=header, body_s=body, max_connections=a.max_connections),
+        door=Door(header_s=header, body_s=body, max_connections=-(-a.max_connections // a.processes)),
         tls=(a.tls_cert, a.tls_key) if a.tls_cert is not None else None,
         sign_in_limit=a.sign_in_limit,
+        processes=a.processes,
     )
 
 
@@ -144,21 +155,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         os.environ.pop(TOKEN_ENV, None)
+    if options.processes == 1:
+        return _run(options, workers.Place())
+    try:
+        return workers.run_all(options.host, options.port, options.processes, lambda place: _run(options, place))
+    except OSError as e:
+        print(f"gateway: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(options: Options, place: workers.Place) -> int:
+    """One process of the gateway, on its event loop: its exit code."""
     try:
         if options.uvloop:
             import uvloop
 
-            uvloop.run(serve(options))
+            uvloop.run(serve(options, place))
         else:
-            asyncio.run(serve(options))
+            asyncio.run(serve(options, place))
     except (UsageError, RouteTableError, OSError) as e:
         print(f"gateway: {e}", file=sys.stderr)
         return 2
     return 0
 
 
-async def serve(options: Options) -> None:
-    """Run until SIGINT or SIGTERM."""
+async def serve(options: Options, place: workers.Place | None = None) -> None:
+    """Run until SIGINT or SIGTERM (``place``: which of ``--processes`` this is, and its socket)."""
+    place = place or workers.Place()
     head: httpx.AsyncClient | None = None
     source: RouteSource
     if options.head is not None:
@@ -172,7 +195,7 @@ async def serve(options: Options) -> None:
     else:
         assert options.routes is not None
         source = FileRoutes(options.routes)
-    table = Table()
+    table = Table(part=place.part)
     if options.routes is not None:
         table.apply(await source.fetch())  # a bad file stops the gateway before it serves
     access = Access(head, ttl_s=options.auth_ttl_s) if head is not None else None
@@ -187,14 +210,17 @@ async def serve(options: Options) -> None:
     )
     metrics = observe.registry(table, gateway)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: ClientConnection(gateway),
-        options.host,
-        options.port,
-        backlog=1024,
-        reuse_address=True,
-        ssl=_tls(options.tls),
-    )
+    if place.sock is not None:
+        server = await loop.create_server(lambda: ClientConnection(gateway), sock=place.sock, ssl=_tls(options.tls))
+    else:
+        server = await loop.create_server(
+            lambda: ClientConnection(gateway),
+            options.host,
+            options.port,
+            backlog=1024,
+            reuse_address=True,
+            ssl=_tls(options.tls),
+        )
     port = server.sockets[0].getsockname()[1]
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -202,11 +228,22 @@ async def serve(options: Options) -> None:
     tasks = [loop.create_task(_poll(source, table, options.poll_s))]
     if head is not None:
         tasks.append(loop.create_task(observe.report_loop(head, table, options.report_s)))
-    if options.parent is not None:
-        tasks.append(loop.create_task(_orphaned(options.parent, stop)))
-    origin = f"head {options.head}" if options.head else f"file {options.routes}"
-    scheme = "https" if options.tls else "http"
-    print(f"gpupool gateway ready at {scheme}://{options.host}:{port} (routes from {origin})", flush=True)
+    watched = options.parent if place.first is None else place.first
+    if watched is not None:
+        tasks.append(loop.create_task(_orphaned(watched, stop)))
+    if place.children:
+        tasks.append(loop.create_task(_watch(place.children)))
+    # What is loaded by now lives as long as the process: frozen, the collector no longer walks it,
+    # and its full collections under load take ~1 ms instead of several (as the head's, cli/up.py).
+    gc.collect()
+    gc.freeze()
+    if place.part.index > 0:
+        place.served()
+    else:
+        origin = f"head {options.head}" if options.head else f"file {options.routes}"
+        scheme = "https" if options.tls else "http"
+        more = f", {options.processes} processes" if options.processes > 1 else ""
+        print(f"gpupool gateway ready at {scheme}://{options.host}:{port} (routes from {origin}{more})", flush=True)
     try:
         await stop.wait()
     finally:
@@ -239,8 +276,17 @@ async def _orphaned(parent: int, stop: asyncio.Event) -> None:
     own, gets no signal then: it finds itself adopted by another process (``getppid`` changes)."""
     while os.getppid() == parent:
         await asyncio.sleep(0.5)
-    log.warning("gateway: the head (pid %d) is gone; stopping", parent)
+    log.warning("gateway: the process that started it (pid %d) is gone; stopping", parent)
     stop.set()
+
+
+async def _watch(children: list[int]) -> None:
+    """Say when a forked gateway process exits before the gateway stops: the kernel gives its
+    socket's connections to the others from then on, with its share of the caps left unused."""
+    while children:
+        await asyncio.sleep(1.0)
+        for pid in workers.gone(children):
+            log.warning("gateway: gateway process %d exited; the others go on serving", pid)
 
 
 def _token(path: Path | None, env: dict[str, str]) -> str:

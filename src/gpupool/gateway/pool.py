@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpupool.gateway.balance import Overflow, ejection_s, overflow, pick_two, retry_after_s
+from gpupool.gateway.balance import Overflow, ejection_s, overflow, pick_two, retry_after_s, share
 from gpupool.gateway.routes import Endpoint, Route
 
 if TYPE_CHECKING:
@@ -68,11 +68,14 @@ class Stats:
 
 
 class Replica:
-    __slots__ = ("ejected_until", "endpoint", "failures", "gone", "idle", "in_flight", "stats")
+    __slots__ = ("ejected_until", "endpoint", "failures", "gone", "idle", "in_flight", "slack", "stats")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.in_flight = 0
+        # The route's cap less this process's share of it (``Part``): 0 with one gateway process.
+        # Counted as in flight when choosing, so that a replica is full at its share.
+        self.slack = 0
         self.idle: list[UpstreamConnection] = []
         self.ejected_until = 0.0
         self.failures = 0
@@ -98,13 +101,30 @@ class Replica:
         self.idle.clear()
 
 
+class Part:
+    """Which of the gateway's processes this is (``index`` of ``count``, ``--processes``). Each
+    holds its share (``balance.share``) of every replica's cap and of every route's queue, so the
+    processes together never send a replica more than its ``max_concurrency`` at once, nor keep
+    more than ``queue_limit`` waiting, without sharing any state."""
+
+    __slots__ = ("count", "index")
+
+    def __init__(self, index: int = 0, count: int = 1) -> None:
+        self.index, self.count = index, count
+
+    def of(self, total: int, key: str) -> int:
+        return share(total, key, self.index, self.count)
+
+
 class RouteState:
     """One route: its replicas, its queue of requests waiting for a slot, its own answers' stats."""
 
-    def __init__(self, route: Route, draw: Callable[[int], int]) -> None:
+    def __init__(self, route: Route, draw: Callable[[int], int], part: Part | None = None) -> None:
         self.route = route
         self.prefix = route.prefix.encode()  # Route.prefix builds a string at each call
-        self.replicas: list[Replica] = [Replica(e) for e in route.endpoints]
+        self.part = part or Part()
+        self.queue_limit = self.part.of(route.queue_limit, route.name)
+        self.replicas: list[Replica] = [self._share(Replica(e)) for e in route.endpoints]
         self.retired: list[Replica] = []  # left the table with requests still in flight
         self.queue: deque[asyncio.Future[Replica]] = deque()
         self.own = Stats()  # answers no replica gave: 429, 503, 504 while queued, 401/403
@@ -116,7 +136,7 @@ class RouteState:
         ready = [r for r in self.replicas if r.ejected_until <= now]
         if not ready:
             return None
-        chosen = pick_two([r.in_flight for r in ready], self.route.max_concurrency, self._draw)
+        chosen = pick_two([r.in_flight + r.slack for r in ready], self.route.max_concurrency, self._draw)
         if chosen is None:
             return None
         replica = ready[chosen]
@@ -129,9 +149,10 @@ class RouteState:
         replica = self.try_acquire(now)
         if replica is not None:
             return replica
-        ready = sum(1 for r in self.replicas if r.ejected_until <= now)
+        cap = self.route.max_concurrency  # a replica of which this process holds no slot is not counted
+        ready = sum(1 for r in self.replicas if r.ejected_until <= now and r.slack < cap)
         waking = self.route.scale_to_zero and not self.replicas
-        verdict = overflow(ready, len(self.queue), self.route.queue_limit, waking=waking)
+        verdict = overflow(ready, len(self.queue), self.queue_limit, waking=waking)
         if verdict is Overflow.UNAVAILABLE:
             raise Refused(503, "no_replica", f"{self.route.name} has no ready replica", retry_after=1)
         if verdict is Overflow.REJECT:
@@ -193,7 +214,8 @@ class RouteState:
         """Take a new table's version of this route, keeping replicas listed in both."""
         old = {r.endpoint: r for r in self.replicas}
         self.route, self.prefix = route, route.prefix.encode()
-        self.replicas = [old.pop(e) if e in old else Replica(e) for e in route.endpoints]
+        self.queue_limit = self.part.of(route.queue_limit, route.name)
+        self.replicas = [self._share(old.pop(e) if e in old else Replica(e)) for e in route.endpoints]
         for gone in old.values():
             gone.gone = True
             gone.close_idle()
@@ -201,6 +223,12 @@ class RouteState:
                 self.retired.append(gone)
         self.retired = [r for r in self.retired if r.in_flight]
         self.wake()
+
+    def _share(self, replica: Replica) -> Replica:
+        cap = self.route.max_concurrency
+        endpoint = replica.endpoint
+        replica.slack = cap - self.part.of(cap, f"{endpoint.replica}@{endpoint.host}:{endpoint.port}")
+        return replica
 
     def close(self) -> None:
         for replica in self.replicas:
@@ -215,9 +243,10 @@ class RouteState:
 class Table:
     """Every route's state, by name."""
 
-    def __init__(self, draw: Callable[[int], int] | None = None) -> None:
+    def __init__(self, draw: Callable[[int], int] | None = None, part: Part | None = None) -> None:
         self.routes: dict[str, RouteState] = {}
         self._draw = draw or _draw_from(random.Random().random)
+        self.part = part or Part()
 
     def apply(self, table: dict[str, Route]) -> None:
         for name in list(self.routes):
@@ -226,7 +255,7 @@ class Table:
         for name, route in table.items():
             state = self.routes.get(name)
             if state is None:
-                self.routes[name] = RouteState(route, self._draw)
+                self.routes[name] = RouteState(route, self._draw, self.part)
             elif state.route != route:
                 state.update(route)
 
