@@ -167,3 +167,44 @@ def test_a_new_idempotency_key_is_a_random_uuid() -> None:
     for key in keys:
         parsed = uuid.UUID(key)
         assert (str(parsed), parsed.version, parsed.variant) == (key, 4, uuid.RFC_4122)
+
+
+def _one_answer(raw: bytes) -> str:
+    """A server on 127.0.0.1 that reads one request and answers ``raw``, then closes."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(raw)
+        server.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_the_socket_transport_reads_a_chunked_answer() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    answer = plain.PlainHTTP(_one_answer(raw), {}, 5.0).request("GET", "/x")
+    assert (answer.status_code, answer.content, answer.headers["x-a"]) == (200, b"hello world", "1")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"SSH-2.0-OpenSSH\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    ],
+)
+def test_a_broken_answer_is_a_transport_error(raw: bytes) -> None:
+    with pytest.raises(plain.TRANSPORT_ERRORS):
+        plain.PlainHTTP(_one_answer(raw), {}, 5.0).request("GET", "/x")
