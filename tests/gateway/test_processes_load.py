@@ -126,15 +126,16 @@ def _in_flight(report: dict[str, Any]) -> int:
     return sum(line["in_flight"] for line in report["replicas"])
 
 
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])  # uvloop where installed, and asyncio's own
 def test_the_head_gets_one_report_per_interval_with_the_whole_gateways_load(
-    world: tuple[_Head, _Replica, int, int],
+    world: tuple[_Head, _Replica, int, int], loop: str
 ) -> None:
     head, replica, head_port, replica_port = world
     endpoint = {"replica": "r0", "host": "127.0.0.1", "port": replica_port}
     doc = {"name": "svc", "kind": "service", "project": "p", "public": True, "max_concurrency": 2 * HELD}
     head.table = {"routes": [{**doc, "queue_limit": 100, "timeout_s": 30, "endpoints": [endpoint]}]}
     command = [sys.executable, "-m", "gpupool.gateway", "--head", f"http://127.0.0.1:{head_port}", "--port", "0"]
-    command += ["--processes", "2", "--poll", "0.1s", "--report-every", f"{INTERVAL_S}s"]
+    command += ["--processes", "2", "--poll", "0.1s", "--report-every", f"{INTERVAL_S}s", "--loop", loop]
     env = {**os.environ, "GPUPOOL_GATEWAY_TOKEN": "gp_admin"}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
