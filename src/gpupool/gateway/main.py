@@ -17,8 +17,10 @@ import signal
 import ssl
 import stat
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -31,6 +33,7 @@ from gpupool.gateway.access import Access
 from gpupool.gateway.connection import ClientConnection
 from gpupool.gateway.door import Door
 from gpupool.gateway.exchange import Limits
+from gpupool.gateway.gather import Gathered
 from gpupool.gateway.pool import Table
 from gpupool.gateway.routes import FileRoutes, HeadRoutes, RouteSource, RouteTableError
 from gpupool.gateway.server import Gateway
@@ -227,7 +230,7 @@ async def serve(options: Options, place: workers.Place | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     tasks = [loop.create_task(_poll(source, table, options.poll_s))]
     if head is not None:
-        tasks.append(loop.create_task(observe.report_loop(head, table, options.report_s)))
+        tasks.append(loop.create_task(_reports(head, table, options.report_s, place)))
     watched = options.parent if place.first is None else place.first
     if watched is not None:
         tasks.append(loop.create_task(_orphaned(watched, stop)))
@@ -254,6 +257,17 @@ async def serve(options: Options, place: workers.Place | None = None) -> None:
             await asyncio.gather(*tasks)
         if head is not None:
             await head.aclose()
+
+
+def _reports(head: httpx.AsyncClient, table: Table, every_s: float, place: workers.Place) -> Coroutine[Any, Any, None]:
+    """The load reports: a forked process hands its own to the first; the first (or only) one
+    posts its own with the others' merged in, so the head sees the whole gateway's load."""
+    if place.report_fd is not None:
+        return observe.hand_over_loop(place.report_fd, table, every_s)
+    gathered = Gathered() if place.reports else None
+    if gathered is not None:
+        observe.read_reports(asyncio.get_running_loop(), place.reports, gathered)
+    return observe.report_loop(head, table, every_s, gathered)
 
 
 async def _poll(source: RouteSource, table: Table, every_s: float) -> None:

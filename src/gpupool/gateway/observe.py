@@ -18,7 +18,9 @@ lookups. Series (requests per second is ``rate()`` of the totals):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -28,6 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpupool.gateway.gather import Gathered
 from gpupool.gateway.pool import BUCKETS, RouteState, Stats, Table
 
 log = logging.getLogger("gpupool.gateway")
@@ -144,14 +147,18 @@ def _replica_reports(state: RouteState) -> Iterable[dict[str, Any]]:
         }
 
 
-async def report_loop(client: httpx.AsyncClient, table: Table, interval_s: float) -> None:
+async def report_loop(
+    client: httpx.AsyncClient, table: Table, interval_s: float, gathered: Gathered | None = None
+) -> None:
     """Send the load to the head every ``interval_s`` until cancelled; a failed send is logged
-    (once a minute at most) and the next one carries the counts since the last that arrived."""
+    (once a minute at most) and the next one carries the counts since the last that arrived.
+    ``gathered``: the other gateway processes' reports, merged into this one's (``gather.py``)."""
     last, warned = time.monotonic(), 0.0
     while True:
         await asyncio.sleep(interval_s)
         now = time.monotonic()
-        body = load_report(table, now - last)
+        own = load_report(table, now - last)
+        body, taken = gathered.report(own) if gathered is not None else (own, {})
         try:
             response = await client.post(STATS_PATH, json=body)
             ok = response.status_code < 300
@@ -160,7 +167,9 @@ async def report_loop(client: httpx.AsyncClient, table: Table, interval_s: float
         if ok:
             last = now
         else:
-            _undo(table, body)
+            _undo(table, own)
+            if gathered is not None:
+                gathered.give_back(taken)
             if now - warned > 60:
                 log.warning("gateway: the head did not take the load report; retrying every %.1fs", interval_s)
                 warned = now
@@ -179,3 +188,66 @@ def _undo(table: Table, body: dict[str, Any]) -> None:
                 counts, total = stats.reported_latency
                 back = tuple(c - g for c, g in zip(counts, got["latency_counts"], strict=True))
                 stats.reported_latency = (back, total - got["latency_sum_s"])
+
+
+async def hand_over_loop(fd: int, table: Table, interval_s: float) -> None:
+    """A forked gateway process's reports: every ``interval_s``, its load (counts since the last
+    hand-over) as one JSON line on its pipe to the first process, which posts them merged. The pipe
+    is non-blocking: a report it cannot take at all (full, or the first is gone) goes back into the
+    counts for the next; the rest of one it took in part is written before any new one."""
+    last, pending = time.monotonic(), b""
+    while True:
+        await asyncio.sleep(interval_s)
+        if pending:
+            pending = _write(fd, pending)
+            if pending:  # the first has not read the last one yet: the counts wait here
+                continue
+        now = time.monotonic()
+        body = load_report(table, now - last)
+        data = (json.dumps(body, separators=(",", ":")) + "\n").encode()
+        rest = _write(fd, data)
+        if rest == data:
+            _undo(table, body)
+        else:
+            last, pending = now, rest
+
+
+def _write(fd: int, data: bytes) -> bytes:
+    """What of ``data`` the pipe did not take (all of it: full, or no reader)."""
+    try:
+        return data[os.write(fd, data) :]
+    except OSError:  # BlockingIOError, BrokenPipeError
+        return data
+
+
+def read_reports(loop: asyncio.AbstractEventLoop, fds: list[int], gathered: Gathered) -> None:
+    """In the first process: take each forked process's reports off its pipe as they come (one
+    JSON line each) into ``gathered``; a pipe at its end (the process exited) is closed, out of
+    ``fds``, and what that process ran no longer counts as in flight."""
+    for fd in fds:
+        loop.add_reader(fd, _Pipe(loop, fd, fds, gathered).readable)
+
+
+class _Pipe:
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, fds: list[int], gathered: Gathered) -> None:
+        self.loop, self.fd, self.fds, self.gathered, self.buffer = loop, fd, fds, gathered, b""
+
+    def readable(self) -> None:
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fds.remove(self.fd)
+            self.gathered.lost(self.fd)
+            return
+        *lines, self.buffer = (self.buffer + data).split(b"\n")
+        for line in lines:
+            try:
+                self.gathered.take(self.fd, json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:  # not ours: a bug, said, not fatal
+                log.warning("gateway: a gateway process's load report is unreadable: %r", e)

@@ -13,7 +13,13 @@ What each process holds alone, and how the guarantees still hold:
   add up to the cap and the queue limit;
 - the token answers it keeps (``--auth-ttl``): each asks the head itself, so a revoked token
   fails within the same time in every process;
-- the door's connection cap: each has its share of ``--max-connections``.
+- the door's connection cap: each has its share of ``--max-connections``;
+- the load reported to the head: only the first posts; each other hands it its report over a pipe
+  of its own (made before the fork), and the first merges them into its own (``gather.py``), so
+  the autoscaler sees the whole gateway's load, once per interval.
+
+Per process, and said so in the guide: the failed-sign-in limit, and ``/metrics`` (a scrape reads
+the process that took its connection).
 
 A forked process stops when the first is gone (its parent changes), as the first stops when the
 head is gone (``--parent``): a head killed with SIGKILL leaves no gateway process behind.
@@ -49,6 +55,8 @@ class Place:
     ready_fd: int | None = None
     children: list[int] = field(default_factory=list)
     first: int | None = None  # a forked one's: the first process, whose end ends it
+    report_fd: int | None = None  # a forked one's: the pipe its load reports go by (non-blocking)
+    reports: list[int] = field(default_factory=list)  # the first's: the others' report pipes (non-blocking)
 
     def served(self) -> None:
         """Say this process serves: to the first process, by pipe (the first prints the line)."""
@@ -88,6 +96,7 @@ def run_all(host: str, port: int, count: int, run: Callable[[Place], int]) -> in
     exit code. A process that fails before it serves fails the whole start (exit code 2)."""
     sockets = listen(host, port, count)
     read_fd, write_fd = os.pipe()
+    pipes = [os.pipe() for _ in range(1, count)]  # (read, write): each forked one's load reports
     children: list[int] = []
     first = os.getpid()
     for index in range(1, count):
@@ -98,22 +107,48 @@ def run_all(host: str, port: int, count: int, run: Callable[[Place], int]) -> in
                 os.close(read_fd)
                 for other in sockets[:index] + sockets[index + 1 :]:
                     other.close()
-                code = run(Place(sockets[index], Part(index, count), ready_fd=write_fd, first=first))
+                mine = _keep_one(pipes, index - 1)
+                place = Place(sockets[index], Part(index, count), ready_fd=write_fd, first=first, report_fd=mine)
+                code = run(place)
             finally:
                 os._exit(code)
         children.append(pid)
     os.close(write_fd)
     for sock in sockets[1:]:
         sock.close()
-    if not _all_ready(read_fd, len(children)):
-        stop(children)
-        sockets[0].close()
-        print("gateway: a gateway process did not start (its reason is above)", file=sys.stderr, flush=True)
-        return 2
+    reports = _keep_read_ends(pipes)
     try:
-        return run(Place(sockets[0], Part(0, count), children=children))
+        if not _all_ready(read_fd, len(children)):
+            stop(children)
+            sockets[0].close()
+            print("gateway: a gateway process did not start (its reason is above)", file=sys.stderr, flush=True)
+            return 2
+        return run(Place(sockets[0], Part(0, count), children=children, reports=reports))
     finally:
         stop(children)
+        for fd in reports:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _keep_one(pipes: list[tuple[int, int]], mine: int) -> int:
+    """In a forked process: close every report pipe but its own's write end, returned non-blocking
+    (a full pipe or a gone first process never stalls its loop: the report waits for the next)."""
+    for i, (read, write) in enumerate(pipes):
+        os.close(read)
+        if i != mine:
+            os.close(write)
+    fd = pipes[mine][1]
+    os.set_blocking(fd, False)
+    return fd
+
+
+def _keep_read_ends(pipes: list[tuple[int, int]]) -> list[int]:
+    """In the first process: the report pipes' read ends, non-blocking (their write ends closed)."""
+    for read, write in pipes:
+        os.close(write)
+        os.set_blocking(read, False)
+    return [read for read, _ in pipes]
 
 
 def _all_ready(read_fd: int, expected: int) -> bool:
