@@ -1,9 +1,13 @@
 """A cycle's starts share their commits (``Applier.start_all``): two for the whole cycle, not
-two per job, since each commit waits for the disk on the controller's one thread. The guards
-stay per job: a start gone stale is dropped alone, and a batch that cannot be recorded as a
-whole is recorded job by job, its handles never lost."""
+two per job; and the jobs a tick settles share one (``Monitor.settle``). Each commit waits for
+the disk on the controller's one thread. The guards stay per job: a start gone stale is dropped
+alone, and a batch that cannot be recorded as a whole is recorded job by job, its handles never
+lost."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Connection, event
@@ -24,8 +28,8 @@ from gpupool.usecases.context import HeadContext
 from tests.support.executor import USER, FakeExecutor
 
 
-def four_decided(db: Database) -> tuple[Controller, HeadContext, list[int]]:
-    """Four pending 1-GPU jobs on a 4-GPU node, and the controller (no thread running)."""
+def four_decided(db: Database) -> tuple[Controller, HeadContext, list[int], FakeExecutor]:
+    """Four pending 1-GPU jobs on a 4-GPU node, the controller (no thread running), its executor."""
     clock = FakeClock()
     executor = FakeExecutor(uniform(1, 4))
     controller = Controller(db, executor, clock, SchedulerConfig(), ControllerSettings())
@@ -33,7 +37,23 @@ def four_decided(db: Database) -> tuple[Controller, HeadContext, list[int]]:
         node_repo.register_nodes(s, executor.nodes(), clock.now())
     ctx = HeadContext(db, clock, executor, controller.wake)
     ids = [job_service.submit(ctx, JobSpec.create(command=["true"], gpus=1), USER).id for _ in range(4)]
-    return controller, ctx, ids
+    return controller, ctx, ids, executor
+
+
+@contextlib.contextmanager
+def counted_commits(db: Database) -> Iterator[list[int]]:
+    """The commits of transactions that may write, made inside the block."""
+    commits: list[int] = []
+
+    def count(conn: Connection) -> None:
+        if not conn.get_execution_options().get(READ_ONLY):  # reads commit nothing
+            commits.append(1)
+
+    event.listen(db.engine, "commit", count)
+    try:
+        yield commits
+    finally:
+        event.remove(db.engine, "commit", count)
 
 
 def start_cycle(db: Database, controller: Controller, ctx: HeadContext) -> dict[int, int]:
@@ -44,18 +64,9 @@ def start_cycle(db: Database, controller: Controller, ctx: HeadContext) -> dict[
 
 
 def test_a_cycle_of_four_starts_commits_twice(db: Database) -> None:
-    controller, ctx, ids = four_decided(db)
-    commits: list[int] = []
-
-    def count(conn: Connection) -> None:
-        if not conn.get_execution_options().get(READ_ONLY):  # reads commit nothing
-            commits.append(1)
-
-    event.listen(db.engine, "commit", count)
-    try:
+    controller, ctx, ids, _ = four_decided(db)
+    with counted_commits(db) as commits:
         started = start_cycle(db, controller, ctx)
-    finally:
-        event.remove(db.engine, "commit", count)
     assert started == dict.fromkeys(ids, 1)
     assert len(commits) == 2
     assert {job_service.get(ctx, i).state for i in ids} == {JobState.RUNNING}
@@ -64,7 +75,7 @@ def test_a_cycle_of_four_starts_commits_twice(db: Database) -> None:
 def test_a_batch_that_cannot_be_recorded_whole_is_recorded_job_by_job(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    controller, ctx, ids = four_decided(db)
+    controller, ctx, ids, _ = four_decided(db)
     real = applier_module.transition_job
     refused: list[int] = []
 
@@ -83,3 +94,16 @@ def test_a_batch_that_cannot_be_recorded_whole_is_recorded_job_by_job(
     with db.read() as s:
         handles = [w.handle for w in worker_repo.live_workers(s)]
     assert len(handles) == 4 and None not in handles
+
+
+def test_four_jobs_that_ended_together_are_settled_in_one_commit(db: Database) -> None:
+    controller, ctx, ids, executor = four_decided(db)
+    start_cycle(db, controller, ctx)
+    for job_id in ids:
+        executor.exit(job_id, 0)
+    monitor = controller._parts.monitor
+    assert monitor.reap() == set(ids)
+    with counted_commits(db) as commits:
+        monitor.settle(set(ids))
+    assert len(commits) == 1
+    assert {job_service.get(ctx, i).state for i in ids} == {JobState.SUCCEEDED}
