@@ -56,6 +56,7 @@ class Monitor:
             return set()
         now = self._clock.now()
         with self._db.tx() as s:
+            held = worker_repo.load_workers(s, [w.id for w, _ in exits])  # noqa: F841 - kept while written
             for w, ended in exits:
                 worker_repo.record_exit(
                     s,
