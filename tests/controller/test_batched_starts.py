@@ -11,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Connection, event
+from sqlalchemy.orm import Session
 
 from gpupool.clock import FakeClock
 from gpupool.controller import applier as applier_module
+from gpupool.controller import power as power_module
 from gpupool.controller.loop import Controller, ControllerSettings
 from gpupool.domain.errors import Stale
 from gpupool.domain.jobs import JobSpec, JobState
@@ -107,3 +109,17 @@ def test_four_jobs_that_ended_together_are_settled_in_one_commit(db: Database) -
         monitor.settle(set(ids))
     assert len(commits) == 1
     assert {job_service.get(ctx, i).state for i in ids} == {JobState.SUCCEEDED}
+
+
+def test_a_cycle_reads_a_projects_gpu_power_default_once(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, ctx, ids, _ = four_decided(db)
+    real = power_module.project_repo.gpu_power_default
+    reads: list[str] = []
+
+    def counted(session: Session, project: str) -> str | None:
+        reads.append(project)
+        return real(session, project)
+
+    monkeypatch.setattr(power_module.project_repo, "gpu_power_default", counted)
+    assert start_cycle(db, controller, ctx) == dict.fromkeys(ids, 1)
+    assert reads == ["default"]

@@ -62,12 +62,10 @@ class Applier:
         """Start the jobs the scheduler placed; ``specs`` come from the cycle's snapshot.
         Returns the attempt each started job is on; a start dropped as stale is left out.
 
-        The cycle's starts share two commits, not two each: every pending -> starting (with its
-        placements) in one transaction, each in a savepoint of its own so a stale one is dropped
-        alone; then the launches; then every handle and starting -> running in one more. Each
-        commit waits for the disk (synchronous=FULL) on the controller's one thread: measured
-        3-4 ms a commit here, most of a trivial job's start. Should a batch fail as a whole, each
-        start is redone on its own, as before."""
+        The cycle's starts share two commits, not two each (each waits for the disk on the
+        controller's one thread): every pending -> starting in one transaction, a savepoint each
+        so a stale one is dropped alone; the launches; every handle and starting -> running in
+        one more. Should a batch fail as a whole, each start is redone on its own, as before."""
         decisions = list(starts)
         begun = self._begin_all(decisions)
         if begun is None:  # the batch could not be written: one at a time, each guarded alone
@@ -77,7 +75,8 @@ class Applier:
                 if attempt is not None:
                     started[decision.job_id] = attempt
             return started
-        finishes = [self._launch_begun(decision, specs[decision.job_id], ticket) for decision, ticket in begun]
+        defaults: dict[str, str | None] = {}  # each project's GPU power default, read once a cycle
+        finishes = [self._launch_begun(d, specs[d.job_id], ticket, defaults) for d, ticket in begun]
         self._finish_all(finishes)
         return {decision.job_id: ticket.attempt for decision, ticket in begun}
 
@@ -117,7 +116,9 @@ class Applier:
             return None
         return begun
 
-    def _launch_begun(self, decision: StartJob, spec: JobSpec, ticket: StartTicket) -> _Finish:
+    def _launch_begun(
+        self, decision: StartJob, spec: JobSpec, ticket: StartTicket, defaults: dict[str, str | None] | None = None
+    ) -> _Finish:
         """Launch a begun start's workers: what its finish will record."""
         attempt, job_id = ticket.attempt, decision.job_id
         in_image = spec.image is not None
@@ -132,7 +133,7 @@ class Applier:
                 (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
             ]
             return _Finish(job_id, attempt, [], failed, in_image, None)
-        power = LaunchPower.load(self._db, spec, self._max_slowdown)  # its GPUs' setting (issue 33)
+        power = LaunchPower.load(self._db, spec, self._max_slowdown, defaults)  # its GPUs' setting (issue 33)
         launched, failed, powers = self._launch(job_id, spec, ticket, rendezvous, decision.power_cap_w, power)
         power.record(self._db, job_id, self._clock.now())
         return _Finish(job_id, attempt, launched, failed, in_image, powers)
