@@ -21,6 +21,11 @@ It prints one table (markdown) with a ratio column, gpupool's best over Slurm's,
 beside it. Everything it started is stopped on the way out, Ctrl-C included.
 
     python benchmarks/slurm_vs_gpupool.py [--jobs 200] [--skip-install] [--json FILE]
+
+``--systems`` and ``--workloads`` narrow a run to some of them (``--systems api --workloads
+back_to_back`` times gpupool's end-to-end rate alone, without installing or starting Slurm); the
+ratio column then shows "—" where Slurm was not run. The head's own CPU time (its process and its
+threads, from ``/proc``) over the back-to-back row is reported per job.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from submit_throughput import post_job
 
 NODES, GPUS_PER_NODE = 2, 4
 NOT_SUPPORTED = "n/a (not supported by this build)"
+SYSTEMS = ("slurm", "cli", "api")
+WORKLOADS = ("latency", "back_to_back", "full")
 
 Submit = Callable[[str], str]  # a shell command -> the new job's id
 
@@ -161,8 +168,8 @@ class GpupoolCli:
 class GpupoolApi:
     label = "gpupool via its API"
 
-    def __init__(self, head: RunningHead) -> None:
-        self.head = head
+    def __init__(self, head: RunningHead, workdir: Path) -> None:
+        self.head, self.workdir = head, workdir
         self.clients: list[httpx.Client] = []
 
     def client(self) -> httpx.Client:
@@ -173,7 +180,7 @@ class GpupoolApi:
 
     def submitter(self) -> Submit:
         http = self.client()
-        return lambda command: post_job(http, job_body(command))
+        return lambda command: post_job(http, job_body(command, self.workdir))
 
     def cancel_all(self) -> None:
         cancel_all_jobs(self.head)
@@ -183,7 +190,7 @@ class GpupoolApi:
         # shape. A build without it answers 404 (or 405): then this reports n/a.
         http = self.client()
         t0 = time.perf_counter()
-        response = http.post("/api/v1/jobs:batch", json={"jobs": [job_body(command)] * size})
+        response = http.post("/api/v1/jobs:batch", json={"jobs": [job_body(command, self.workdir)] * size})
         elapsed = time.perf_counter() - t0
         if response.status_code in (404, 405):
             return NOT_SUPPORTED
@@ -196,8 +203,10 @@ class GpupoolApi:
             http.close()
 
 
-def job_body(command: str) -> dict[str, Any]:
-    return {"command": ["sh", "-c", command], "gpus": 1, "name": "bench"}
+def job_body(command: str, workdir: Path) -> dict[str, Any]:
+    """The job the CLI submits from ``workdir``: a job sees the host's ``/tmp`` only below its
+    working directory (its own ``/tmp`` is private), and the stamps are written there."""
+    return {"command": ["sh", "-c", command], "gpus": 1, "name": "bench", "workdir": str(workdir)}
 
 
 def cancel_all_jobs(head: RunningHead, timeout: float = 60.0) -> None:
@@ -309,19 +318,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=0.5, help="gpupool controller interval, s (default 0.5)")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting for jobs after this many s")
     parser.add_argument("--skip-install", action="store_true", help="do not apt-get install Slurm if missing")
+    parser.add_argument(
+        "--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="which to run (default: all three)"
+    )
+    parser.add_argument(
+        "--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="which rows (default: all)"
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every figure to FILE as JSON")
     return parser.parse_args(argv)
 
 
 def rows(args: argparse.Namespace) -> list[Row]:
-    out = [
-        Row("latency", "submit -> job's process running, p50, one job after another", "ms", "lower"),
-        Row("back_to_back", f"{args.jobs} trivial jobs submitted back to back, end to end", "jobs/s", "higher"),
-    ]
-    for clients in args.clients:
+    out = []
+    if "latency" in args.workloads:
+        out.append(Row("latency", "submit -> job's process running, p50, one job after another", "ms", "lower"))
+    if "back_to_back" in args.workloads:
+        out.append(
+            Row("back_to_back", f"{args.jobs} trivial jobs submitted back to back, end to end", "jobs/s", "higher")
+        )
+    for clients in args.clients if "full" in args.workloads else []:
         plural = "client" if clients == 1 else "clients"
         out.append(Row(f"full_{clients}", f"submissions/s while the cluster is full, {clients} {plural}", "", "higher"))
-    if args.array:
+    if args.array and "full" in args.workloads:
         out.append(Row("array", f"array of {args.array:,} jobs into the full cluster, until accepted", "ms", "lower"))
     return out
 
@@ -333,12 +351,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tempfile.mkdtemp(prefix="slurm-vs-gpupool-"))
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         workdir.chmod(0o755)
-        layout = SlurmLayout(gpus_per_node=GPUS_PER_NODE, nodes=tuple(f"n{i + 1}" for i in range(NODES)))
-        cluster = stack.enter_context(running_slurm(layout, install=not args.skip_install))
-        head = stack.enter_context(running_head(nodes=NODES, gpus=GPUS_PER_NODE, interval=args.interval))
-        api = GpupoolApi(head)
-        stack.callback(api.close)
-        systems: list[System] = [SlurmSystem(cluster, workdir), GpupoolCli(head, workdir), api]
+        head, systems = start_systems(stack, args, workdir)
         for system in systems:
             (workdir / _slug(system.label)).mkdir()
 
@@ -347,9 +360,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 _say(f"{key}: {system.label} ...")
                 results.setdefault(key, {})[system.label] = measure(system, workdir / _slug(system.label))
 
-        each("latency", lambda s, d: latency(s, d, args.latency_jobs, args.warmup, args.timeout))
-        each("back_to_back", lambda s, d: back_to_back(s, d, args.jobs, args.timeout))
-        for n, clients in enumerate(args.clients):
+        def with_cpu(system: System, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+            """The measure, with the head's CPU and the machine's busy CPU over it (gpupool only)."""
+            if isinstance(system, SlurmSystem):
+                return measure()
+            head0, busy0 = process_cpu_s(head.process.pid), machine_busy_s()
+            out = measure()
+            out["head_cpu_s"] = round(process_cpu_s(head.process.pid) - head0, 2)
+            out["machine_busy_cpu_s"] = round(machine_busy_s() - busy0, 2)
+            return out
+
+        if "latency" in args.workloads:
+            each("latency", lambda s, d: latency(s, d, args.latency_jobs, args.warmup, args.timeout))
+        if "back_to_back" in args.workloads:
+            each("back_to_back", lambda s, d: with_cpu(s, lambda: back_to_back(s, d, args.jobs, args.timeout)))
+        for n, clients in enumerate(args.clients if "full" in args.workloads else []):
             for system in systems:
                 _say(f"full, {clients} client(s): {system.label} ...")
                 array = args.array if n == 0 else 0  # once, on top of the first burst's queue
@@ -372,6 +397,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "max_seconds": args.max_seconds,
             "array": args.array,
             "gpupool_interval_s": args.interval,
+            "systems": args.systems,
+            "workloads": args.workloads,
         },
         "systems": labels,
         "rows": [row.__dict__ for row in rows(args)],
@@ -380,8 +407,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def start_systems(
+    stack: contextlib.ExitStack, args: argparse.Namespace, workdir: Path
+) -> tuple[RunningHead, list[System]]:
+    """The systems ``--systems`` names, in the table's order (Slurm first), each stopped by ``stack``."""
+    systems: list[System] = []
+    if "slurm" in args.systems:
+        layout = SlurmLayout(gpus_per_node=GPUS_PER_NODE, nodes=tuple(f"n{i + 1}" for i in range(NODES)))
+        cluster = stack.enter_context(running_slurm(layout, install=not args.skip_install))
+        systems.append(SlurmSystem(cluster, workdir))
+    head = stack.enter_context(running_head(nodes=NODES, gpus=GPUS_PER_NODE, interval=args.interval))
+    if "cli" in args.systems:
+        systems.append(GpupoolCli(head, workdir))
+    if "api" in args.systems:
+        api = GpupoolApi(head, workdir)
+        stack.callback(api.close)
+        systems.append(api)
+    return head, systems
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core spent not idle since boot (``/proc/stat``): supervisors, jobs and
+    the benchmark's own clients included, and whatever else the machine runs."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def table(out: dict[str, Any]) -> str:
-    slurm, *gpupool = out["systems"]
+    has_slurm = out["systems"][0].startswith("Slurm")
+    slurm, gpupool = (out["systems"][0], out["systems"][1:]) if has_slurm else (None, out["systems"])
     lines = [
         f"| figure | {' | '.join(out['systems'])} | gpupool best / Slurm |",
         "| --- |" + " --- |" * (len(out["systems"]) + 1),
@@ -390,7 +450,8 @@ def table(out: dict[str, Any]) -> str:
         cells = out["results"].get(row["key"], {})
         values = {label: cells.get(label, {}).get("value") for label in out["systems"]}
         shown = [cells.get(label, {}).get("text") or fmt_value(values[label], row["unit"]) for label in out["systems"]]
-        ratio = best_ratio(values[slurm], [values[g] for g in gpupool], row["better"])
+        slurm_value = values[slurm] if slurm is not None else None
+        ratio = best_ratio(slurm_value, [values[g] for g in gpupool], row["better"])
         ratio_text = f"{fmt_value(ratio)}× ({row['better']} is better)" if ratio is not None else "—"
         lines.append(f"| {row['figure']} | {' | '.join(shown)} | {ratio_text} |")
     return "\n".join(lines)
@@ -406,6 +467,12 @@ def details(out: dict[str, Any]) -> str:
             f"  back to back, {label}: {r['jobs']} submitted in {r['submitting_s']} s, "
             f"all started after {r['end_to_end_s']:.1f} s"
         )
+        if "head_cpu_s" in r:
+            per_job = 1000 / r["jobs"]
+            lines.append(
+                f"  back to back, {label}: CPU per job: head {r['head_cpu_s'] * per_job:.1f} ms, "
+                f"whole machine {r['machine_busy_cpu_s'] * per_job:.1f} ms"
+            )
     for clients in out["params"]["clients"]:
         for label, r in out["results"].get(f"full_{clients}", {}).items():
             cap = ", stopped at the time cap" if r["capped"] else ""

@@ -116,6 +116,27 @@ def test_table_prints_a_row_per_figure_and_says_when_a_build_lacks_arrays() -> N
     assert lines[3] == f"| array | 6 ms | {side_by_side.NOT_SUPPORTED} | {side_by_side.NOT_SUPPORTED} | — |"
 
 
+def test_a_run_without_slurm_has_no_ratio_and_only_the_rows_asked_for() -> None:
+    args = side_by_side.parse_args(["--systems", "api", "--workloads", "back_to_back", "--jobs", "50"])
+    rows = side_by_side.rows(args)
+    assert [row.key for row in rows] == ["back_to_back"]
+    out = {
+        "systems": ["gpupool via its API"],
+        "rows": [row.__dict__ for row in rows],
+        "results": {"back_to_back": {"gpupool via its API": {"value": 97.0}}},
+    }
+    assert (
+        side_by_side.table(out).splitlines()[2]
+        == "| 50 trivial jobs submitted back to back, end to end | 97 jobs/s | — |"
+    )
+
+
+def test_an_api_job_runs_where_its_stamp_is_written(tmp_path: Path) -> None:
+    """A job's own /tmp is private: the stamp directory must be its working directory, bound in."""
+    body = side_by_side.job_body("true", tmp_path)
+    assert body["workdir"] == str(tmp_path)
+
+
 def test_burst_shares_the_submissions_and_stops_a_thread_at_its_first_error() -> None:
     calls: list[int] = []
 

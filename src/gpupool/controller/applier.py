@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import NamedTuple
 
 from gpupool.clock import Clock
 from gpupool.controller.power import LaunchPower
@@ -59,13 +60,25 @@ class Applier:
 
     def start_all(self, starts: Iterable[StartJob], specs: Mapping[int, JobSpec]) -> dict[int, int]:
         """Start the jobs the scheduler placed; ``specs`` come from the cycle's snapshot.
-        Returns the attempt each started job is on; a start dropped as stale is left out."""
-        started: dict[int, int] = {}
-        for decision in starts:
-            attempt = self.start(decision, specs[decision.job_id])
-            if attempt is not None:
-                started[decision.job_id] = attempt
-        return started
+        Returns the attempt each started job is on; a start dropped as stale is left out.
+
+        The cycle's starts share two commits, not two each (each waits for the disk on the
+        controller's one thread): every pending -> starting in one transaction, a savepoint each
+        so a stale one is dropped alone; the launches; every handle and starting -> running in
+        one more. Should a batch fail as a whole, each start is redone on its own, as before."""
+        decisions = list(starts)
+        begun = self._begin_all(decisions)
+        if begun is None:  # the batch could not be written: one at a time, each guarded alone
+            started: dict[int, int] = {}
+            for decision in decisions:
+                attempt = self.start(decision, specs[decision.job_id])
+                if attempt is not None:
+                    started[decision.job_id] = attempt
+            return started
+        defaults: dict[str, str | None] = {}  # each project's GPU power default, read once a cycle
+        finishes = [self._launch_begun(d, specs[d.job_id], ticket, defaults) for d, ticket in begun]
+        self._finish_all(finishes)
+        return {decision.job_id: ticket.attempt for decision, ticket in begun}
 
     def start(self, decision: StartJob, spec: JobSpec) -> int | None:
         """Start one job. Returns the attempt started (1: the job's first start), or None when
@@ -77,7 +90,38 @@ class Applier:
         except Conflict as exc:  # Stale among them: the decision is dropped, the cycle goes on
             log.info("not starting job %s: %s", decision.job_id, exc)
             return None
+        self._finish_start(*self._launch_begun(decision, spec, ticket))
+        return ticket.attempt
+
+    def _begin_all(self, decisions: list[StartJob]) -> list[tuple[StartJob, StartTicket]] | None:
+        """Every decision's pending -> starting in one transaction, each in a savepoint: a job
+        cancelled since its snapshot is dropped (logged) and the rest go on. None when the
+        transaction as a whole could not be committed (nothing was written)."""
+        if not decisions:
+            return []
+        now = self._clock.now()
+        begun: list[tuple[StartJob, StartTicket]] = []
+        try:
+            with self._db.tx() as s:
+                for decision in decisions:
+                    try:
+                        with s.begin_nested():
+                            begun.append(
+                                (decision, worker_repo.begin_start(s, decision.job_id, decision.placements, now))
+                            )
+                    except Conflict as exc:  # Stale among them: this decision is dropped
+                        log.info("not starting job %s: %s", decision.job_id, exc)
+        except Conflict as exc:
+            log.info("the cycle's starts could not be written together, each goes alone: %s", exc)
+            return None
+        return begun
+
+    def _launch_begun(
+        self, decision: StartJob, spec: JobSpec, ticket: StartTicket, defaults: dict[str, str | None] | None = None
+    ) -> _Finish:
+        """Launch a begun start's workers: what its finish will record."""
         attempt, job_id = ticket.attempt, decision.job_id
+        in_image = spec.image is not None
         try:
             rendezvous = self._executor.rendezvous(decision.placements[0].node)
             if spec.elastic:  # workers a grow adds later are told the same one (issue 35)
@@ -88,13 +132,29 @@ class Applier:
             failed = [
                 (worker_id, f"no rendezvous on {decision.placements[0].node}: {exc}") for worker_id, _ in ticket.workers
             ]
-            self._finish_start(job_id, attempt, [], failed, in_image=spec.image is not None)
-            return attempt
-        power = LaunchPower.load(self._db, spec, self._max_slowdown)  # its GPUs' setting (issue 33)
+            return _Finish(job_id, attempt, [], failed, in_image, None)
+        power = LaunchPower.load(self._db, spec, self._max_slowdown, defaults)  # its GPUs' setting (issue 33)
         launched, failed, powers = self._launch(job_id, spec, ticket, rendezvous, decision.power_cap_w, power)
         power.record(self._db, job_id, self._clock.now())
-        self._finish_start(job_id, attempt, launched, failed, in_image=spec.image is not None, powers=powers)
-        return attempt
+        return _Finish(job_id, attempt, launched, failed, in_image, powers)
+
+    def _finish_all(self, finishes: list[_Finish]) -> None:
+        """Every launched start's handles and starting -> running in one transaction (what
+        ``_finish_start`` writes for one). A job moved by someone else meanwhile fails the whole
+        transaction (nothing written): then each is finished on its own, where a moved job keeps
+        its handles and its state."""
+        if not finishes:
+            return
+        try:
+            with self._db.tx() as s:
+                now = self._clock.now()
+                held = worker_repo.load_workers(s, [w for f in finishes for w, _, _ in f.launched])  # noqa: F841 - kept
+                for f in finishes:
+                    self._record_finish(s, f, now)
+        except Stale as exc:
+            log.info("a job changed while the cycle's starts were recorded, each is recorded alone: %s", exc)
+            for f in finishes:
+                self._finish_start(*f)
 
     def grow_all(self, grows: Iterable[GrowJob], specs: Mapping[int, JobSpec]) -> int:
         """Add the workers each grow decided to its running elastic job; how many jobs grew."""
@@ -283,17 +343,20 @@ class Applier:
         may have been asked to stop meanwhile: that leaves its state alone (only the controller
         moves a starting job), and the monitor stops what was launched. The handles must never
         be lost: should the state have moved after all, they are written on their own."""
-        now = self._clock.now()
+        finish = _Finish(job_id, attempt, launched, failed, in_image, powers)
         try:
             with self._db.tx() as s:
-                self._record_launches(s, job_id, launched, failed, now, powers)
-                row = job_repo.job_row(s, job_id, lock=True)
-                if row.state == JobState.STARTING.value and not (in_image and not failed):
-                    transition_job(s, row, JobState.RUNNING, now, f"running (attempt {attempt})")
+                self._record_finish(s, finish, self._clock.now())
         except Stale as exc:  # moved by someone else: keep the handles; the monitor settles it
             log.info("job %s changed while it started: %s", job_id, exc)
             with self._db.tx() as s:
-                self._record_launches(s, job_id, launched, failed, now, powers)
+                self._record_launches(s, job_id, launched, failed, self._clock.now(), powers)
+
+    def _record_finish(self, s: Tx, f: _Finish, now: datetime) -> None:
+        self._record_launches(s, f.job_id, f.launched, f.failed, now, f.powers)
+        row = job_repo.job_row(s, f.job_id, lock=True)
+        if row.state == JobState.STARTING.value and not (f.in_image and not f.failed):
+            transition_job(s, row, JobState.RUNNING, now, f"running (attempt {f.attempt})")
 
     @staticmethod
     def _record_launches(
@@ -314,6 +377,17 @@ class Applier:
         for worker_id, message in failed:
             worker_repo.record_exit(s, worker_id, None, True, now, reason="its launch failed")
             job_repo.add_job_event(s, job_id, now, "launch_failed", message)
+
+
+class _Finish(NamedTuple):
+    """What a start's last write records: the launches and starting -> running (``_finish_start``)."""
+
+    job_id: int
+    attempt: int
+    launched: list[tuple[int, WorkerHandle, int | None]]
+    failed: list[tuple[int, str]]
+    in_image: bool
+    powers: Mapping[int, PowerSetting | None] | None
 
 
 def _capped(setting: PowerSetting | None, cap: float | None) -> PowerSetting | None:

@@ -11,6 +11,7 @@ import logging
 from gpupool.clock import Clock
 from gpupool.controller.applier import Applier
 from gpupool.domain.errors import Stale
+from gpupool.domain.records import WorkerRecord
 from gpupool.executors.base import Executor
 from gpupool.store import jobs as job_repo
 from gpupool.store import workers as worker_repo
@@ -55,6 +56,7 @@ class Monitor:
             return set()
         now = self._clock.now()
         with self._db.tx() as s:
+            held = worker_repo.load_workers(s, [w.id for w, _ in exits])  # noqa: F841 - kept while written
             for w, ended in exits:
                 worker_repo.record_exit(
                     s,
@@ -71,12 +73,36 @@ class Monitor:
 
     def settle(self, job_ids: set[int]) -> None:
         """Apply the outcome rule to each job: finish it, requeue it, or stop its other workers.
-        A job that changed meanwhile (a cancel through the API) is settled again next tick."""
+        A job that changed meanwhile (a cancel through the API) is settled again next tick.
+
+        One transaction for all of them, a savepoint each (a stale job is rolled back alone): each
+        commit waits for the disk on the controller's one thread, and a tick of short jobs settles
+        one per GPU. Should the batch fail as a whole, each job is settled on its own, as before."""
+        if len(job_ids) > 1:
+            try:
+                to_stop = self._settle_together(sorted(job_ids))
+            except Exception:  # nothing was written; the per-job path below says why
+                log.info("settling %d jobs together failed; settling each alone", len(job_ids), exc_info=True)
+            else:
+                self._applier.kill(to_stop)
+                return
         for job_id in sorted(job_ids):
             try:
                 with self._db.tx() as s:
-                    to_stop = job_repo.settle_job(s, job_id, self._clock.now(), self._backoff_s, self._image_wait_s)
+                    one = job_repo.settle_job(s, job_id, self._clock.now(), self._backoff_s, self._image_wait_s)
             except Stale:
                 log.info("job %s changed while it was being settled; settling it again next cycle", job_id)
                 continue
-            self._applier.kill(to_stop)
+            self._applier.kill(one)
+
+    def _settle_together(self, job_ids: list[int]) -> list[WorkerRecord]:
+        to_stop: list[WorkerRecord] = []
+        with self._db.tx() as s:
+            now = self._clock.now()
+            for job_id in job_ids:
+                try:
+                    with s.begin_nested():
+                        to_stop += job_repo.settle_job(s, job_id, now, self._backoff_s, self._image_wait_s)
+                except Stale:  # a row that moved under a flush fails the batch: each goes alone then
+                    log.info("job %s changed while it was being settled; settling it again next cycle", job_id)
+        return to_stop

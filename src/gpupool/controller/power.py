@@ -113,14 +113,23 @@ class LaunchPower:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, db: Database, spec: JobSpec, max_slowdown: float) -> LaunchPower:
-        """Reads the store only for a job with GPUs whose mode is not max."""
+    def load(
+        cls, db: Database, spec: JobSpec, max_slowdown: float, defaults: dict[str, str | None] | None = None
+    ) -> LaunchPower:
+        """Reads the store only for a job with GPUs whose mode is not max. ``defaults``: the
+        projects' GPU power defaults already read this cycle (read here and added when missing):
+        a cycle that starts many jobs of one project reads its default once, not once a job."""
         found = cls(spec, max_slowdown)
         if spec.gpus == 0 or spec.gpu_power == MAX:
             return found
+        defaults = {} if defaults is None else defaults
+        if spec.gpu_power is None and spec.project in defaults:
+            found.project_default = defaults[spec.project]
+            if job_mode(spec, found.project_default).kind == MAX:
+                return found
         with db.read() as s:
-            if spec.gpu_power is None:
-                found.project_default = project_repo.gpu_power_default(s, spec.project)
+            if spec.gpu_power is None and spec.project not in defaults:
+                found.project_default = defaults[spec.project] = project_repo.gpu_power_default(s, spec.project)
             if job_mode(spec, found.project_default).kind == MAX:
                 return found
             found.gpus = {(n.name, g.index): g for n in node_repo.load_nodes(s) for g in n.gpus}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -173,6 +173,15 @@ def release_worker(session: Session, worker_id: int) -> None:
 def set_rendezvous(session: Session, job_id: int, endpoint: str) -> None:
     """Keep an elastic job's attempt's rendezvous (``Rendezvous.endpoint``): what workers a grow adds are told."""
     session.get_one(JobRow, job_id).rendezvous = endpoint
+
+
+def load_workers(session: Session, worker_ids: Collection[int]) -> list[WorkerRow]:
+    """Read these workers' rows in one query, so that the writes that follow for each of them
+    (``mark_launched``, ``record_exit``) find them in the session instead of making one query
+    each. Keep what it returns until they are written: the session holds unchanged rows weakly."""
+    if not worker_ids:
+        return []
+    return list(session.scalars(select(WorkerRow).where(WorkerRow.id.in_(list(worker_ids)))))
 
 
 def mark_launched(
