@@ -21,7 +21,7 @@ class HeadUnreachable(Exception):
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is this machine: a loopback address or ``localhost``."""
-    if host.lower() == "localhost":
+    if host.lower() == "localhost" or host in ("127.0.0.1", "::1"):
         return True
     import ipaddress  # only a command that checks a URL needs it
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json as jsonlib
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from gpupool.domain.errors import InvalidInput
@@ -86,6 +86,9 @@ class PlainHTTP:
         self._prefix = parts.path.rstrip("/")
         self._headers = dict(headers)
         self._timeout = timeout
+        # An ASCII host goes to getaddrinfo as bytes: as a str it is encoded with the idna codec,
+        # whose import (with stringprep) is ~1 ms of a command's start, to the same bytes.
+        self._address: str | bytes = self._host.encode("ascii") if self._host.isascii() else self._host
         host = f"[{self._host}]" if ":" in self._host else self._host  # as http.client writes Host
         self._host_header = host if self._port is None else f"{host}:{self._port}"
 
@@ -119,7 +122,8 @@ class PlainHTTP:
             lines.append(f"Content-Length: {len(body)}")
         lines.append("Connection: close")
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-        with socket.create_connection((self._host, self._port or 80), timeout=self._timeout) as sock:
+        address = cast(str, self._address)  # getaddrinfo takes bytes too; typeshed says str
+        with socket.create_connection((address, self._port or 80), timeout=self._timeout) as sock:
             sock.sendall(request)
             return _read_answer(sock, head_only=method == "HEAD")
 

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from gpupool.domain import bounds
 from gpupool.domain.elastic import parse_workers
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.projects import NAME_RE
+from gpupool.domain.names import NAME_RE
 from gpupool.domain.resources import CPU_MILLI, parse_cpus, validate_gpus
 
 

@@ -6,18 +6,17 @@ Quantities are GPUs; a fractional worker counts by its share.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpupool.domain import model_quotas
 from gpupool.domain.errors import InvalidInput
+from gpupool.domain.names import NAME_RE as NAME_RE
 
 DEFAULT_PROJECT = "default"
 # The one rule for names people give things: projects, users (and a job's project).
 MAX_GPUS = 1_000_000  # a quota, limit or weight beyond any cluster: bounded so arithmetic stays exact
 MAX_IDLE_S = 365 * 86400
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True, slots=True)

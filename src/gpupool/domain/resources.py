@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 
 from gpupool.domain.errors import InvalidInput
 
@@ -76,6 +75,12 @@ def parse_cpus(value: object, most: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int | float | str) or len(str(value)) > 32:
             raise ValueError
         text = str(value).strip()
+        if text.isascii() and text.isdigit():  # whole cores, the everyday case: exact without Decimal
+            if int(text) > most:
+                raise InvalidInput(f"cpus must be at most {most} per worker, got {value!r}")
+            return int(text) * CPU_MILLI
+        from decimal import Decimal  # ~1 ms of a command's start, for a fraction or millicores
+
         milli = Decimal(text[:-1]) if text.endswith("m") else Decimal(text) * CPU_MILLI
     except (ValueError, ArithmeticError):
         raise InvalidInput(f"cpus must be a number of cores (2, 0.5) or millicores (500m), got {value!r}") from None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.projects import NAME_RE
+from gpupool.domain.names import NAME_RE
 
 ADMIN_USER = "admin"  # the built-in user that owns the head's bootstrap admin token
 JOIN_ROLE = "join"  # the role of the join token: it only lets a node join
