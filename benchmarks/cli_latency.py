@@ -10,7 +10,8 @@ and the floor under everything: ``python -c pass``.
 
 With ``--loops N`` (default 8) it then runs N shell loops at once, each submitting --loop-jobs jobs
 with ``gpupool submit`` one after another, as a script sweeping parameters would, and prints the
-submissions a second (issue 36's target: 30 with 8 loops on a 2-core machine; sbatch did 159).
+submissions a second (issue 36's target: 30 with 8 loops on a 2-core machine; sbatch did 159),
+of 1-GPU jobs that queue behind jobs holding every GPU.
 
 gpupool's modules are byte-compiled first, as ``pip install`` leaves them: an interpreter run with
 PYTHONDONTWRITEBYTECODE=1 (as on this development VM) would otherwise compile every module it
@@ -35,6 +36,8 @@ from collections.abc import Sequence
 
 from _head import gpupool_command, machine, machine_line, percentile, running_head
 
+NODES, GPUS_PER_NODE = 2, 4
+GPUS = NODES * GPUS_PER_NODE
 COMMANDS = ("version", "jobs", "submit", "show", "why", "cancel", "nodes")
 
 
@@ -110,10 +113,14 @@ def compile_gpupool() -> None:
 
 
 def shell_loops(cli: list[str], env: dict[str, str], loops: int, jobs: int) -> float:
-    """Submissions a second from ``loops`` shell loops at once, each submitting ``jobs`` jobs with
-    ``gpupool submit`` (a job that waits on no GPU), one after another."""
+    """Submissions a second from ``loops`` shell loops at once, each submitting ``jobs`` 1-GPU jobs
+    with ``gpupool submit``, one after another, into a cluster whose GPUs are all taken first, so
+    the jobs queue (as slurm_vs_gpupool.py's "while full" row: the figure is the CLI's and the
+    API's, not the cost of starting jobs)."""
+    for _ in range(GPUS):
+        timed([*cli, "submit", "--gpus", "1", "--name", "fill", "--", "sleep", "600"], env)
     command = " ".join(cli)
-    script = f"for i in $(seq {jobs}); do {command} submit --gpus 0 --name loop -- sleep 600 >/dev/null || exit 1; done"
+    script = f"for i in $(seq {jobs}); do {command} submit --gpus 1 --name loop -- sleep 600 >/dev/null || exit 1; done"
     t0 = time.perf_counter()
     running = [subprocess.Popen(["bash", "-c", script], env=env) for _ in range(loops)]
     codes = [p.wait() for p in running]
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_gpupool()
     loop_rate = None
     samples: dict[str, list[float]] = {c: [] for c in COMMANDS if c in wanted}
-    with running_head(nodes=2, gpus=4) as head:
+    with running_head(nodes=NODES, gpus=GPUS_PER_NODE) as head:
         env = dict(os.environ, GPUPOOL_URL=head.url, GPUPOOL_TOKEN=head.token)
         for i in range(args.warmup + args.runs):
             got = one_round(cli, env, wanted)

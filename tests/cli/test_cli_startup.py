@@ -139,3 +139,16 @@ def test_the_everyday_commands_read_every_option_fast() -> None:
             command = _load(entry)
             slow = [p.name for p in command.params if not isinstance(p._runtime_param, fastparams._FastParam)]
             assert slow == [], entry.name
+
+
+def test_submit_checks_the_job_without_defining_a_dataclass() -> None:
+    """A script submitting in a loop pays each import on every job: checking and sending one loads
+    neither ``dataclasses`` nor ``inspect`` (~10 ms), nor any heavy library (issue 36)."""
+    code = (
+        "import os; os.environ['GPUPOOL_URL'] = 'http://127.0.0.1:9'\n"
+        "from gpupool.cli.main import main\n"
+        "try:\n    main(['submit', '--gpus', '1', '--cpus', '2', '--memory', '8G', '--', 'python', 't.py'])\n"
+        "except SystemExit:\n    pass"
+    )
+    assert _loaded_after(code, heavy=(*HEAVY, "dataclasses", "inspect", "decimal", "uuid")) == set()
+    assert "gpupool.cli.submit_action" in _loaded_after(code, heavy=("gpupool.cli",))

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.cli.common import Output, client, console, print_json
-from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.job_fields import checked, submission_body
 
 
 def submit(
@@ -47,7 +46,7 @@ def submit(
         if not sep or not key:
             raise InvalidInput(f"--env {item!r} is not K=V")
         env_map[key] = value
-    spec = JobSpec.create(
+    spec = checked(
         command=list(command or []),
         name=name,
         project=project,
@@ -67,21 +66,24 @@ def submit(
         image=image,
         gpu_power=gpu_power,
     )
+    body = submission_body(spec)  # what JobSpec.create(...).submission() gives, without the dataclass
     if array is not None:
+        from gpupool.domain.arrays import ArraySpec
+
         ArraySpec.parse(array)  # refused here, before anything is sent
         with client(url) as c:
-            made = c.submit_array(spec, array, idempotency_key=idempotency_key)
+            made = c.submit_array(body, array, idempotency_key=idempotency_key)
         if output is Output.JSON:
             print_json(made)
             return
         console.print(
             f"submitted array {made['id']} ({made['name']}) to project {made['project']}: {made['tasks']} tasks of "
-            f"{spec.workers_text} × {spec.gpus:g} GPU; see it with gpupool show {made['id']}"
+            f"{_asked_workers(spec)} × {spec['gpus']:g} GPU; see it with gpupool show {made['id']}"
         )
         print(made["id"])
         return
     with client(url) as c:
-        job = c.submit(spec, idempotency_key=idempotency_key)
+        job = c.submit(idempotency_key=idempotency_key, **body)
     if output is Output.JSON:
         print_json(job)
         return

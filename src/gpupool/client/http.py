@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Unpack
 from urllib.parse import urlsplit
 
 from gpupool.client import transport as plain
@@ -52,8 +51,7 @@ def new_idempotency_key() -> str:
 SUBMIT_RETRIES = (0.2, 0.5, 1.0, 2.0)  # ~4 s of a head restarting or a network blip
 
 
-@dataclass(frozen=True, slots=True)
-class LogChunk:
+class LogChunk(NamedTuple):
     data: bytes
     next_offset: int
     finished: bool
@@ -172,10 +170,14 @@ class GpupoolClient(ServiceCalls, ProjectCalls):
         headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
         return dict(self._send("POST", "/api/v1/jobs", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 
-    def submit_array(self, spec: JobSpec, array: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
-        """A job array (``array``: Slurm's syntax, e.g. ``0-999%50``), retried as ``submit`` is."""
+    def submit_array(
+        self, spec: JobSpec | Mapping[str, Any], array: str, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """A job array (``array``: Slurm's syntax, e.g. ``0-999%50``), retried as ``submit`` is.
+        ``spec``: a JobSpec, or the body its ``submission()`` gives (``job_fields.submission_body``)."""
         headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
-        body = {**spec.submission(), "array": array}
+        asked = dict(spec) if isinstance(spec, Mapping) else spec.submission()
+        body = {**asked, "array": array}
         return dict(self._send("POST", "/api/v1/arrays", retries=SUBMIT_RETRIES, json=body, headers=headers).json())
 
     def submit_batch(self, specs: Sequence[JobSpec]) -> list[dict[str, Any]]:
