@@ -216,3 +216,22 @@ def test_the_screen_is_what_rich_sees(env: dict[str, str], terminal: bool, monke
         os.close(leader)
         if not terminal:
             os.close(follower)
+
+
+def test_a_closed_pipe_ends_the_command_as_rich_does() -> None:
+    """``gpupool jobs | head -1``: the reader is gone before the table is written. Rich's console
+    sends the rest of stdout to /dev/null and exits 1, with no traceback; so does textout."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+        "from gpupool.cli.common import console\n"
+        "console.print('a line that no one reads')\n"
+        "print('never reached', file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}
+    )
+    assert (done.returncode, done.stderr) == (1, "")

@@ -42,8 +42,11 @@ class LazyConsole:
         if set(kwargs) <= {"sep", "end"} and (at := textout.screen(stream)) is not None:
             text = textout.render(objects, at, **kwargs)
             if text is not None:
-                stream.write(text)
-                stream.flush()
+                try:
+                    stream.write(text)
+                    stream.flush()
+                except BrokenPipeError:  # `gpupool jobs | head -1`: end as Rich's console ends
+                    _broken_pipe()
                 return
         from gpupool.cli.styled import rich_cell
 
@@ -51,6 +54,13 @@ class LazyConsole:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real(), name)
+
+
+def _broken_pipe() -> None:
+    """What Rich's ``Console.on_broken_pipe`` does: the rest of stdout goes nowhere, exit code 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(1)
 
 
 console = LazyConsole()
