@@ -263,3 +263,8 @@ def test_any_line_the_fast_path_takes_typer_reads_the_same(data: st.DataObject) 
 def test_the_spec_file_is_json_a_line_a_parameter() -> None:
     text = fastspec.SPEC_FILE.read_text()
     assert json.loads(text) == SPEC and text == fastspec.render(SPEC)
+
+
+def test_without_its_table_the_fast_path_leaves_every_line_to_typer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastpath, "SPEC_FILE", "/nonexistent/fastspec.json")
+    assert fastpath.run(["jobs"]) is None

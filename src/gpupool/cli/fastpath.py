@@ -48,7 +48,10 @@ def run(args: list[str]) -> int | None:
     """Run ``args`` (the words after ``gpupool``) and exit with the command's code; None, having
     done nothing, when the Typer application should take the line."""
     try:
-        spec = load()
+        try:
+            spec = load()
+        except (OSError, ValueError):  # a package without its table: Typer parses everything
+            raise Declined from None
         root, version, rest = parse_root(args, spec)
         if version:
             print(f"gpupool {gpupool.__version__}")
