@@ -148,7 +148,6 @@ class Applier:
         try:
             with self._db.tx() as s:
                 now = self._clock.now()
-                held = worker_repo.load_workers(s, [w for f in finishes for w, _, _ in f.launched])  # noqa: F841 - kept
                 for f in finishes:
                     self._record_finish(s, f, now)
         except Stale as exc:

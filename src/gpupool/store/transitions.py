@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import cast
 
+from sqlalchemy import Table, insert
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobState
@@ -14,6 +16,10 @@ from gpupool.domain.nodes import NodeState
 from gpupool.store.orm import EventRow, JobRow, NodeRow
 
 log = logging.getLogger("gpupool.events")
+
+# A Core statement, not an ORM object: the row is written at once, in the order events happen,
+# without the unit of work's bookkeeping at the next flush (issue 36: a trivial job writes four).
+_INSERT_EVENT = insert(cast(Table, EventRow.__table__))
 
 
 def transition_job(
@@ -49,7 +55,8 @@ def transition_node(session: Session, row: NodeRow, target: NodeState, now: date
 def add_event(
     session: Session, now: datetime, *, kind: str, message: str, job_id: int | None = None, node: str | None = None
 ) -> None:
-    """Record an event in the caller's transaction, and log it (``gpupool.events``, INFO)."""
-    session.add(EventRow(time=now, job_id=job_id, node=node, kind=kind, message=message))
+    """Record an event in the caller's transaction, and log it (``gpupool.events``, INFO). Every
+    event is written here or by ``bulk`` (Core both), so their ids keep the order they happened in."""
+    session.execute(_INSERT_EVENT, {"time": now, "job_id": job_id, "node": node, "kind": kind, "message": message})
     subject = f"job {job_id}" if job_id is not None else f"node {node}" if node is not None else "head"
     log.info("%s %s: %s", subject, kind, message)

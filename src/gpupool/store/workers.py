@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import Table, and_, func, insert, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from gpupool.domain import exit_reasons
 from gpupool.domain.arrays import ArrayTask
@@ -22,6 +24,9 @@ from gpupool.store.image_waits import IMAGE_REFUSED
 from gpupool.store.jobs import job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
+
+_WORKERS = cast(Table, WorkerRow.__table__)
+_INSERT_WORKERS = insert(_WORKERS).returning(_WORKERS.c.id, sort_by_parameter_order=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,28 +70,28 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
 
 
 def _ticket(session: Session, row: JobRow, placements: tuple[Placement, ...], preempted: bool) -> StartTicket:
-    """Worker rows, launching, for ``placements`` in the job's current attempt."""
-    rows = [
-        WorkerRow(
-            job_id=row.id,
-            attempt=row.starts,
-            worker=p.worker,
-            node=p.node,
-            gpus=list(p.gpus),
-            gpu_share=p.gpu_share,
-            gpu_memory_mib=p.gpu_memory_mib,
-            cpus=list(p.cpus),
-            memory_mib=p.memory_mib,
-            cpu_milli=p.cpu_milli,
-            status=WorkerStatus.LAUNCHING.value,
-            handle=None,
-            started_at=None,
-        )
+    """Worker rows, launching, for ``placements`` in the job's current attempt: one Core insert of
+    them all, their ids returned in order (not ORM objects flushed by the unit of work, issue 36)."""
+    values = [
+        {
+            "job_id": row.id,
+            "attempt": row.starts,
+            "worker": p.worker,
+            "node": p.node,
+            "gpus": list(p.gpus),
+            "gpu_share": p.gpu_share,
+            "gpu_memory_mib": p.gpu_memory_mib,
+            "cpus": list(p.cpus),
+            "memory_mib": p.memory_mib,
+            "cpu_milli": p.cpu_milli,
+            "status": WorkerStatus.LAUNCHING.value,
+            "handle": None,
+            "started_at": None,
+        }
         for p in placements
     ]
-    session.add_all(rows)
-    session.flush()
-    workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
+    ids = list(session.scalars(_INSERT_WORKERS, values))
+    workers = tuple(zip(ids, placements, strict=True))
     array = task_of(session, row.id) if row.array_id is not None else None
     return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
 
@@ -187,16 +192,27 @@ def load_workers(session: Session, worker_ids: Collection[int]) -> list[WorkerRo
 def mark_launched(
     session: Session, worker_id: int, handle: WorkerHandle, now: datetime, port: int | None = None
 ) -> None:
-    """``port``: the one a service replica was given (``JobSpec.port_env``)."""
-    row = session.get_one(WorkerRow, worker_id)
-    row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle.to_json(), now
-    row.port = port
+    """``port``: the one a service replica was given (``JobSpec.port_env``). A Core ``UPDATE``,
+    not a loaded row changed and flushed (issue 36); a row the session holds forgets these fields."""
+    values = {"status": WorkerStatus.RUNNING.value, "handle": handle.to_json(), "started_at": now, "port": port}
+    session.execute(update(_WORKERS).where(_WORKERS.c.id == worker_id).values(values))
+    _forget(session, worker_id, values)
+
+
+def _forget(session: Session, worker_id: int, values: Mapping[str, object]) -> None:
+    """Expire what a Core write changed on the session's copy of the row, if it holds one, so the
+    next read sees the row as it is (the unit of work would have kept its copy up to date)."""
+    held = session.identity_map.get(identity_key(WorkerRow, worker_id))
+    if held is not None:
+        session.expire(held, list(values))
 
 
 def set_gpu_power(session: Session, worker_id: int, setting: PowerSetting | None) -> None:
     """The GPU power setting the worker launched with: what a power budget counts its GPUs at,
     and what the throttle restores when it lifts a cap."""
-    session.get_one(WorkerRow, worker_id).gpu_power = None if setting is None else setting.to_json()
+    values = {"gpu_power": None if setting is None else setting.to_json()}  # Core, as ``mark_launched``
+    session.execute(update(_WORKERS).where(_WORKERS.c.id == worker_id).values(values))
+    _forget(session, worker_id, values)
 
 
 @dataclass(frozen=True, slots=True)
