@@ -17,8 +17,9 @@ from gpupool.store.orm import EventRow, JobRow, NodeRow
 
 log = logging.getLogger("gpupool.events")
 
-# A Core statement, not an ORM object: the row is written at once, in the order events happen,
-# without the unit of work's bookkeeping at the next flush (issue 36: a trivial job writes four).
+# A Core statement on the session's connection, not an ORM object: the row is written at once, in
+# the order events happen, without the unit of work's bookkeeping, and without ``Session.execute``'s
+# autoflush, so what the caller changed on loaded rows is flushed when it was before (issue 36).
 _INSERT_EVENT = insert(cast(Table, EventRow.__table__))
 
 
@@ -57,6 +58,7 @@ def add_event(
 ) -> None:
     """Record an event in the caller's transaction, and log it (``gpupool.events``, INFO). Every
     event is written here or by ``bulk`` (Core both), so their ids keep the order they happened in."""
-    session.execute(_INSERT_EVENT, {"time": now, "job_id": job_id, "node": node, "kind": kind, "message": message})
+    row = {"time": now, "job_id": job_id, "node": node, "kind": kind, "message": message}
+    session.connection().execute(_INSERT_EVENT, row)
     subject = f"job {job_id}" if job_id is not None else f"node {node}" if node is not None else "head"
     log.info("%s %s: %s", subject, kind, message)

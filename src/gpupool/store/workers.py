@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, and_, func, insert, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
 
@@ -27,6 +27,8 @@ from gpupool.store.transitions import add_event, transition_job
 
 _WORKERS = cast(Table, WorkerRow.__table__)
 _INSERT_WORKERS = insert(_WORKERS).returning(_WORKERS.c.id, sort_by_parameter_order=True)
+# Executed on the session's connection: no autoflush; the columns set are the parameters' keys.
+_UPDATE_WORKER = update(_WORKERS).where(_WORKERS.c.id == bindparam("wid"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ def _ticket(session: Session, row: JobRow, placements: tuple[Placement, ...], pr
         }
         for p in placements
     ]
-    ids = list(session.scalars(_INSERT_WORKERS, values))
+    ids = list(session.connection().execute(_INSERT_WORKERS, values).scalars())
     workers = tuple(zip(ids, placements, strict=True))
     array = task_of(session, row.id) if row.array_id is not None else None
     return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
@@ -195,7 +197,7 @@ def mark_launched(
     """``port``: the one a service replica was given (``JobSpec.port_env``). A Core ``UPDATE``,
     not a loaded row changed and flushed (issue 36); a row the session holds forgets these fields."""
     values = {"status": WorkerStatus.RUNNING.value, "handle": handle.to_json(), "started_at": now, "port": port}
-    session.execute(update(_WORKERS).where(_WORKERS.c.id == worker_id).values(values))
+    session.connection().execute(_UPDATE_WORKER, {"wid": worker_id, **values})
     _forget(session, worker_id, values)
 
 
@@ -211,7 +213,7 @@ def set_gpu_power(session: Session, worker_id: int, setting: PowerSetting | None
     """The GPU power setting the worker launched with: what a power budget counts its GPUs at,
     and what the throttle restores when it lifts a cap."""
     values = {"gpu_power": None if setting is None else setting.to_json()}  # Core, as ``mark_launched``
-    session.execute(update(_WORKERS).where(_WORKERS.c.id == worker_id).values(values))
+    session.connection().execute(_UPDATE_WORKER, {"wid": worker_id, **values})
     _forget(session, worker_id, values)
 
 
