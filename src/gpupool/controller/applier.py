@@ -32,7 +32,7 @@ from gpupool.store import registry_logins as login_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database, Tx
 from gpupool.store.sealing import Sealer
-from gpupool.store.transitions import transition_job
+from gpupool.store.transitions import move_job
 from gpupool.store.workers import StartTicket
 
 log = logging.getLogger("gpupool.controller")
@@ -353,9 +353,9 @@ class Applier:
 
     def _record_finish(self, s: Tx, f: _Finish, now: datetime) -> None:
         self._record_launches(s, f.job_id, f.launched, f.failed, now, f.powers)
-        row = job_repo.job_row(s, f.job_id, lock=True)
-        if row.state == JobState.STARTING.value and not (f.in_image and not f.failed):
-            transition_job(s, row, JobState.RUNNING, now, f"running (attempt {f.attempt})")
+        state, starts = job_repo.job_for_update(s, f.job_id, "state", "starts")
+        if state == JobState.STARTING.value and not (f.in_image and not f.failed):
+            move_job(s, f.job_id, JobState.STARTING, starts, JobState.RUNNING, now, f"running (attempt {f.attempt})")
 
     @staticmethod
     def _record_launches(
