@@ -78,7 +78,7 @@ def test_a_batch_that_cannot_be_recorded_whole_is_recorded_job_by_job(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     controller, ctx, ids, _ = four_decided(db)
-    real = applier_module.transition_job
+    real = applier_module.move_job
     refused: list[int] = []
 
     def refuse_once(*args: object, **kwargs: object) -> None:
@@ -87,7 +87,7 @@ def test_a_batch_that_cannot_be_recorded_whole_is_recorded_job_by_job(
             raise Stale("moved meanwhile")
         real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(applier_module, "transition_job", refuse_once)
+    monkeypatch.setattr(applier_module, "move_job", refuse_once)
     started = start_cycle(db, controller, ctx)
 
     assert started == dict.fromkeys(ids, 1)

@@ -32,7 +32,7 @@ from gpupool.store import registry_logins as login_repo
 from gpupool.store import workers as worker_repo
 from gpupool.store.db import Database, Tx
 from gpupool.store.sealing import Sealer
-from gpupool.store.transitions import transition_job
+from gpupool.store.transitions import move_job
 from gpupool.store.workers import StartTicket
 
 log = logging.getLogger("gpupool.controller")
@@ -148,7 +148,6 @@ class Applier:
         try:
             with self._db.tx() as s:
                 now = self._clock.now()
-                held = worker_repo.load_workers(s, [w for f in finishes for w, _, _ in f.launched])  # noqa: F841 - kept
                 for f in finishes:
                     self._record_finish(s, f, now)
         except Stale as exc:
@@ -354,9 +353,9 @@ class Applier:
 
     def _record_finish(self, s: Tx, f: _Finish, now: datetime) -> None:
         self._record_launches(s, f.job_id, f.launched, f.failed, now, f.powers)
-        row = job_repo.job_row(s, f.job_id, lock=True)
-        if row.state == JobState.STARTING.value and not (f.in_image and not f.failed):
-            transition_job(s, row, JobState.RUNNING, now, f"running (attempt {f.attempt})")
+        state, starts = job_repo.job_for_update(s, f.job_id, "state", "starts")
+        if state == JobState.STARTING.value and not (f.in_image and not f.failed):
+            move_job(s, f.job_id, JobState.STARTING, starts, JobState.RUNNING, now, f"running (attempt {f.attempt})")
 
     @staticmethod
     def _record_launches(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -22,6 +22,8 @@ from gpupool.store.image_waits import image_wait
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
 from gpupool.store.transitions import add_event, transition_job
 
+_JOBS = cast(Table, JobRow.__table__)
+
 
 def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime, run_as: str | None = None) -> JobRecord:
     """One submission: ``bulk.insert_jobs`` of one, so every job starts the same way."""
@@ -36,6 +38,18 @@ def job_row(session: Session, job_id: int, *, lock: bool = False) -> JobRow:
     if row is None:
         raise NotFound(f"no job {job_id}: list jobs with gpupool jobs --all", code="job_not_found")
     return row
+
+
+def job_for_update(session: Session, job_id: int, *columns: str) -> tuple[Any, ...]:
+    """``job_row``'s Core form, for the writes of every job's start (issue 36): those columns of
+    the job, read for update, as a plain row the session does not track. What the session holds
+    is flushed first, as ``job_row``'s query would; write with ``transitions.move_job``."""
+    session.flush()
+    query = select(*(_JOBS.c[name] for name in columns)).where(_JOBS.c.id == job_id).with_for_update()
+    found = session.connection().execute(query).first()
+    if found is None:
+        raise NotFound(f"no job {job_id}: list jobs with gpupool jobs --all", code="job_not_found")
+    return tuple(found)
 
 
 def get_job(session: Session, job_id: int) -> JobRecord:

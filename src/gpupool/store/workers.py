@@ -19,9 +19,10 @@ from gpupool.domain.records import LIVE_WORKER_STATES, LiveUsage, UsageReading, 
 from gpupool.store.arrays import task_of
 from gpupool.store.convert import usage_of, worker_record
 from gpupool.store.image_waits import IMAGE_REFUSED
-from gpupool.store.jobs import job_row
+from gpupool.store.jobs import job_for_update, job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
-from gpupool.store.transitions import add_event, transition_job
+from gpupool.store.transitions import add_event, move_job
+from gpupool.store.worker_rows import insert_workers, update_worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +41,18 @@ class StartTicket:
 def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...], now: datetime) -> StartTicket:
     """Pending -> starting with the decided placements written first, so a head that dies before
     the launch finds the GPUs accounted for. Events: ``starting``, ``placed`` (where each worker
-    goes) and, for a job started before, ``resumed`` (what its workers are told)."""
-    row = job_row(session, job_id, lock=True)
-    if row.state != JobState.PENDING.value or row.stop_reason == StopReason.CANCEL.value:
+    goes) and, for a job started before, ``resumed`` (what its workers are told). Core reads and
+    writes, not a loaded row and the unit of work (issue 36)."""
+    columns = ("state", "stop_reason", "starts", "array_id", "run_as", "owner")
+    state, stop, starts, array_id, run_as, owner = job_for_update(session, job_id, *columns)
+    if state != JobState.PENDING.value or stop == StopReason.CANCEL.value:
         # Cancelled (or otherwise moved) since the snapshot the decision was made on: drop it.
-        raise Stale(f"job {job_id} is {row.state} now, no longer pending; its start is dropped", code="invalid_state")
-    preempted = row.stop_reason is not None and StopReason(row.stop_reason).requeues
-    row.stop_reason = None  # a new attempt: nothing stops it yet
-    transition_job(session, row, JobState.STARTING, now, f"starting attempt {row.starts + 1}")
+        raise Stale(f"job {job_id} is {state} now, no longer pending; its start is dropped", code="invalid_state")
+    preempted = stop is not None and StopReason(stop).requeues
+    # A new attempt: nothing stops it yet (``stop_reason``).
+    message = f"starting attempt {starts + 1}"
+    move_job(session, job_id, JobState.PENDING, starts, JobState.STARTING, now, message, stop_reason=None)
+    starts += 1
     nodes = {p.node for p in placements}
     add_event(
         session,
@@ -55,40 +60,14 @@ def begin_start(session: Session, job_id: int, placements: tuple[Placement, ...]
         kind="placed",
         job_id=job_id,
         node=next(iter(nodes)) if len(nodes) == 1 else None,
-        message=f"attempt {row.starts}: {_describe(placements)}",
+        message=f"attempt {starts}: {_describe(placements)}",
     )
-    if row.starts > 1:
+    if starts > 1:
         flag = ", GPUPOOL_PREEMPTED=1" if preempted else ""
-        message = f"resuming: attempt {row.starts}, GPUPOOL_RESTARTS={row.starts - 1}{flag}"
+        message = f"resuming: attempt {starts}, GPUPOOL_RESTARTS={starts - 1}{flag}"
         add_event(session, now, kind="resumed", job_id=job_id, message=message)
-    return _ticket(session, row, placements, preempted)
-
-
-def _ticket(session: Session, row: JobRow, placements: tuple[Placement, ...], preempted: bool) -> StartTicket:
-    """Worker rows, launching, for ``placements`` in the job's current attempt."""
-    rows = [
-        WorkerRow(
-            job_id=row.id,
-            attempt=row.starts,
-            worker=p.worker,
-            node=p.node,
-            gpus=list(p.gpus),
-            gpu_share=p.gpu_share,
-            gpu_memory_mib=p.gpu_memory_mib,
-            cpus=list(p.cpus),
-            memory_mib=p.memory_mib,
-            cpu_milli=p.cpu_milli,
-            status=WorkerStatus.LAUNCHING.value,
-            handle=None,
-            started_at=None,
-        )
-        for p in placements
-    ]
-    session.add_all(rows)
-    session.flush()
-    workers = tuple((w.id, p) for w, p in zip(rows, placements, strict=True))
-    array = task_of(session, row.id) if row.array_id is not None else None
-    return StartTicket(row.starts, preempted, workers, run_as=row.run_as, array=array, owner=row.owner)
+    array = task_of(session, job_id) if array_id is not None else None
+    return StartTicket(starts, preempted, insert_workers(session, job_id, starts, placements), run_as, array, owner)
 
 
 # A worker an elastic job kept (not one a shrink stopped) that exited 0: torchrun's agents end
@@ -139,7 +118,9 @@ def begin_grow(
         numbered.append(replace(p, worker=number))
     add_event(session, now, kind="grew", job_id=job_id, message=message)
     add_event(session, now, kind="placed", job_id=job_id, message=f"attempt {row.starts}: {_describe(tuple(numbered))}")
-    return replace(_ticket(session, row, tuple(numbered), False), rendezvous=row.rendezvous)
+    workers = insert_workers(session, job_id, row.starts, tuple(numbered))
+    array = task_of(session, job_id) if row.array_id is not None else None
+    return StartTicket(row.starts, False, workers, row.run_as, array, row.owner, row.rendezvous)
 
 
 def begin_shrink(
@@ -187,16 +168,17 @@ def load_workers(session: Session, worker_ids: Collection[int]) -> list[WorkerRo
 def mark_launched(
     session: Session, worker_id: int, handle: WorkerHandle, now: datetime, port: int | None = None
 ) -> None:
-    """``port``: the one a service replica was given (``JobSpec.port_env``)."""
-    row = session.get_one(WorkerRow, worker_id)
-    row.status, row.handle, row.started_at = WorkerStatus.RUNNING.value, handle.to_json(), now
-    row.port = port
+    """``port``: the one a service replica was given (``JobSpec.port_env``). A Core ``UPDATE``,
+    not a loaded row changed and flushed (issue 36); a row the session holds forgets these fields."""
+    values = {"status": WorkerStatus.RUNNING.value, "handle": handle.to_json(), "started_at": now, "port": port}
+    update_worker(session, worker_id, values)
 
 
 def set_gpu_power(session: Session, worker_id: int, setting: PowerSetting | None) -> None:
     """The GPU power setting the worker launched with: what a power budget counts its GPUs at,
     and what the throttle restores when it lifts a cap."""
-    session.get_one(WorkerRow, worker_id).gpu_power = None if setting is None else setting.to_json()
+    values = {"gpu_power": None if setting is None else setting.to_json()}  # Core, as ``mark_launched``
+    update_worker(session, worker_id, values)
 
 
 @dataclass(frozen=True, slots=True)
