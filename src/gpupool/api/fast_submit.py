@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpupool.api import auditing
 from gpupool.api.deps import authenticate
 from gpupool.api.errors import error_response
+from gpupool.api.params import MAX_IDEMPOTENCY_KEY
 from gpupool.api.permissions import rule_for
 from gpupool.api.schemas.jobs import JobOut, SubmitRequest
 from gpupool.domain.errors import GpupoolError
@@ -44,7 +45,6 @@ from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
 
 PATH = "/api/v1/jobs"
-_MAX_KEY = 255  # params.IdempotencyKey: 1 to 255 printable ASCII characters, no space
 _JSON = b"application/json"
 
 
@@ -116,7 +116,7 @@ class FastSubmit:
 
 
 def _good_key(key: bytes) -> bool:
-    return 0 < len(key) <= _MAX_KEY and all(0x21 <= c <= 0x7E for c in key)
+    return 0 < len(key) <= MAX_IDEMPOTENCY_KEY and all(0x21 <= c <= 0x7E for c in key)
 
 
 async def _read(receive: Receive) -> tuple[list[Message], bytes | None]:

@@ -13,11 +13,12 @@ JobId = Annotated[int, Path(ge=1, le=bounds.MAX_ID, description="a job id")]
 TokenId = Annotated[int, Path(ge=1, le=bounds.MAX_ID, description="a token id")]
 WorkerIndex = Annotated[int, Query(ge=0, le=4095, description="which worker of the job (0 is the first)")]
 LogOffset = Annotated[int, Query(ge=0, le=bounds.MAX_LOG_OFFSET, description="a byte offset into the log")]
+MAX_IDEMPOTENCY_KEY = 255  # characters; api/fast_submit.py checks the same bound
 IdempotencyKey = Annotated[
     str | None,
     Header(
         min_length=1,
-        max_length=255,
+        max_length=MAX_IDEMPOTENCY_KEY,
         pattern=r"^[\x21-\x7e]+$",
         description="any printable ASCII up to 255 characters, e.g. a UUID: the same key within 24 hours"
         " returns the job the first request made",

@@ -15,7 +15,7 @@ import gpupool
 from gpupool.cli import fastparams
 from gpupool.cli.commands import BY_NAME, Entry
 from gpupool.cli.common import err_console
-from gpupool.cli.outcome import failed, finish
+from gpupool.cli.outcome import run_to_exit
 from gpupool.client.errors import CA_ENV, INSECURE_ENV
 
 _TYPER_SETTINGS: dict[str, Any] = {"add_completion": False, "pretty_exceptions_enable": False}
@@ -116,22 +116,21 @@ ClickException: type[Exception] = _CLICK["ClickException"]
 def run(argv: list[str] | None = None) -> int:
     """Parse ``argv`` with Typer and run the command it names; exits with its code."""
     command = fastparams.install(typer.main.get_command(app), subcommands=False)
+    return run_to_exit(lambda: _parse_and_run(command, argv))
+
+
+def _parse_and_run(command: Any, argv: list[str] | None) -> object:
+    """What the command returned; for click's own errors, said in one line, the exit code."""
     try:
-        result = command.main(args=argv, prog_name="gpupool", standalone_mode=False)
+        return command.main(args=argv, prog_name="gpupool", standalone_mode=False)
     except UsageError as exc:
         err_console.print(f"error: {_message(exc)} (see gpupool {_sub(exc)}--help)")
-        return finish(2)
+        return 2
     except ClickException as exc:
         err_console.print(f"error: {_message(exc)}")
-        return finish(2)
+        return 2
     except typer.Abort:
-        return finish(130)
-    except Exception as exc:
-        code = failed(exc)
-        if code is None:
-            raise
-        return finish(code)
-    return finish(result if isinstance(result, int) else 0)
+        return 130
 
 
 def _message(exc: Any) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpupool.cli import credentials
+from gpupool.domain.errors import InvalidInput
 from gpupool.paths import TOKEN_FILE, default_data_dir
 
 if TYPE_CHECKING:
@@ -107,6 +108,17 @@ def client(url: str) -> GpupoolClient:
     from gpupool.client import GpupoolClient
 
     return GpupoolClient(url, resolve_token(url))
+
+
+def env_pairs(items: list[str] | None) -> dict[str, str]:
+    """``--env K=V`` options (repeatable) as a mapping, each checked to be K=V."""
+    pairs: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--env {item!r} is not K=V")
+        pairs[key] = value
+    return pairs
 
 
 def print_json(data: Any) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Callable
 from importlib import import_module
 from typing import Any, NamedTuple
@@ -54,8 +53,10 @@ def run(args: list[str]) -> int | None:
             raise Declined from None
         root, version, rest = parse_root(args, spec)
         if version:
+            from gpupool.cli.outcome import finish
+
             print(f"gpupool {gpupool.__version__}")
-            return _finish(0)
+            return finish(0)
         call = parse_command(rest, spec, root)
         action = resolve(call.action)
     except Declined:
@@ -182,7 +183,7 @@ def _unpack(words: list[str], arguments: list[Param]) -> dict[str, list[str]]:
     taken: dict[str, list[str]] = {}
     front = 0
     back = len(words)
-    rest = [a for a in arguments]
+    rest = list(arguments)
     while rest and rest[0]["nargs"] == 1:
         a = rest.pop(0)
         if front < back:
@@ -250,26 +251,11 @@ def resolve(action: str) -> Callable[..., Any]:
 def execute(call: Call, action: Callable[..., Any]) -> int:
     """Do what the root's options do (as the Typer app's callback does), then the command; exit
     with its code, every error said as the Typer path says it."""
-    from gpupool.cli.outcome import failed
+    from gpupool.cli.outcome import run_to_exit
     from gpupool.client.errors import CA_ENV, INSECURE_ENV
 
     if call.root.get("ca"):
         os.environ[CA_ENV] = call.root["ca"]
     if call.root.get("insecure"):
         os.environ[INSECURE_ENV] = "1"
-    try:
-        result = action(**call.kwargs)
-    except (KeyboardInterrupt, EOFError):
-        print(file=sys.stderr)  # as click does before its Abort
-        return _finish(130)
-    except Exception as exc:
-        code = failed(exc)
-        if code is None:
-            raise
-        return _finish(code)
-    return _finish(result if isinstance(result, int) else 0)
-
-
-def _finish(code: int) -> int:
-    sys.stdout.flush()
-    sys.exit(code)
+    return run_to_exit(lambda: action(**call.kwargs))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gpupool.cli.common import Output, client, console, print_json
+from gpupool.cli.common import Output, client, console, env_pairs, print_json
 from gpupool.cli.opts import OutputOpt, UrlOpt
 from gpupool.cli.render import ago, parse_time
 from gpupool.cli.service_load import load_line, replica_table
@@ -69,12 +69,7 @@ def serve(
         raise InvalidInput(
             "empty command: give the server's command after --, e.g. gpupool serve web -- python serve.py"
         )
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"--env {item!r} is not K=V")
-        env_map[key] = value
+    env_map = env_pairs(env)
     body: dict[str, Any] = {
         "name": name,
         "command": list(command or []),

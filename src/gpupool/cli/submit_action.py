@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.cli.common import Output, client, console, print_json
+from gpupool.cli.common import Output, client, console, env_pairs, print_json
 from gpupool.domain.durations import parse_duration
 from gpupool.domain.errors import InvalidInput
 from gpupool.domain.job_fields import checked, submission_body
@@ -40,12 +40,7 @@ def submit(
     """What ``gpupool submit`` does (declared in cli/jobs.py)."""
     if not command and image is None:
         raise InvalidInput("empty command: give the command after --, e.g. gpupool submit --gpus 1 -- python train.py")
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"--env {item!r} is not K=V")
-        env_map[key] = value
+    env_map = env_pairs(env)
     spec = checked(
         command=list(command or []),
         name=name,

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
-from gpupool.cli.styled import Grid, Styled, narrow
+from gpupool.cli.styled import Grid, Styled, join_styles, narrow
 
 if TYPE_CHECKING:
     from gpupool.cli.tables import Listing
@@ -161,7 +161,7 @@ def listing_lines(listing: Listing, width: int) -> list[Line]:
         title = _text(listing.title)
         if len(title.plain) > table_width:
             raise Unsupported
-        lines.append([(text, _join("italic", style)) for text, style in title.styled_parts()])
+        lines.append([(text, join_styles("italic", style)) for text, style in title.styled_parts()])
     header = [Styled(c.header, "bold") for c in columns]
     lines += _row(header, sizes, [c.wrap for c in columns], [c.justify for c in columns], pad=2)
     for row in listing.rows:
@@ -280,10 +280,6 @@ def _slice(parts: list[Part], start: int, stop: int) -> Line:
             out.append((text[lo - at : hi - at], style))
         at += len(text)
     return out
-
-
-def _join(under: str, over: str) -> str:
-    return f"{under} {over}".strip()
 
 
 def _paint(line: Line, styles: bool) -> str:
