@@ -36,6 +36,7 @@ from gpupool.node.accounts import Account
 
 
 def main(spec_path: str) -> int:
+    _hear_early_stops()
     run = Path(spec_path).parent
     spec = rundir.RunSpec.from_json(Path(spec_path).read_text())
     if rundir.read_pid(run) != os.getpid():
@@ -252,6 +253,18 @@ def _limits(
     return apply
 
 
+_EARLY_STOPS: list[int] = []  # SIGTERM/SIGINT received before the _Killer was there to act on them
+
+
+def _hear_early_stops() -> None:
+    """Note a stop that comes while the supervisor is still starting (reading its spec, getting an
+    image), instead of dying of it with no exit record: the worker would be seen lost, not
+    stopped. The ``_Killer`` acts on it as soon as the worker has started. Installed first in
+    ``__main__`` (before the detaching fork) and in ``main`` (the zygote's children)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: _EARLY_STOPS.append(signum))
+
+
 class _Killer:
     """SIGTERM to the supervisor: SIGTERM to the worker's group, SIGKILL after the grace period.
 
@@ -260,7 +273,7 @@ class _Killer:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = max(grace_s, 0.01)
         self.pgid: int | None = None
-        self.requested = False
+        self.requested = bool(_EARLY_STOPS)
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         signal.signal(signal.SIGALRM, self._on_alarm)
@@ -302,6 +315,7 @@ def _detach(spec_path: str) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _hear_early_stops()
     if len(sys.argv) > 2 and sys.argv[2] == "--detach":
         _detach(sys.argv[1])
     sys.exit(main(sys.argv[1]))
