@@ -14,7 +14,7 @@ thing on both: the job's first command ran.
 * while full: 8 long jobs take every GPU, then C clients submit jobs that can only queue;
   submissions/s. The queued jobs and the long ones are then cancelled.
 * array (if ``--array`` > 0): on the full cluster, one array of that many jobs
-  (``sbatch --array``, ``gpupool submit --array``, ``POST /api/v1/jobs:batch``); time until it
+  (``sbatch --array``, ``gpupool submit --array``, ``POST /api/v1/arrays``); time until it
   is accepted. A gpupool build without arrays shows "n/a".
 
 It prints one table (markdown) with a ratio column, gpupool's best over Slurm's, and the details
@@ -186,11 +186,11 @@ class GpupoolApi:
         cancel_all_jobs(self.head)
 
     def submit_array(self, size: int, command: str) -> float | str:
-        # The batch endpoint is being built beside this benchmark; the body is a first guess at its
-        # shape. A build without it answers 404 (or 405): then this reports n/a.
+        # POST /arrays, as sbatch --array: one request, accepted as one record (issue 36). A build
+        # without arrays answers 404 (or 405): then this reports n/a.
         http = self.client()
         t0 = time.perf_counter()
-        response = http.post("/api/v1/jobs:batch", json={"jobs": [job_body(command, self.workdir)] * size})
+        response = http.post("/api/v1/arrays", json={**job_body(command, self.workdir), "array": f"0-{size - 1}"})
         elapsed = time.perf_counter() - t0
         if response.status_code in (404, 405):
             return NOT_SUPPORTED

@@ -1,13 +1,16 @@
 """Job arrays and batches (issue 16) over a real store, on SQLite and PostgreSQL: one request makes
-every task in one transaction, each task is a job told its index, ``%N`` caps how many run at
+an array, accepted as one record whose other tasks are written once, before they are scheduled or
+listed (issue 36), each task is a job told its index, ``%N`` caps how many run at
 once (the others wait with reason ``array_limit``), and a cancel of the array ends them all."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import pytest
+from sqlalchemy import select
 
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
@@ -18,6 +21,7 @@ from gpupool.scheduler import SchedulerConfig
 from gpupool.sim.cluster import uniform
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
+from gpupool.store.orm import JobRow
 from gpupool.store.tokens import Principal
 from gpupool.usecases import arrays as array_service
 from gpupool.usecases import jobs as job_service
@@ -153,3 +157,79 @@ def test_a_user_has_at_most_max_user_arrays_in_flight(db: Database) -> None:
     controller.tick()
     again, _ = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-1"), ALICE)  # one finished: room again
     assert again.tasks == 2
+
+
+def rows_of(db: Database, array_id: int) -> list[tuple[int, int | None, str | None]]:
+    """(job id, index, unmade) of every row the store holds for the array, by index."""
+    with db.read() as s:
+        query = (
+            select(JobRow.id, JobRow.array_index, JobRow.array_unmade)
+            .where(JobRow.array_id == array_id)
+            .order_by(JobRow.array_index)
+        )
+        return [(i, index, unmade) for i, index, unmade in s.execute(query)]
+
+
+def test_an_array_is_accepted_as_one_record_and_its_tasks_are_written_once(db: Database) -> None:
+    """Issue 36: the submitter waits for one row (as Slurm keeps an array as one record); the
+    others are written after, once, each as if written at the submission."""
+    ctx, _, _, clock = make(db, gpus=1)
+    spec = JobSpec.create(command=["train"], gpus=1, priority="interactive", env={"SEED": "7"})
+    made, _ = GroupCommit(ctx).submit_array(spec, ArraySpec.parse("0-99:2%7"), ALICE)
+    assert made.tasks == 50 and made.by_state == {"pending": 50} and made.first.array_index == 0
+    assert rows_of(db, made.first.id) == [(made.first.id, 0, "2-98:2")]
+    listed, _ = array_service.listing(ctx, ALICE, include_finished=False)  # counts: no write needed
+    assert listed[0][0].tasks == 50 and listed[0][0].by_state == {"pending": 50}
+    assert len(rows_of(db, made.first.id)) == 1
+    submitted_at = clock.now()
+    clock.advance(30)
+    both = []
+    threads = [threading.Thread(target=lambda: both.append(job_service.make_array_tasks(db))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(both) == [0, 49]  # two makers at once: one writes them, the other finds them written
+    rows = rows_of(db, made.first.id)
+    assert [index for _, index, _ in rows] == list(range(0, 100, 2)) and {u for *_, u in rows} == {None}
+    tasks = array_service.show(ctx, made.first.id, ALICE)[1]
+    assert all(
+        (t.spec, t.owner, t.submitted_at, t.state) == (spec, "alice", submitted_at, JobState.PENDING) for t in tasks
+    )
+    assert {t.array_id for t in tasks} == {made.first.id}
+    for task in tasks[:2] + tasks[-1:]:
+        submitted = [e for e in job_service.show(ctx, task.id, ALICE)[2] if e.kind == "submitted"]
+        assert len(submitted) == 1 and submitted[0].time == submitted_at
+        assert f"as task {task.array_index} of array {made.first.id}" in submitted[0].message
+    assert job_service.make_array_tasks(db) == 0
+
+
+def test_the_controller_writes_an_arrays_tasks_before_the_cycle_that_schedules_them(db: Database) -> None:
+    ctx, controller, executor, _ = make(db, gpus=4)
+    made, _ = GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("0-5"), ALICE)
+    assert len(rows_of(db, made.first.id)) == 1
+    controller.tick()
+    assert states(ctx, made.first.id) == {"running": 4, "pending": 2}
+    envs = [r.env for _, r in executor.launched]
+    assert sorted(e["GPUPOOL_ARRAY_INDEX"] for e in envs) == ["0", "1", "2", "3"]
+    assert {e["GPUPOOL_ARRAY_COUNT"] for e in envs} == {"6"}
+
+
+@pytest.mark.parametrize("read", ["show", "task", "jobs", "job", "cancel"])
+def test_a_read_that_lists_or_looks_up_tasks_sees_those_not_written_yet(db: Database, read: str) -> None:
+    """Before the controller's next cycle, every read that names tasks finds them all."""
+    ctx, *_ = make(db, gpus=1)
+    made, _ = GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("0-9"), ALICE)
+    array_id = made.first.id
+    if read == "show":
+        assert len(array_service.show(ctx, array_id, ALICE)[1]) == 10
+    elif read == "task":
+        assert array_service.task(ctx, array_id, 9) == rows_of(db, array_id)[-1][0]
+    elif read == "jobs":
+        assert len(job_service.listing(ctx, ALICE, include_finished=False)[0]) == 10
+    elif read == "job":  # the id a task will have, guessed: found, not a 404
+        assert job_service.show(ctx, array_id + 9, ALICE)[0].array_index == 9
+    else:
+        assert array_service.cancel(ctx, array_id, ALICE)[1] == 10
+        assert states(ctx, array_id) == {"cancelled": 10}
+    assert len(rows_of(db, array_id)) == 10

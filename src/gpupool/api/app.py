@@ -101,9 +101,14 @@ def create_app(
         """Who this token speaks for and what it may do: the dashboard offers only those actions."""
         return WhoAmI.of(who, user_service.projects_of(ctx, who))
 
-    # The innermost: POST /api/v1/jobs without FastAPI's routing, behind the same door and audit.
-    submit = next(r for r in jobs.router.routes if isinstance(r, APIRoute) and r.endpoint is jobs.submit)
-    app.user_middleware.append(Middleware(fast_submit.FastSubmit, route=submit, ctx=ctx, group=app.state.submissions))
+    # The innermost: POST /api/v1/jobs and /arrays without FastAPI's routing, behind the same door and audit.
+    routes = {
+        fast_submit.JOBS: next(r for r in jobs.router.routes if isinstance(r, APIRoute) and r.endpoint is jobs.submit),
+        fast_submit.ARRAYS: next(
+            r for r in arrays.router.routes if isinstance(r, APIRoute) and r.endpoint is arrays.submit
+        ),
+    }
+    app.user_middleware.append(Middleware(fast_submit.FastSubmit, routes=routes, ctx=ctx, group=app.state.submissions))
     dashboard.mount(app)
     errors.document(app)
     permissions.check_routes(app)

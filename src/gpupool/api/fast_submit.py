@@ -1,19 +1,24 @@
-"""``POST /api/v1/jobs`` as a plain ASGI route, in front of FastAPI's routing and dependency solving.
+"""``POST /api/v1/jobs`` and ``POST /api/v1/arrays`` as plain ASGI routes, in front of FastAPI's
+routing and dependency solving.
 
 At 1,000 submissions a second the event loop's share of a submission was ~0.55 ms, a third of it
 FastAPI matching the route and solving its dependencies (the context, the caller and its bearer
 scheme, the group commit, the body, the ``Idempotency-Key`` header) for the one request that
-scripts send by the thousand. This route does the same for a good submission, in a straight line:
+scripts send by the thousand. An array is accepted as one record (issue 36), and there the
+thread hop of a plain route and an audit entry in a transaction of its own were most of its wait.
+This route does the same for a good submission, in a straight line:
 the same token look-up (``deps.authenticate``) and permission-table rule, the same body model
-(``SubmitRequest``) and header limits, the same ``submit_async`` with its audit entry, the same
-answer bytes (``JobOut`` through pydantic's serializer, as FastAPI sends it) and headers.
+(``SubmitRequest``, ``ArraySubmitRequest``) and header limits, the same ``submit_async`` (or
+``submit_array_async``) with its audit entry, the same answer bytes (``JobOut`` or ``ArrayOut``
+through pydantic's serializer, as FastAPI sends it) and headers.
 
 Anything else (no token or one that fails, a refusal by the permission table, a body that is not
 a JSON object of ``application/json``, a field out of its range, a key out of its pattern, a spec
-``JobSpec.create`` refuses) falls through to FastAPI with the body handed on unread, so every
-error a client can get before its submission is queued is FastAPI's own, word for word; nothing
-has been changed by then. After it is queued, a refusal (``GpupoolError``) is answered with the
-API's ``{code, message}`` as FastAPI's handler would (``errors.error_response``).
+``JobSpec.create`` or indices ``ArraySpec.parse`` refuse) falls through to FastAPI with the body
+handed on unread, so every error a client can get before its submission is queued is FastAPI's
+own, word for word; nothing has been changed by then. After it is queued, a refusal
+(``GpupoolError``) is answered with the API's ``{code, message}`` as FastAPI's handler would
+(``errors.error_response``).
 
 It sits inside the door, the sign-in throttle and the audit middleware (``app.py``): those treat
 it as any route. It names the FastAPI route it stands in for in the request's scope (``route``,
@@ -36,55 +41,66 @@ from gpupool.api.deps import authenticate
 from gpupool.api.errors import error_response
 from gpupool.api.params import MAX_IDEMPOTENCY_KEY
 from gpupool.api.permissions import rule_for
+from gpupool.api.schemas.arrays import ArrayOut, ArraySubmitRequest
 from gpupool.api.schemas.jobs import JobOut, SubmitRequest
+from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.permissions import refusal
 from gpupool.store.tokens import Principal
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
+from gpupool.usecases.submission import Array, Job
 
-PATH = "/api/v1/jobs"
+JOBS, ARRAYS = "/api/v1/jobs", "/api/v1/arrays"
 _JSON = b"application/json"
 
 
 class FastSubmit:
-    def __init__(self, app: ASGIApp, route: APIRoute, ctx: HeadContext, group: GroupCommit) -> None:
-        self.app, self.route, self.ctx, self.group = app, route, ctx, group
-        self.rule = rule_for("POST", route.path_format)
+    def __init__(self, app: ASGIApp, routes: dict[str, APIRoute], ctx: HeadContext, group: GroupCommit) -> None:
+        """``routes``: the FastAPI route each path stands in for (``JOBS``, ``ARRAYS``)."""
+        self.app, self.routes, self.ctx, self.group = app, routes, ctx, group
+        self.rules = {path: rule_for("POST", route.path_format) for path, route in routes.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
             await self.app(scope, receive, send)
             return
         messages, body = await _read(receive)
-        job = self._spec(scope, body) if body is not None else None
-        if job is None:  # not a good submission: FastAPI says why, with the body as it came
+        submission = self._spec(scope, body) if body is not None else None
+        if submission is None:  # not a good submission: FastAPI says why, with the body as it came
             await self.app(scope, _replay(messages, receive), send)
             return
-        spec, who, key = job
-        scope.update(route=self.route, endpoint=self.route.endpoint, path_params={})  # as FastAPI's router
+        what, who, key = submission
+        scope.update(route=route, endpoint=route.endpoint, path_params={})  # as FastAPI's router
         noted = auditing.in_transaction(scope)
         try:
-            made, replayed = await self.group.submit_async(spec, who, key, noted)
+            if isinstance(what, Array):
+                array, replayed = await self.group.submit_array_async(what.spec, what.array, who, key, noted)
+                content = ArrayOut.__pydantic_serializer__.to_json(ArrayOut.of(array), by_alias=True)
+                location = f"{ARRAYS}/{array.first.id}"
+            else:
+                job, replayed = await self.group.submit_async(what.spec, who, key, noted)
+                content = JobOut.__pydantic_serializer__.to_json(JobOut.of(job), by_alias=True)
+                location = f"{JOBS}/{job.id}"
         except GpupoolError as exc:
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return
         auditing.written(scope, noted)
-        content = JobOut.__pydantic_serializer__.to_json(JobOut.of(made), by_alias=True)
         headers = [
             (b"content-length", str(len(content)).encode()),
             (b"content-type", _JSON),
-            (b"location", f"{PATH}/{made.id}".encode()),
+            (b"location", location.encode()),
         ]
         if replayed:
             headers.append((b"idempotent-replayed", b"true"))
         await send({"type": "http.response.start", "status": 201, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    def _spec(self, scope: Scope, body: bytes) -> tuple[JobSpec, Principal, str | None] | None:
-        """The job, its submitter and its key, if FastAPI's route would get as far as submitting it;
-        else None (FastAPI answers)."""
+    def _spec(self, scope: Scope, body: bytes) -> tuple[Job | Array, Principal, str | None] | None:
+        """The job (or array), its submitter and its key, if FastAPI's route would get as far as
+        submitting it; else None (FastAPI answers)."""
         authorization = content_type = key = None
         for name, value in scope["headers"]:  # the first of each, as FastAPI reads them
             if name == b"authorization" and authorization is None:
@@ -103,16 +119,25 @@ class FastSubmit:
             return None
         try:
             who = authenticate(self.ctx, token)  # the door checked it: from the cache
-            if who is None or refusal(self.rule, who.role, who.scope) is not None:
+            if who is None or refusal(self.rules[scope["path"]], who.role, who.scope) is not None:
                 return None
             fields: Any = json.loads(body)
             if not isinstance(fields, dict):
                 return None
-            spec = JobSpec.create(**SubmitRequest.model_validate(fields).model_dump())
+            what = _request(scope["path"], fields)
         except (ValueError, ValidationError, GpupoolError):
             return None  # FastAPI's answer and audit entry: the request's state is as it came
         scope.setdefault("state", {})["principal"] = who  # for the audit log, as deps.principal
-        return spec, who, None if key is None else key.decode("ascii")
+        return what, who, None if key is None else key.decode("ascii")
+
+
+def _request(path: str, fields: dict[str, Any]) -> Job | Array:
+    """What the route's body asks for, checked as its FastAPI route checks it."""
+    if path == ARRAYS:
+        asked = ArraySubmitRequest.model_validate(fields)
+        array = ArraySpec.parse(asked.array)
+        return Array(JobSpec.create(**asked.model_dump(exclude={"array"})), array)
+    return Job(JobSpec.create(**SubmitRequest.model_validate(fields).model_dump()))
 
 
 def _good_key(key: bytes) -> bool:

@@ -76,6 +76,27 @@ class ArraySpec:
             start = prev = i
         return ",".join(runs) + (f"%{self.max_running}" if self.max_running else "")
 
+    def folded(self) -> str:
+        """The indices (no ``%N``) as runs of a common step, ``0-998:2,1001``: what an array
+        accepted as one record keeps of its tasks not written yet, a few characters however many
+        (``__str__`` stays as it is: idempotency keys remember requests by it)."""
+        runs: list[str] = []
+        i, n = 0, len(self.indices)
+        while i < n:
+            j = i + 1
+            if j < n:
+                step = self.indices[j] - self.indices[i]
+                while j + 1 < n and self.indices[j + 1] - self.indices[j] == step:
+                    j += 1
+            if j - i >= 2:  # three or more in step: one run
+                first, last = self.indices[i], self.indices[j]
+                runs.append(f"{first}-{last}" + (f":{step}" if step > 1 else ""))
+                i = j + 1
+            else:
+                runs.append(str(self.indices[i]))
+                i += 1
+        return ",".join(runs)
+
 
 @dataclass(frozen=True, slots=True)
 class ArrayTask:

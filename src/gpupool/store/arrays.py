@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.arrays import ArraySpec, ArrayTask
 from gpupool.domain.decisions import Reason, ReasonCode
 from gpupool.domain.errors import NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
@@ -26,7 +26,18 @@ def task_of(session: Session, job_id: int) -> ArrayTask | None:
     if row is None or row.array_id is None or row.array_index is None:
         return None
     count = session.scalar(select(func.count(JobRow.id)).where(JobRow.array_id == row.array_id)) or 0
-    return ArrayTask(row.array_id, row.array_index, int(count))
+    unmade = session.scalar(select(JobRow.array_unmade).where(JobRow.id == row.array_id))
+    return ArrayTask(row.array_id, row.array_index, int(count) + unmade_count(unmade))
+
+
+def any_unmade(session: Session) -> bool:
+    """Whether an array accepted as one record has tasks not written yet (``bulk.make_tasks``)."""
+    return session.scalar(select(JobRow.id).where(JobRow.array_unmade.is_not(None)).limit(1)) is not None
+
+
+def unmade_count(unmade: str | None) -> int:
+    """How many tasks ``array_unmade`` holds: each is pending, as a written task would be."""
+    return len(ArraySpec.parse(unmade).indices) if unmade else 0
 
 
 def task_id(session: Session, array_id: int, index: int) -> int:
@@ -62,6 +73,9 @@ def summaries(session: Session, array_ids: list[int]) -> list[ArraySummary]:
             if array_id is not None:
                 counts.setdefault(array_id, Counter())[state] = int(n)
     firsts = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(list(counts))))}
+    for i, first in firsts.items():
+        if first.array_unmade:  # accepted as one record: its other tasks are pending, unwritten yet
+            counts[i][JobState.PENDING.value] += unmade_count(first.array_unmade)
     return [
         ArraySummary(
             first=job_record(firsts[i], []),

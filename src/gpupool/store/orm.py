@@ -59,6 +59,9 @@ class JobRow(Base):
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)  # %N: at most N at once
+    # 0031: on an array's first task, the indices of its tasks not written yet ("1-999"); null
+    # once the controller (or the first read that lists them) has written them (store/arrays.py)
+    array_unmade: Mapped[str | None] = mapped_column(Text, nullable=True, index=True)
     # A replica of a service (0014): the service's name and the variable its port is passed in.
     service: Mapped[str | None] = mapped_column(String(63), nullable=True, index=True)
     port_env: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -6,14 +6,16 @@ from gpupool.domain.errors import InvalidInput, Stale
 from gpupool.domain.records import ArraySummary, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.store import arrays as array_repo
+from gpupool.store import bulk
 from gpupool.store.tokens import Principal
 from gpupool.usecases.access import Visibility, require_job
 from gpupool.usecases.context import HeadContext
-from gpupool.usecases.jobs import CANCEL_TRIES, MAX_LIST
+from gpupool.usecases.jobs import CANCEL_TRIES, MAX_LIST, make_array_tasks
 
 
 def show(ctx: HeadContext, array_id: int, who: Principal) -> tuple[ArraySummary, list[JobRecord], bool]:
     """The array, its tasks by index, and whether ``who`` sees what runs inside it."""
+    make_array_tasks(ctx.db)
     with ctx.db.read() as s:
         summary = array_repo.summary(s, array_id)
         return summary, array_repo.tasks(s, array_id), Visibility(s, who).sees(summary.first)
@@ -21,6 +23,7 @@ def show(ctx: HeadContext, array_id: int, who: Principal) -> tuple[ArraySummary,
 
 def task(ctx: HeadContext, array_id: int, index: int) -> int:
     """The job id of one task (``ID_INDEX`` in the CLI)."""
+    make_array_tasks(ctx.db)
     with ctx.db.read() as s:
         return array_repo.task_id(s, array_id, index)
 
@@ -44,6 +47,7 @@ def cancel(ctx: HeadContext, array_id: int, who: Principal) -> tuple[ArraySummar
     for tries_left in range(CANCEL_TRIES - 1, -1, -1):
         try:
             with ctx.db.tx() as s:
+                bulk.make_tasks(s)  # every task a row, so each is cancelled as one job is
                 summary = array_repo.summary(s, array_id)
                 require_job(s, who, summary.first, "cancel")
                 cancelled = array_repo.cancel(s, array_id, ctx.clock.now(), who.user)

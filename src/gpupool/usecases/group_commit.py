@@ -40,7 +40,8 @@ from gpupool.store.tokens import Principal
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.submission import Array, Batch, Checks, Job, Made, NodeCache, Request
 
-# The audit entry of a submission that made (or replayed) its job, written in the job's transaction.
+# The audit entry of a submission that made (or replayed) its job (an array: its first task), written
+# in the job's transaction.
 Noted = Callable[[JobRecord], AuditEntry | None]
 MAX_GROUP = 500  # submissions in one transaction at most
 IDLE_COMMITTER_S = 5.0  # the committer thread ends after this long without a submission
@@ -59,7 +60,7 @@ class _Submission:
     error: BaseException | None = None
     run_as: str | None = None
     same_as: _Submission | None = field(default=None, repr=False)  # an earlier one with its key
-    answer: asyncio.Future[tuple[Made, bool]] | None = field(default=None, repr=False)  # submit_async's
+    answer: asyncio.Future[tuple[Made, bool]] | None = field(default=None, repr=False)  # _submit_async's
     audit: Noted | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,8 +142,24 @@ class GroupCommit:
         ``audit``: the request's audit entry, given the job it made or replayed; it is written in
         the same transaction as the job, so the job and its entry are committed together or not at
         all, with one commit (and one fsync) for both instead of one each."""
+        job, replayed = await self._submit_async(Job(spec), who, key, audit)
+        assert isinstance(job, JobRecord)
+        return job, replayed
+
+    async def submit_array_async(
+        self, spec: JobSpec, array: ArraySpec, who: Principal, key: str | None = None, audit: Noted | None = None
+    ) -> tuple[ArraySummary, bool]:
+        """``submit_array`` for a request on the event loop, as ``submit_async``; ``audit`` is given
+        the array's first task (its id is the array's)."""
+        made, replayed = await self._submit_async(Array(spec, array), who, key, audit)
+        assert isinstance(made, ArraySummary)
+        return made, replayed
+
+    async def _submit_async(
+        self, what: Request, who: Principal, key: str | None, audit: Noted | None
+    ) -> tuple[Made, bool]:
         loop = asyncio.get_running_loop()
-        mine = _Submission(Job(spec), who, key, answer=loop.create_future(), audit=audit)
+        mine = _Submission(what, who, key, answer=loop.create_future(), audit=audit)
         with self._cond:
             self._queue.append(mine)
             if self._committer is None:
@@ -151,9 +168,7 @@ class GroupCommit:
             elif self._committer_waits:  # a busy committer looks at the queue again when it is done
                 self._cond.notify_all()  # (a notify costs the loop a tenth of a request in a burst)
         assert mine.answer is not None
-        job, replayed = await mine.answer
-        assert isinstance(job, JobRecord)
-        return job, replayed
+        return await mine.answer
 
     def _commit_queued(self) -> None:
         """The committer thread: leads a group whenever one is queued and nobody else leads; leaves
@@ -230,12 +245,13 @@ class GroupCommit:
 
 
 def _audit_entries(group: list[_Submission]) -> list[AuditEntry]:
-    """The audit entries of the group's submissions that made or replayed a job, in group order
-    (the order their answers go out in)."""
+    """The audit entries of the group's submissions that made or replayed a job (or an array: its
+    first task), in group order (the order their answers go out in)."""
     entries = []
     for one in group:
-        if one.audit is not None and one.error is None and isinstance(one.made, JobRecord):
-            entry = one.audit(one.made)
+        made = one.made.first if isinstance(one.made, ArraySummary) else one.made
+        if one.audit is not None and one.error is None and isinstance(made, JobRecord):
+            entry = one.audit(made)
             if entry is not None:
                 entries.append(entry)
     return entries
@@ -276,10 +292,10 @@ def _insert(s: Tx, new: list[_Submission], now: datetime) -> None:
             one.made = [next(jobs) for _ in one.what.specs]
     for one in new:
         if isinstance(one.what, Array):
-            tasks = bulk.insert_array(s, one.what.spec, one.what.array, one.who.user, now, one.run_as)
-            cap = one.what.array.max_running
-            one.made = ArraySummary(first=tasks[0], tasks=len(tasks), by_state={"pending": len(tasks)}, max_running=cap)
-            one.made_id = tasks[0].id
+            first = bulk.insert_array(s, one.what.spec, one.what.array, one.who.user, now, one.run_as)
+            n, cap = len(one.what.array.indices), one.what.array.max_running
+            one.made = ArraySummary(first=first, tasks=n, by_state={"pending": n}, max_running=cap)
+            one.made_id = first.id
 
 
 def _plain_jobs(what: Request) -> tuple[JobSpec, ...]:

@@ -7,13 +7,16 @@ from datetime import datetime
 
 from gpupool.domain.decisions import ReasonCode
 from gpupool.domain.elastic import MAX_WORKERS, width_over_time
-from gpupool.domain.errors import InvalidInput, Stale
+from gpupool.domain.errors import InvalidInput, NotFound, Stale
 from gpupool.domain.jobs import JobSpec, JobState, Priority
 from gpupool.domain.records import Event, JobRecord
 from gpupool.domain.users import check_user_name
 from gpupool.scheduler.estimate import estimate_start
+from gpupool.store import arrays as array_repo
+from gpupool.store import bulk
 from gpupool.store import jobs as job_repo
 from gpupool.store import workers as worker_repo
+from gpupool.store.db import Database
 from gpupool.store.images import IMAGE_EVENT
 from gpupool.store.snapshot import load_snapshot
 from gpupool.store.tokens import Principal
@@ -30,6 +33,18 @@ def submit(ctx: HeadContext, spec: JobSpec, who: Principal) -> JobRecord:
     return GroupCommit(ctx).submit(spec, who)[0]
 
 
+def make_array_tasks(db: Database) -> int:
+    """Write the tasks of arrays accepted as one record (``store.bulk.insert_array``); how many.
+    The controller calls it before each cycle's snapshot; a read that lists tasks or looks one up
+    calls it first, so it never misses one the controller has not written yet. Almost always there
+    are none, and this is one indexed read, with no write lock taken."""
+    with db.read() as s:
+        if not array_repo.any_unmade(s):
+            return 0
+    with db.tx() as s:
+        return bulk.make_tasks(s)
+
+
 def get(ctx: HeadContext, job_id: int) -> JobRecord:
     with ctx.db.read() as s:
         return job_repo.get_job(s, job_id)
@@ -42,6 +57,15 @@ MAX_EVENTS_PAGE = 10_000
 def show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event], int]:
     """The job, whether ``who`` may see its insides (command, environment), its newest events and
     how many it has in all."""
+    try:
+        return _show(ctx, job_id, who)
+    except NotFound:  # a task of an array accepted a moment ago, not written yet? (ids can be guessed)
+        if not make_array_tasks(ctx.db):
+            raise
+        return _show(ctx, job_id, who)
+
+
+def _show(ctx: HeadContext, job_id: int, who: Principal) -> tuple[JobRecord, bool, list[Event], int]:
     with ctx.db.read() as s:
         job = job_repo.get_job(s, job_id)
         events, total = job_repo.newest_events(s, job_id, SHOWN_EVENTS)
@@ -77,6 +101,8 @@ def listing(
         raise InvalidInput(f"limit must be from 1 to {MAX_LIST}, got {limit}")
     if user is not None:
         check_user_name(user)
+    if tasks:
+        make_array_tasks(ctx.db)
     with ctx.db.read() as s:
         total = job_repo.count_jobs(s, include_finished=include_finished, owner=user, tasks=tasks)
         visible = Visibility(s, who)

@@ -12,6 +12,7 @@ from gpupool.scheduler import CycleMemory, schedule
 from gpupool.store import arrays as array_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store.snapshot import SpecCache, load_snapshot
+from gpupool.usecases.jobs import make_array_tasks
 
 
 def _idle_deferred_reason(until: datetime) -> Reason:
@@ -44,6 +45,7 @@ class ScheduleCycle(PartsStep):
             return False
         shared.dirty = False
         self._last_full = now
+        make_array_tasks(p.db)  # an array accepted as one record: its other tasks, before they are scheduled
         with p.db.read() as s:  # no writer waits while the snapshot is read
             deferred = job_repo.deferred(s, p.clock.now())
             deferred_until = min((until for until, _ in deferred.values()), default=None)
