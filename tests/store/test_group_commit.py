@@ -192,3 +192,24 @@ def test_a_member_removed_is_refused_at_their_next_submission(ctx: HeadContext) 
     project_service.delete_project(ctx, "vision", ADMIN)
     with pytest.raises(NotFound, match="no project vision"):
         group.submit(spec, ann, None)
+
+
+def test_an_awaited_submission_wakes_the_controller_after_its_answer(ctx: HeadContext) -> None:
+    """Issue 36: the controller is woken from the loop, behind the request the answer resumes, so
+    its cycle (an array's tasks to write) does not hold the interpreter while the answer waits;
+    a thread's submission still wakes it at once."""
+    import asyncio
+
+    order: list[str] = []
+    group = GroupCommit(replace(ctx, wake_controller=lambda: order.append("wake")))
+
+    async def one() -> None:
+        made, _ = await group.submit_array_async(ONE, ArraySpec.parse("0-99"), ADMIN)
+        order.append(f"answer {made.tasks}")
+        await asyncio.sleep(0.05)
+
+    asyncio.run(one())
+    assert order == ["answer 100", "wake"]
+    order.clear()
+    group.submit(ONE, ADMIN)
+    assert order == ["wake"]
