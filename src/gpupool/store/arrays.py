@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.arrays import ArraySpec, ArrayTask
@@ -98,6 +98,15 @@ def array_ids(session: Session, *, include_finished: bool, owner: str | None, li
         query = query.where(JobRow.owner == owner)
     ids = sorted({i for i in session.scalars(query.distinct()) if i is not None})
     return ids[-limit:], len(ids)
+
+
+def count_unfinished(session: Session, owner: str) -> int:
+    """How many of ``owner``'s arrays have a task not finished (``--max-user-arrays``): counted by
+    the database, not gathered here (a user's arrays in flight can hold 200,000 tasks)."""
+    query = select(func.count(distinct(JobRow.array_id))).where(
+        JobRow.array_id.is_not(None), JobRow.owner == owner, JobRow.state.in_(ACTIVE_JOB_STATES)
+    )
+    return int(session.scalar(query) or 0)
 
 
 def tasks(session: Session, array_id: int) -> list[JobRecord]:

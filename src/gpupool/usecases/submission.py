@@ -125,7 +125,7 @@ class Checks:
     def _array_room(self, who: Principal) -> None:
         """``gpupool up --max-user-arrays``: arrays with an unfinished task, per user."""
         if who.user not in self._arrays:
-            self._arrays[who.user] = array_repo.array_ids(self._s, include_finished=False, owner=who.user, limit=1)[1]
+            self._arrays[who.user] = array_repo.count_unfinished(self._s, who.user)
         in_flight, most = self._arrays[who.user], self._ctx.max_user_arrays
         if in_flight >= most:
             raise Conflict(
