@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, or_, select, update
+from sqlalchemy import Select, Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
@@ -25,6 +26,11 @@ from gpupool.store.worker_rows import update_worker
 
 _JOBS = cast(Table, JobRow.__table__)
 _WORKERS = cast(Table, WorkerRow.__table__)
+_ATTEMPT_ROWS = (  # an attempt's workers as plain rows, columns by name, that the session does not track
+    select(_WORKERS)
+    .where(_WORKERS.c.job_id == bindparam("jid"), _WORKERS.c.attempt == bindparam("attempt"))
+    .order_by(_WORKERS.c.worker)
+)
 # What ``settle_job`` reads of a job, and may write back.
 _SETTLE_READS = (
     "state", "starts", "image", "stop_reason", "restarts", "max_restarts", "max_runtime_s", "exit_code",
@@ -52,11 +58,17 @@ def job_for_update(session: Session, job_id: int, *columns: str) -> tuple[Any, .
     the job, read for update, as a plain row the session does not track. What the session holds
     is flushed first, as ``job_row``'s query would; write with ``transitions.move_job``."""
     session.flush()
-    query = select(*(_JOBS.c[name] for name in columns)).where(_JOBS.c.id == job_id).with_for_update()
-    found = session.connection().execute(query).first()
+    found = session.connection().execute(_job_for_update_query(columns), {"jid": job_id}).first()
     if found is None:
         raise NotFound(f"no job {job_id}: list jobs with gpupool jobs --all", code="job_not_found")
     return tuple(found)
+
+
+@functools.cache
+def _job_for_update_query(columns: tuple[str, ...]) -> Select[Any]:
+    """Built once for each set of columns (a handful in all): making a statement and its cache
+    key is a good part of a small query's cost on the controller's thread (issue 36)."""
+    return select(*(_JOBS.c[name] for name in columns)).where(_JOBS.c.id == bindparam("jid")).with_for_update()
 
 
 def get_job(session: Session, job_id: int) -> JobRecord:
@@ -229,7 +241,7 @@ def settle_job(
     state, starts = JobState(job["state"]), int(job["starts"])
     if not state.active:
         return ()
-    rows = _attempt_rows(session, job_id, starts)
+    rows: list[Any] = list(session.connection().execute(_ATTEMPT_ROWS, {"jid": job_id, "attempt": starts}))
     workers = [worker_record(w) for w in rows]
     unavailable = any(w.exit_reason == exit_reasons.IMAGE_UNAVAILABLE for w in workers)
     waited = image_wait(session, job_id, starts, job["image"], now, image_wait_s) if unavailable else None
@@ -361,12 +373,6 @@ def _recent_runs(session: Session, job_id: int, last: int, count: int = 12) -> l
         first, end = spans.get(attempt, (None, None))
         runs.append(None if first is None or end is None else (end - first).total_seconds())
     return runs
-
-
-def _attempt_rows(session: Session, job_id: int, attempt: int) -> list[Any]:
-    """The attempt's worker rows as plain Core rows (their columns by name), not tracked objects."""
-    query = select(_WORKERS).where(_WORKERS.c.job_id == job_id, _WORKERS.c.attempt == attempt)
-    return list(session.connection().execute(query.order_by(_WORKERS.c.worker)))
 
 
 def _holds_workers(session: Session, row: JobRow) -> bool:
