@@ -26,6 +26,7 @@ from gpupool.store.transitions import add_event, move_job, write_job
 from gpupool.store.worker_rows import insert_workers, update_worker
 
 _WORKERS = cast(Table, WorkerRow.__table__)
+_LIVE = select(_WORKERS).where(_WORKERS.c.status.in_(LIVE_WORKER_STATES)).order_by(_WORKERS.c.id)
 _EXIT_READS = select(*(_WORKERS.c[name] for name in ("id", "status", "released", "job_id", "node", "worker")))
 
 
@@ -220,7 +221,9 @@ def live_power(session: Session) -> list[LivePower]:
 
 
 def live_workers(session: Session) -> list[WorkerRecord]:
-    rows = session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES)).order_by(WorkerRow.id))
+    """Read as plain rows, not loaded objects (issue 36: the reap reads them every tick)."""
+    session.flush()
+    rows: list[Any] = list(session.connection().execute(_LIVE))  # columns by name, as worker_record reads them
     return [worker_record(r) for r in rows]
 
 
