@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, select
+from sqlalchemy import Table, and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
@@ -27,7 +27,9 @@ from gpupool.store.worker_rows import insert_workers, update_worker
 
 _WORKERS = cast(Table, WorkerRow.__table__)
 _LIVE = select(_WORKERS).where(_WORKERS.c.status.in_(LIVE_WORKER_STATES)).order_by(_WORKERS.c.id)
-_EXIT_READS = select(*(_WORKERS.c[name] for name in ("id", "status", "released", "job_id", "node", "worker")))
+_EXIT_READS = select(*(_WORKERS.c[name] for name in ("id", "status", "released", "job_id", "node", "worker"))).where(
+    _WORKERS.c.id.in_(bindparam("ids", expanding=True))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,7 @@ def worker_for_exit(session: Session, worker_ids: Collection[int]) -> dict[int, 
     """What ``record_exit`` reads of these workers, in one Core query, by id. What the session
     holds is flushed first, as an ORM read would."""
     session.flush()
-    found = session.connection().execute(_EXIT_READS.where(_WORKERS.c.id.in_(list(worker_ids))))
+    found = session.connection().execute(_EXIT_READS, {"ids": list(worker_ids)})
     return {row.id: row for row in found}
 
 
