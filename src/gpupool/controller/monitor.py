@@ -56,7 +56,7 @@ class Monitor:
             return set()
         now = self._clock.now()
         with self._db.tx() as s:
-            held = worker_repo.load_workers(s, [w.id for w, _ in exits])  # noqa: F841 - kept while written
+            read = worker_repo.worker_for_exit(s, [w.id for w, _ in exits])
             for w, ended in exits:
                 worker_repo.record_exit(
                     s,
@@ -67,6 +67,7 @@ class Monitor:
                     exit_reason=ended.reason,
                     note=ended.note,
                     image_digest=ended.image_digest,
+                    read=read[w.id],
                 )
         self._applier.forget([w.id for w, _ in exits])
         return {w.job_id for w, _ in exits}

@@ -9,6 +9,7 @@ its owner reads the log through the head, which checks who asks.
 from __future__ import annotations
 
 import contextlib
+import locale
 import logging
 import os
 import stat
@@ -22,25 +23,40 @@ FILE_MODE = 0o600
 
 def private_dir(path: Path, *, below: Path | None = None) -> Path:
     """Create ``path`` 0700, with every missing directory on the way; those from ``below`` (itself
-    included) down to ``path`` are made 0700 even if they already exist."""
-    missing: list[Path] = []
-    for level in (path, *path.parents):
-        if level.exists():
+    included) down to ``path`` are made 0700 even if they already exist.
+
+    With strings, not ``Path`` objects (issue 36: a launch makes three such calls on the
+    controller's thread, and pathlib's parents cost more than the system calls); the directories
+    it made are not looked at again, they are 0700 already."""
+    levels = _levels(os.fspath(path))
+    missing: list[str] = []
+    for level in levels:
+        if os.path.exists(level):
             break
         missing.append(level)
     for level in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another launch
-            level.mkdir(mode=DIR_MODE)
+            os.mkdir(level, DIR_MODE)
         os.chmod(level, DIR_MODE)  # whatever the umask
-    if below is not None and path.is_relative_to(below):
-        for level in (path, *path.parents):
-            tighten(level, DIR_MODE)
-            if level == below:
+    top = None if below is None else os.fspath(below)
+    if top is not None and (levels[0].startswith(top.rstrip("/") + "/") or Path(levels[0]).is_relative_to(top)):
+        for i, level in enumerate(levels):
+            if i >= len(missing):  # those it made are 0700
+                tighten(level, DIR_MODE)
+            if level == top:
                 break
     return path
 
 
-def tighten(path: Path, mode: int, *, warn: bool = False) -> bool:
+def _levels(path: str) -> list[str]:
+    """``path`` then each of its parents, as ``(path, *Path(path).parents)`` names them."""
+    found = [path]
+    while (parent := os.path.dirname(found[-1]) or ".") != found[-1]:
+        found.append(parent)
+    return found
+
+
+def tighten(path: str | Path, mode: int, *, warn: bool = False) -> bool:
     """Take away from ``path`` every permission bit beyond ``mode``; True if it had any. Nothing
     happens to a path that does not exist."""
     try:
@@ -69,13 +85,21 @@ def private_file(path: Path) -> Path:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``path`` 0600 from its first byte (a new file renamed over the old one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``path`` 0600 from its first byte (a new file renamed over the old one), in the
+    encoding ``open`` would use. With ``os.write``, not a text file object (issue 36: each launch's
+    spec and power records, on the controller's thread)."""
+    name = os.fspath(path)
+    head, tail = os.path.split(name)
+    tmp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")
+    data = memoryview(text.encode(locale.getpreferredencoding(False)))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), FILE_MODE)
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+    os.replace(tmp, name)
 
 
 def secure_data_dir(data_dir: Path, secrets: tuple[str, ...]) -> None:

@@ -16,14 +16,16 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
 from gpupool.domain.outcome import ImageWait
-from gpupool.store.orm import EventRow, JobRow, WorkerRow
+from gpupool.store.orm import EventRow, WorkerRow
 
 IMAGE_REFUSED = "could not start in its image: "  # in store.workers' event of kind image; the node's note follows
 
 
-def image_wait(session: Session, row: JobRow, now: datetime, limit_s: float | None) -> ImageWait:
-    """The wait of ``row``, whose latest attempt (``row.starts``) ended for want of its image."""
-    of_job = (WorkerRow.job_id == row.id, WorkerRow.attempt <= row.starts)
+def image_wait(
+    session: Session, job_id: int, starts: int, image: str | None, now: datetime, limit_s: float | None
+) -> ImageWait:
+    """The wait of job ``job_id`` (of ``image``), whose latest attempt (``starts``) ended for want of its image."""
+    of_job = (WorkerRow.job_id == job_id, WorkerRow.attempt <= starts)
     unavailable = WorkerRow.exit_reason == exit_reasons.IMAGE_UNAVAILABLE
     waiting = select(WorkerRow.attempt).where(*of_job, unavailable)
     other = session.scalar(select(func.max(WorkerRow.attempt)).where(*of_job, WorkerRow.attempt.not_in(waiting)))
@@ -32,7 +34,7 @@ def image_wait(session: Session, row: JobRow, now: datetime, limit_s: float | No
     )
     newest = session.execute(
         select(EventRow.node, EventRow.message)
-        .where(EventRow.job_id == row.id, EventRow.kind == "image", EventRow.message.contains(IMAGE_REFUSED))
+        .where(EventRow.job_id == job_id, EventRow.kind == "image", EventRow.message.contains(IMAGE_REFUSED))
         .order_by(EventRow.id.desc())
         .limit(1)
     ).first()
@@ -41,4 +43,4 @@ def image_wait(session: Session, row: JobRow, now: datetime, limit_s: float | No
         node, message = newest
         last = message.partition(IMAGE_REFUSED)[2] + (f", on {node}" if node else "")
     waited = 0.0 if since is None else max(0.0, (now - since).total_seconds())
-    return ImageWait(row.image or "?", waited, last, limit_s)
+    return ImageWait(image or "?", waited, last, limit_s)

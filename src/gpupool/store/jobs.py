@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, or_, select, update
+from sqlalchemy import Select, Table, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
@@ -20,9 +21,21 @@ from gpupool.store import bulk
 from gpupool.store.convert import job_record, worker_record
 from gpupool.store.image_waits import image_wait
 from gpupool.store.orm import EventRow, JobRow, WorkerRow
-from gpupool.store.transitions import add_event, transition_job
+from gpupool.store.transitions import add_event, job_changes, transition_job, write_job
+from gpupool.store.worker_rows import update_worker
 
 _JOBS = cast(Table, JobRow.__table__)
+_WORKERS = cast(Table, WorkerRow.__table__)
+_ATTEMPT_ROWS = (  # an attempt's workers as plain rows, columns by name, that the session does not track
+    select(_WORKERS)
+    .where(_WORKERS.c.job_id == bindparam("jid"), _WORKERS.c.attempt == bindparam("attempt"))
+    .order_by(_WORKERS.c.worker)
+)
+# What ``settle_job`` reads of a job, and may write back.
+_SETTLE_READS = (
+    "state", "starts", "image", "stop_reason", "restarts", "max_restarts", "max_runtime_s", "exit_code",
+    "exit_reason", "workers", "max_workers", "not_before", "reason_code", "reason",
+)  # fmt: skip
 
 
 def insert_job(session: Session, spec: JobSpec, owner: str, now: datetime, run_as: str | None = None) -> JobRecord:
@@ -45,11 +58,17 @@ def job_for_update(session: Session, job_id: int, *columns: str) -> tuple[Any, .
     the job, read for update, as a plain row the session does not track. What the session holds
     is flushed first, as ``job_row``'s query would; write with ``transitions.move_job``."""
     session.flush()
-    query = select(*(_JOBS.c[name] for name in columns)).where(_JOBS.c.id == job_id).with_for_update()
-    found = session.connection().execute(query).first()
+    found = session.connection().execute(_job_for_update_query(columns), {"jid": job_id}).first()
     if found is None:
         raise NotFound(f"no job {job_id}: list jobs with gpupool jobs --all", code="job_not_found")
     return tuple(found)
+
+
+@functools.cache
+def _job_for_update_query(columns: tuple[str, ...]) -> Select[Any]:
+    """Built once for each set of columns (a handful in all): making a statement and its cache
+    key is a good part of a small query's cost on the controller's thread (issue 36)."""
+    return select(*(_JOBS.c[name] for name in columns)).where(_JOBS.c.id == bindparam("jid")).with_for_update()
 
 
 def get_job(session: Session, job_id: int) -> JobRecord:
@@ -213,59 +232,68 @@ def settle_job(
     workers to stop first. The job's row is read, decided on and written in this one transaction.
     A job requeued after it failed (not after its node was lost) waits ``restart_delay`` (from
     ``backoff_s``) before it is scheduled again, with reason ``backoff``; one whose image a node
-    could not get now waits ``IMAGE_RETRY_S``, until it has waited ``image_wait_s`` (None: for ever)."""
-    row = job_row(session, job_id, lock=True)
-    state = JobState(row.state)
+    could not get now waits ``IMAGE_RETRY_S``, until it has waited ``image_wait_s`` (None: for ever).
+
+    Read and written with Core statements, not a loaded row and the unit of work (issue 36: every
+    job is settled once, on the controller's thread): the same events in the same order, and one
+    ``UPDATE`` of the job guarded by the state it was read in (``transitions.write_job``)."""
+    job = dict(zip(_SETTLE_READS, job_for_update(session, job_id, *_SETTLE_READS), strict=True))
+    state, starts = JobState(job["state"]), int(job["starts"])
     if not state.active:
         return ()
-    rows = _attempt_rows(session, job_id, row.starts)
+    rows: list[Any] = list(session.connection().execute(_ATTEMPT_ROWS, {"jid": job_id, "attempt": starts}))
     workers = [worker_record(w) for w in rows]
     unavailable = any(w.exit_reason == exit_reasons.IMAGE_UNAVAILABLE for w in workers)
-    waited = image_wait(session, row, now, image_wait_s) if unavailable else None
+    waited = image_wait(session, job_id, starts, job["image"], now, image_wait_s) if unavailable else None
     facts = JobFacts(
-        id=row.id,
+        id=job_id,
         state=state,
-        stop=StopReason(row.stop_reason) if row.stop_reason else None,
-        restarts=row.restarts,
-        max_restarts=row.max_restarts,
-        max_runtime_s=row.max_runtime_s,
-        exit_code=row.exit_code,
-        exit_reason=row.exit_reason,
+        stop=StopReason(job["stop_reason"]) if job["stop_reason"] else None,
+        restarts=job["restarts"],
+        max_restarts=job["max_restarts"],
+        max_runtime_s=job["max_runtime_s"],
+        exit_code=job["exit_code"],
+        exit_reason=job["exit_reason"],
         image_wait=waited,
-        least=row.workers if row.max_workers is not None else None,
+        least=job["workers"] if job["max_workers"] is not None else None,
         released=frozenset(w.id for w in rows if w.released),
     )
     plan = settle(facts, workers)
     if plan is None:
         return ()
     for w in rows:  # an elastic job runs on without these (issue 35): their exits are judged no more
-        w.released = w.released or w.id in plan.released
+        if not w.released and w.id in plan.released:
+            update_worker(session, w.id, {"released": True})
     if plan.note:
         add_event(session, now, kind="ran_on", job_id=job_id, message=plan.note)
     # Its own failure, not its node's: a job lost with its node is requeued at once.
-    failed_again = plan.restarts > row.restarts and not any(step.state is JobState.LOST for step in plan.steps)
-    row.restarts, row.exit_code, row.exit_reason = plan.restarts, plan.exit_code, plan.exit_reason
+    failed_again = plan.restarts > job["restarts"] and not any(step.state is JobState.LOST for step in plan.steps)
+    changes: dict[str, Any] = {"restarts": plan.restarts, "exit_code": plan.exit_code, "exit_reason": plan.exit_reason}
+    current = state
     for step in plan.steps:
-        transition_job(session, row, step.state, now, step.message, kind=step.kind)
+        changes |= job_changes(job_id, current, starts, step.state, now, step.message)
+        add_event(session, now, kind=step.kind or step.state.value, message=step.message, job_id=job_id)
+        current = step.state
     delay = 0.0
-    if failed_again and row.state == JobState.PENDING.value and backoff_s > 0:
-        delay = restart_delay(failures_in_a_row(_recent_runs(session, job_id, row.starts)), backoff_s)
+    if failed_again and current is JobState.PENDING and backoff_s > 0:
+        delay = restart_delay(failures_in_a_row(_recent_runs(session, job_id, starts)), backoff_s)
     if delay:
-        row.not_before = now + timedelta(seconds=delay)
-        row.reason_code, row.reason = backoff_reason(row.not_before, delay, row.restarts)
-        add_event(session, now, kind="backoff", job_id=job_id, message=row.reason)
-    if plan.waits_for_image and row.state == JobState.PENDING.value:
-        row.not_before = now + timedelta(seconds=IMAGE_RETRY_S)  # not a tight loop on a registry that is down
-        row.reason_code = ReasonCode.IMAGE.value
-        reason = (
-            f"a node could not get its image now (its events say why); tried again from {row.not_before:%H:%M:%S} UTC"
-        )
+        changes["not_before"] = now + timedelta(seconds=delay)
+        changes["reason_code"], changes["reason"] = backoff_reason(changes["not_before"], delay, plan.restarts)
+        add_event(session, now, kind="backoff", job_id=job_id, message=changes["reason"])
+    if plan.waits_for_image and current is JobState.PENDING:
+        not_before = now + timedelta(seconds=IMAGE_RETRY_S)  # not a tight loop on a registry that is down
+        reason = f"a node could not get its image now (its events say why); tried again from {not_before:%H:%M:%S} UTC"
         if waited is not None and waited.limit_s is not None:
             ends = now + timedelta(seconds=waited.limit_s - waited.waited_s)
             bound = format_duration(waited.limit_s)
             reason += f"; it fails if it still cannot from {ends:%H:%M:%S} UTC (--image-wait {bound})"
-        row.reason = reason
-        add_event(session, now, kind="image", job_id=job_id, message=f"waits for its image: {row.reason}")
+        changes.update(not_before=not_before, reason_code=ReasonCode.IMAGE.value, reason=reason)
+        add_event(session, now, kind="image", job_id=job_id, message=f"waits for its image: {reason}")
+    # As the unit of work would: only what differs from the row as read, and no write if nothing does.
+    changed = {name: value for name, value in changes.items() if name not in job or job[name] != value}
+    if changed:
+        write_job(session, job_id, state, changed)
     return plan.stop_workers
 
 
@@ -345,11 +373,6 @@ def _recent_runs(session: Session, job_id: int, last: int, count: int = 12) -> l
         first, end = spans.get(attempt, (None, None))
         runs.append(None if first is None or end is None else (end - first).total_seconds())
     return runs
-
-
-def _attempt_rows(session: Session, job_id: int, attempt: int) -> list[WorkerRow]:
-    query = select(WorkerRow).where(WorkerRow.job_id == job_id, WorkerRow.attempt == attempt)
-    return list(session.scalars(query.order_by(WorkerRow.worker)))
 
 
 def _holds_workers(session: Session, row: JobRow) -> bool:

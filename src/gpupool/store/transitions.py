@@ -4,6 +4,7 @@ state implies, and records an event, all in the caller's transaction."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import cast
 
@@ -33,7 +34,7 @@ def transition_job(
 ) -> None:
     """``kind`` names the event where the target state alone would say less (``requeued``, not
     ``pending``); by default the event is named by the target state."""
-    for name, value in _changes(row.id, JobState(row.state), row.starts, target, now, message).items():
+    for name, value in job_changes(row.id, JobState(row.state), row.starts, target, now, message).items():
         setattr(row, name, value)
     add_event(session, now, kind=kind or target.value, message=message, job_id=row.id)
 
@@ -53,20 +54,27 @@ def move_job(
     row (a row moved meanwhile raises what a flush would, ``Database.tx`` makes it ``Stale``),
     without the unit of work (issue 36). ``also``: other fields written in the same statement. A
     copy of the row the session holds forgets it all."""
-    changes = _changes(job_id, current, starts, target, now, message) | also
-    moved = session.connection().execute(_MOVE_JOB, {"jid": job_id, "was": current.value, **changes})
-    if moved.rowcount != 1:
-        raise StaleDataError(f"job {job_id} is no longer {current.value}")
-    held = session.identity_map.get(identity_key(JobRow, job_id))
-    if held is not None:
-        session.expire(held)
+    write_job(session, job_id, current, job_changes(job_id, current, starts, target, now, message) | also)
     add_event(session, now, kind=target.value, message=message, job_id=job_id)
 
 
-def _changes(
+def write_job(session: Session, job_id: int, was: JobState, changes: Mapping[str, object]) -> None:
+    """Set these columns of a job read with Core in state ``was``: one ``UPDATE`` guarded by that
+    state, raising what a flush of a loaded row would when it moved meanwhile. The session's copy
+    of the row, if it holds one, forgets what it knew."""
+    moved = session.connection().execute(_MOVE_JOB, {"jid": job_id, "was": was.value, **changes})
+    if moved.rowcount != 1:
+        raise StaleDataError(f"job {job_id} is no longer {was.value}")
+    held = session.identity_map.get(identity_key(JobRow, job_id))
+    if held is not None:
+        session.expire(held)
+
+
+def job_changes(
     job_id: int, current: JobState, starts: int, target: JobState, now: datetime, message: str
 ) -> dict[str, object]:
-    """The fields a job's move to ``target`` sets, checked against the transition table."""
+    """The fields a job's move to ``target`` sets, checked against the transition table: what
+    ``transition_job`` sets on a loaded row, for a caller that writes with ``write_job``."""
     check_job_transition(job_id, current, target)
     changes: dict[str, object] = {"state": target.value}
     if target is JobState.STARTING:

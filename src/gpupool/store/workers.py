@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import Table, and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import exit_reasons
@@ -21,8 +22,14 @@ from gpupool.store.convert import usage_of, worker_record
 from gpupool.store.image_waits import IMAGE_REFUSED
 from gpupool.store.jobs import job_for_update, job_row
 from gpupool.store.orm import JobRow, NodeRow, WorkerRow
-from gpupool.store.transitions import add_event, move_job
+from gpupool.store.transitions import add_event, move_job, write_job
 from gpupool.store.worker_rows import insert_workers, update_worker
+
+_WORKERS = cast(Table, WorkerRow.__table__)
+_LIVE = select(_WORKERS).where(_WORKERS.c.status.in_(LIVE_WORKER_STATES)).order_by(_WORKERS.c.id)
+_EXIT_READS = select(*(_WORKERS.c[name] for name in ("id", "status", "released", "job_id", "node", "worker"))).where(
+    _WORKERS.c.id.in_(bindparam("ids", expanding=True))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +163,12 @@ def set_rendezvous(session: Session, job_id: int, endpoint: str) -> None:
     session.get_one(JobRow, job_id).rendezvous = endpoint
 
 
-def load_workers(session: Session, worker_ids: Collection[int]) -> list[WorkerRow]:
-    """Read these workers' rows in one query, so that the writes that follow for each of them
-    (``mark_launched``, ``record_exit``) find them in the session instead of making one query
-    each. Keep what it returns until they are written: the session holds unchanged rows weakly."""
-    if not worker_ids:
-        return []
-    return list(session.scalars(select(WorkerRow).where(WorkerRow.id.in_(list(worker_ids)))))
+def worker_for_exit(session: Session, worker_ids: Collection[int]) -> dict[int, Any]:
+    """What ``record_exit`` reads of these workers, in one Core query, by id. What the session
+    holds is flushed first, as an ORM read would."""
+    session.flush()
+    found = session.connection().execute(_EXIT_READS, {"ids": list(worker_ids)})
+    return {row.id: row for row in found}
 
 
 def mark_launched(
@@ -217,7 +223,9 @@ def live_power(session: Session) -> list[LivePower]:
 
 
 def live_workers(session: Session) -> list[WorkerRecord]:
-    rows = session.scalars(select(WorkerRow).where(WorkerRow.status.in_(LIVE_WORKER_STATES)).order_by(WorkerRow.id))
+    """Read as plain rows, not loaded objects (issue 36: the reap reads them every tick)."""
+    session.flush()
+    rows: list[Any] = list(session.connection().execute(_LIVE))  # columns by name, as worker_record reads them
     return [worker_record(r) for r in rows]
 
 
@@ -238,19 +246,25 @@ def record_exit(
     exit_reason: str | None = None,
     note: str | None = None,
     image_digest: str | None = None,
+    read: Any = None,
 ) -> None:
     """A worker ended: a ``worker_exit`` event (``oom`` when its node says the memory limit
     killed it), or a ``lost`` one when nobody saw it end. The reason of a loss defaults to the
-    state of its node: down, or its supervisor vanished."""
-    row = session.get_one(WorkerRow, worker_id)
+    state of its node: down, or its supervisor vanished. ``read``: its row from ``worker_for_exit``.
+    Core statements, not a loaded row and the unit of work (issue 36: every job's exit is one);
+    the job's row, when it is written, is guarded by the state it was read in, as a flush was."""
+    row = read if read is not None else worker_for_exit(session, [worker_id])[worker_id]
     if row.status not in LIVE_WORKER_STATES:
         return
     if row.released and exit_reason is None:  # a shrink stopped it (issue 35): that is why it ended
         exit_reason = exit_reasons.SHRUNK
-    row.status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
-    row.exit_code, row.exit_reason, row.finished_at = exit_code, exit_reason, now
-    if image_digest is not None:
-        session.get_one(JobRow, row.job_id).image_digest = image_digest  # the digest the attempt ran
+    status = (WorkerStatus.LOST if lost else WorkerStatus.EXITED).value
+    values = {"status": status, "exit_code": exit_code, "exit_reason": exit_reason, "finished_at": now}
+    update_worker(session, worker_id, values)
+    if image_digest is not None:  # the digest the attempt ran
+        state, digest = job_for_update(session, row.job_id, "state", "image_digest")
+        if digest != image_digest:
+            write_job(session, row.job_id, JobState(state), {"image_digest": image_digest})
     if lost:
         kind, what = "lost", f"was lost ({reason or _why_lost(session, row.node)})"
     elif exit_reason == exit_reasons.OOM:
