@@ -10,7 +10,7 @@ import math
 import threading
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gpupool.clock import FakeClock
 from gpupool.controller.loop import Controller, ControllerSettings
@@ -233,3 +233,21 @@ def test_a_read_that_lists_or_looks_up_tasks_sees_those_not_written_yet(db: Data
         assert array_service.cancel(ctx, array_id, ALICE)[1] == 10
         assert states(ctx, array_id) == {"cancelled": 10}
     assert len(rows_of(db, array_id)) == 10
+
+
+def test_an_array_whose_tasks_cannot_be_written_does_not_stop_the_pool(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx, controller, _, _ = make(db, gpus=2)
+    made, _ = GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("0-3"), ALICE)
+    with db.tx() as s:  # damaged (by hand, or by a bug): its tasks cannot be written
+        s.execute(update(JobRow).where(JobRow.id == made.first.id).values(array_unmade="1-3-5"))
+    plain = job_service.submit(ctx, JobSpec.create(command=["y"], gpus=1), BOB)
+    controller.tick()
+    assert job_service.get(ctx, plain.id).state == JobState.RUNNING  # the pool goes on
+    assert job_service.get(ctx, made.first.id).state == JobState.RUNNING
+    assert "could not write the tasks of an array" in caplog.text
+    with db.tx() as s:
+        s.execute(update(JobRow).where(JobRow.id == made.first.id).values(array_unmade="1-3"))
+    controller.tick()  # mended: the next cycle writes them
+    assert len(rows_of(db, made.first.id)) == 4

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.arrays import ArraySpec, ArrayTask
 from gpupool.domain.decisions import Reason, ReasonCode
-from gpupool.domain.errors import NotFound
+from gpupool.domain.errors import InvalidInput, NotFound
 from gpupool.domain.jobs import ACTIVE_JOB_STATES, JobState
 from gpupool.domain.records import LIVE_WORKER_STATES, ArraySummary, JobRecord
 from gpupool.store.convert import job_record
@@ -36,8 +36,12 @@ def any_unmade(session: Session) -> bool:
 
 
 def unmade_count(unmade: str | None) -> int:
-    """How many tasks ``array_unmade`` holds: each is pending, as a written task would be."""
-    return len(ArraySpec.parse(unmade).indices) if unmade else 0
+    """How many tasks ``array_unmade`` holds: each is pending, as a written task would be; 0
+    for a damaged value (the controller logs it at each cycle): what reads it still answers."""
+    try:
+        return len(ArraySpec.parse(unmade).indices) if unmade else 0
+    except InvalidInput:
+        return 0
 
 
 def task_id(session: Session, array_id: int, index: int) -> int:

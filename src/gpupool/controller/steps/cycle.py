@@ -4,6 +4,7 @@ a start), a full cycle is due, or the time when a deferred job may start has com
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from gpupool.controller.steps.parts import Parts, PartsStep
@@ -13,6 +14,8 @@ from gpupool.store import arrays as array_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store.snapshot import SpecCache, load_snapshot
 from gpupool.usecases.jobs import make_array_tasks
+
+log = logging.getLogger("gpupool.controller")
 
 
 def _idle_deferred_reason(until: datetime) -> Reason:
@@ -45,7 +48,7 @@ class ScheduleCycle(PartsStep):
             return False
         shared.dirty = False
         self._last_full = now
-        make_array_tasks(p.db)  # an array accepted as one record: its other tasks, before they are scheduled
+        self._make_array_tasks()
         with p.db.read() as s:  # no writer waits while the snapshot is read
             deferred = job_repo.deferred(s, p.clock.now())
             deferred_until = min((until for until, _ in deferred.values()), default=None)
@@ -78,6 +81,15 @@ class ScheduleCycle(PartsStep):
         shared.waiting = bool(result.pending)
         shared.result = result
         return moved
+
+    def _make_array_tasks(self) -> None:
+        """An array is accepted as one record: its other tasks are written here, before the snapshot
+        that schedules them. Should that fail, this cycle schedules without them (they are counted
+        as pending meanwhile) and the next cycle tries again: one bad array never stops the pool."""
+        try:
+            make_array_tasks(self._parts.db)
+        except Exception:
+            log.exception("could not write the tasks of an array accepted as one record; the next cycle tries again")
 
     def _write_reasons(self, reasons: dict[int, Reason]) -> None:
         """Write only reasons that differ from what this controller last wrote."""
