@@ -19,6 +19,8 @@ from gpupool.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, U
 from gpupool.domain.jobs import JobSpec, JobState
 from gpupool.scheduler import SchedulerConfig
 from gpupool.sim.cluster import uniform
+from gpupool.store import arrays as array_repo
+from gpupool.store import bulk
 from gpupool.store import nodes as node_repo
 from gpupool.store.db import Database
 from gpupool.store.orm import JobRow
@@ -251,3 +253,12 @@ def test_an_array_whose_tasks_cannot_be_written_does_not_stop_the_pool(
         s.execute(update(JobRow).where(JobRow.id == made.first.id).values(array_unmade="1-3"))
     controller.tick()  # mended: the next cycle writes them
     assert len(rows_of(db, made.first.id)) == 4
+
+
+def test_in_the_transaction_that_writes_the_tasks_the_array_counts_each_once(db: Database) -> None:
+    ctx, *_ = make(db, gpus=1)
+    made, _ = GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("0-4"), ALICE)
+    with db.tx() as s:
+        assert array_repo.summary(s, made.first.id).tasks == 5  # loads the first task, unmade
+        assert bulk.make_tasks(s) == 4
+        assert array_repo.summary(s, made.first.id).by_state == {"pending": 5}

@@ -2,8 +2,9 @@
 
 Core ``INSERT ... RETURNING`` statements with many parameter sets, not one ORM object per job:
 a thousand tasks are one statement for their rows and one for their events. An array is accepted
-as one record and its tasks written just after (``make_tasks``). A single submission (``jobs.insert_job``) comes through
-here too: every job starts pending, with reason ``new`` and a ``submitted`` event.
+as one record and its tasks written just after (``make_tasks``). A single submission
+(``jobs.insert_job``) comes through here too: every job starts pending, with reason ``new`` and a
+``submitted`` event.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def make_tasks(session: Session) -> int:
         clear = update(JobRow).where(JobRow.id == first.id, JobRow.array_unmade == unmade).values(array_unmade=None)
         if session.connection().execute(clear).rowcount != 1:
             continue
+        session.expire(first, ["array_unmade"])  # a later read in this transaction sees it cleared
         indices, spec = ArraySpec.parse(unmade).indices, spec_of(first)
         base = _row(spec, first.owner, first.submitted_at, first.run_as) | {
             "array_id": first.array_id,
