@@ -80,8 +80,12 @@ class ArraySpec:
         """The indices (no ``%N``) as runs of a common step, ``0-998:2,1001``: what an array
         accepted as one record keeps of its tasks not written yet, a few characters however many
         (``__str__`` stays as it is: idempotency keys remember requests by it)."""
+        first, last, n = self.indices[0], self.indices[-1], len(self.indices)
+        step = (last - first) // (n - 1) if n > 2 else 0
+        if step and self.indices == tuple(range(first, last + 1, step)):  # the usual case, at C speed
+            return f"{first}-{last}" + (f":{step}" if step > 1 else "")
         runs: list[str] = []
-        i, n = 0, len(self.indices)
+        i = 0
         while i < n:
             j = i + 1
             if j < n:

@@ -31,6 +31,9 @@ class JobRow(Base):
     is not atomic without this; on PostgreSQL the rows are also locked when read for an update."""
 
     __tablename__ = "jobs"
+    # 0031: a user's arrays with an unfinished task (--max-user-arrays, at every array submitted),
+    # counted from the index alone
+    __table_args__ = (Index("ix_jobs_owner_state_array", "owner", "state", "array_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))

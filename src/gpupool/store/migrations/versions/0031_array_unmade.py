@@ -1,5 +1,6 @@
 """Arrays accepted as one record (issue 36): jobs.array_unmade, on an array's first task, the
-indices of its tasks not written yet ("1-999"), null once they are (and on every other job).
+indices of its tasks not written yet ("1-999"), null once they are (and on every other job); an
+index on (owner, state, array_id), from which a user's arrays in flight are counted.
 
 Revision ID: 0031
 Revises: 0030
@@ -22,8 +23,10 @@ depends_on = None
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("array_unmade", sa.Text(), nullable=True))
     op.create_index(op.f("ix_jobs_array_unmade"), "jobs", ["array_unmade"], unique=False)
+    op.create_index("ix_jobs_owner_state_array", "jobs", ["owner", "state", "array_id"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_owner_state_array", table_name="jobs")
     op.drop_index(op.f("ix_jobs_array_unmade"), table_name="jobs")
     op.drop_column("jobs", "array_unmade")
