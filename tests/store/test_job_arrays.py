@@ -262,3 +262,28 @@ def test_in_the_transaction_that_writes_the_tasks_the_array_counts_each_once(db:
         assert array_repo.summary(s, made.first.id).tasks == 5  # loads the first task, unmade
         assert bulk.make_tasks(s) == 4
         assert array_repo.summary(s, made.first.id).by_state == {"pending": 5}
+
+
+def test_one_head_counts_a_users_arrays_only_near_their_limit(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: a head carries each user's arrays in flight from group to group (a bound: arrays
+    enter flight only by submission), and counts them in the store again only where the bound
+    would refuse: once a task-heavy count per array, 0.5-3 ms with thousands of tasks waiting."""
+    ctx, controller, _, _ = make(db, gpus=1)
+    ctx = dataclasses.replace(ctx, max_user_arrays=3)
+    counted: list[str] = []
+    count = array_repo.count_unfinished
+    monkeypatch.setattr(array_repo, "count_unfinished", lambda s, user: counted.append(user) or count(s, user))
+    group, spec = GroupCommit(ctx), JobSpec.create(command=["train"], gpus=1)
+    first, _ = group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+    group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+    group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+    assert counted == ["alice"]  # the first only: then 1 and 2 in flight are known bounds under 3
+    with pytest.raises(Conflict, match="alice has 3 arrays"):
+        group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+    assert counted == ["alice", "alice"]  # at the bound: counted again before refusing
+    array_service.cancel(ctx, first.first.id, ALICE)
+    controller.tick()
+    again, _ = group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)  # counted again: 2, room for one
+    assert again.tasks == 2 and counted == ["alice"] * 3
+    with pytest.raises(Conflict, match="alice has 3 arrays"):
+        group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)

@@ -83,12 +83,19 @@ class Checks:
     """Every check a submission passes before it is written, with what a group shares read once:
     the nodes (``NodeCache``), each caller's grant to each project, each caller's arrays in flight."""
 
-    def __init__(self, s: Tx, ctx: HeadContext, nodes: NodeCache) -> None:
+    def __init__(self, s: Tx, ctx: HeadContext, nodes: NodeCache, array_bounds: dict[str, int] | None = None) -> None:
+        """``array_bounds``: at most how many arrays each user had in flight after an earlier group
+        (``arrays`` of its ``Checks``, once committed). Arrays enter flight only by submission, so
+        a count carried forward can only be too high: a submission under it is let through without
+        counting again; one it would refuse is counted afresh first."""
         self._s, self._ctx, self._read_nodes = s, ctx, nodes
         self._nodes: list[Node] | None = None
         self._fresh = False  # whether the nodes were read afresh in this group
         self._allowed: dict[tuple[str, str], GpupoolError | None] = {}
-        self._arrays: dict[str, int] = {}  # arrays in flight per user, this group's included
+        self._bounds = array_bounds or {}
+        self._in_flight: dict[str, int] = {}  # per user, before this group: counted, or a bound
+        self._counted: set[str] = set()  # users whose count was read from the store in this group
+        self._added: dict[str, int] = {}  # arrays this group let through, per user
 
     def run(self, what: Request, who: Principal) -> str | None:
         """Refuse ``what`` (a ``GpupoolError``) or say the Unix account its jobs run as."""
@@ -107,8 +114,13 @@ class Checks:
             self._satisfiable(what.spec)
         run_as = self._ctx.accounts.run_as(who.user, who.unix_user)
         if isinstance(what, Array):
-            self._arrays[who.user] += 1
+            self._added[who.user] += 1
         return run_as
+
+    @property
+    def arrays(self) -> dict[str, int]:
+        """At most how many arrays each user checked here has in flight, this group's included."""
+        return {user: n + self._added[user] for user, n in self._in_flight.items()}
 
     def _satisfiable(self, spec: JobSpec) -> None:
         """Against the nodes kept between groups; a refusal only against nodes read afresh."""
@@ -124,9 +136,13 @@ class Checks:
 
     def _array_room(self, who: Principal) -> None:
         """``gpupool up --max-user-arrays``: arrays with an unfinished task, per user."""
-        if who.user not in self._arrays:
-            self._arrays[who.user] = array_repo.count_unfinished(self._s, who.user)
-        in_flight, most = self._arrays[who.user], self._ctx.max_user_arrays
+        user, most = who.user, self._ctx.max_user_arrays
+        if user not in self._in_flight:
+            self._in_flight[user], self._added[user] = self._bounds.get(user, most), 0
+        if self._in_flight[user] + self._added[user] >= most and user not in self._counted:  # or unknown
+            self._in_flight[user] = array_repo.count_unfinished(self._s, user)  # not this group's, unwritten
+            self._counted.add(user)
+        in_flight = self._in_flight[user] + self._added[user]
         if in_flight >= most:
             raise Conflict(
                 f"{who.user} has {in_flight} arrays with unfinished tasks, the most this head allows"
