@@ -210,8 +210,9 @@ def test_ddp_example_trains_across_two_nodes(cluster: RayCluster) -> None:
 
 def test_node_crash_requeues_the_gang_which_resumes_from_its_checkpoint(cluster: RayCluster, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
-    # 160 steps of 0.05 s: the crash comes right after the first checkpoint (step 20), 7 s or more before the end.
-    argv = [sys.executable, DDP, "--steps", "160", "--step-time", "0.05", "--log-every", "20"]
+    # 100 steps of 0.05 s: the crash comes right after the first checkpoint (step 20), 4 s or more before
+    # the end (the test sees the checkpoint within 0.2 s); each step more is waited for twice.
+    argv = [sys.executable, DDP, "--steps", "100", "--step-time", "0.05", "--log-every", "20"]
     argv += ["--checkpoint-every", "20", "--device", "cpu"]
     with cluster.head.client() as c:  # the job's checkpoint dir reaches the script as GPUPOOL_CHECKPOINT_DIR
         job_id = submit(c, argv, workers=2, gpus=1, max_restarts=1, checkpoint_dir=str(ckpt))
@@ -296,14 +297,19 @@ def test_a_frozen_node_is_declared_down_and_its_worker_fences_itself(cluster: Ra
     cluster.join(victim)
 
 
-def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster) -> None:
+def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster, tmp_path: Path) -> None:
+    # The workers run until the test says so (a file appears), not for a fixed time: past the
+    # restart, however long it takes here, and no longer (at most 2 minutes).
+    go = tmp_path / "go"
+    script = f"echo started; for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.1; done; echo done"
     with cluster.head.client() as c:
-        job_id = submit(c, ["sh", "-c", "echo started; sleep 12; echo done"], workers=2, gpus=1)
+        job_id = submit(c, ["sh", "-c", script], workers=2, gpus=1)
         wait_state(c, job_id, ("running",), timeout=60)
     cluster.head.stop(sig=9)
     cluster.head.start(timeout=120)
     with cluster.head.client() as c:
         assert c.job(job_id)["state"] == "running"
+        go.touch()
         job = wait_state(c, job_id, ("succeeded", "failed"), timeout=60)
         logs = [log_text(c, job_id, w) for w in (0, 1)]
     assert job["state"] == "succeeded", logs
