@@ -210,9 +210,8 @@ def test_ddp_example_trains_across_two_nodes(cluster: RayCluster) -> None:
 
 def test_node_crash_requeues_the_gang_which_resumes_from_its_checkpoint(cluster: RayCluster, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
-    # 100 steps of 0.05 s: the crash comes right after the first checkpoint (step 20), 4 s or more before
-    # the end (the test sees the checkpoint within 0.2 s); each step more is waited for twice.
-    argv = [sys.executable, DDP, "--steps", "100", "--step-time", "0.05", "--log-every", "20"]
+    # 160 steps of 0.05 s: the crash comes right after the first checkpoint (step 20), 7 s or more before the end.
+    argv = [sys.executable, DDP, "--steps", "160", "--step-time", "0.05", "--log-every", "20"]
     argv += ["--checkpoint-every", "20", "--device", "cpu"]
     with cluster.head.client() as c:  # the job's checkpoint dir reaches the script as GPUPOOL_CHECKPOINT_DIR
         job_id = submit(c, argv, workers=2, gpus=1, max_restarts=1, checkpoint_dir=str(ckpt))
