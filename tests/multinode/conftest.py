@@ -31,7 +31,7 @@ class Join:
         self.data_dir = base / name
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Join:
+    def start(self, wait: bool = True) -> Join:
         cmd = [
             sys.executable,
             "-m",
@@ -52,8 +52,12 @@ class Join:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.data_dir / "join.out", "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self.state() == "up", timeout=90, interval=0.5, what=f"node {self.name} to be up")
+        if wait:
+            self.wait_up()
         return self
+
+    def wait_up(self) -> None:
+        wait_for(lambda: self.state() == "up", timeout=90, interval=0.2, what=f"node {self.name} to be up")
 
     def state(self) -> str | None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -103,8 +107,12 @@ class RayCluster:
 
     def start(self) -> RayCluster:
         self.head.start(timeout=120)
+        # Both join at once, as a cluster's machines come up side by side (one after the other took
+        # ~5 s more: a join is mostly waiting for its raylet to register).
         for name in ("w1", "w2"):
-            self.join(name)
+            self.nodes[name] = Join(self.head, self.base, name).start(wait=False)
+        for node in self.nodes.values():
+            node.wait_up()
         return self
 
     def join(self, name: str) -> Join:

@@ -296,14 +296,19 @@ def test_a_frozen_node_is_declared_down_and_its_worker_fences_itself(cluster: Ra
     cluster.join(victim)
 
 
-def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster) -> None:
+def test_a_restarted_head_reattaches_to_running_work(cluster: RayCluster, tmp_path: Path) -> None:
+    # The workers run until the test says so (a file appears), not for a fixed time: past the
+    # restart, however long it takes here, and no longer (at most 2 minutes).
+    go = tmp_path / "go"
+    script = f"echo started; for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.1; done; echo done"
     with cluster.head.client() as c:
-        job_id = submit(c, ["sh", "-c", "echo started; sleep 12; echo done"], workers=2, gpus=1)
+        job_id = submit(c, ["sh", "-c", script], workers=2, gpus=1)
         wait_state(c, job_id, ("running",), timeout=60)
     cluster.head.stop(sig=9)
     cluster.head.start(timeout=120)
     with cluster.head.client() as c:
         assert c.job(job_id)["state"] == "running"
+        go.touch()
         job = wait_state(c, job_id, ("succeeded", "failed"), timeout=60)
         logs = [log_text(c, job_id, w) for w in (0, 1)]
     assert job["state"] == "succeeded", logs
