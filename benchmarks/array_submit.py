@@ -3,7 +3,7 @@
 On a fresh head (1 node x 1 fake GPU, so nearly every task waits) it times, each --repeat times:
 
 * ``POST /api/v1/arrays`` with ``--tasks`` tasks (``gpupool submit --array 0-999``), until the
-  answer (every task committed);
+  answer (the array committed as one record; the controller writes its tasks just after);
 * ``POST /api/v1/jobs:batch`` with ``--tasks`` jobs, likewise;
 
 then reads the head's scheduler-cycle histogram (``/metrics``) to say how long cycles took with
@@ -87,7 +87,7 @@ def main() -> None:
     print(machine_line(out["machine"]))
     print(
         f"  POST /arrays ({args.tasks} tasks): median {out['array_ms']['median']} ms, max {out['array_ms']['max']} ms"
-        f" = {out['jobs_per_s_array']} jobs/s"
+        f" = {out['jobs_per_s_array']} tasks accepted a second"
     )
     print(
         f"  POST /jobs:batch ({args.tasks} jobs): median {out['batch_ms']['median']} ms,"
