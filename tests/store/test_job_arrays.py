@@ -27,6 +27,7 @@ from gpupool.store.orm import JobRow
 from gpupool.store.tokens import Principal
 from gpupool.usecases import arrays as array_service
 from gpupool.usecases import jobs as job_service
+from gpupool.usecases import metrics
 from gpupool.usecases.context import HeadContext
 from gpupool.usecases.group_commit import GroupCommit
 from tests.support.executor import FakeExecutor
@@ -287,3 +288,12 @@ def test_one_head_counts_a_users_arrays_only_near_their_limit(db: Database, monk
     assert again.tasks == 2 and counted == ["alice"] * 3
     with pytest.raises(Conflict, match="alice has 3 arrays"):
         group.submit_array(spec, ArraySpec.parse("0-1"), ALICE)
+
+
+def test_the_job_counts_of_metrics_hold_the_tasks_not_written_yet(db: Database) -> None:
+    ctx, _, _, clock = make(db, gpus=1)
+    GroupCommit(ctx).submit_array(JobSpec.create(command=["x"], gpus=1), ArraySpec.parse("0-9"), ALICE)
+    figures = metrics.read(db, clock.now(), idle_after_s=60)
+    assert figures.jobs[("pending", "default")] == 10  # one row so far, ten pending tasks
+    job_service.make_array_tasks(db)
+    assert metrics.read(db, clock.now(), idle_after_s=60).jobs[("pending", "default")] == 10

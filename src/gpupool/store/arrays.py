@@ -35,6 +35,16 @@ def any_unmade(session: Session) -> bool:
     return session.scalar(select(JobRow.id).where(JobRow.array_unmade.is_not(None)).limit(1)) is not None
 
 
+def unmade_by_project(session: Session) -> dict[str, int]:
+    """Tasks not written yet, per project: pending, for the job counts (``/metrics``)."""
+    found: dict[str, int] = {}
+    for project, unmade in session.execute(
+        select(JobRow.project, JobRow.array_unmade).where(JobRow.array_unmade.is_not(None))
+    ):
+        found[project] = found.get(project, 0) + unmade_count(unmade)
+    return found
+
+
 def unmade_count(unmade: str | None) -> int:
     """How many tasks ``array_unmade`` holds: each is pending, as a written task would be; 0
     for a damaged value (the controller logs it at each cycle): what reads it still answers."""

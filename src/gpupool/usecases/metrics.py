@@ -17,6 +17,7 @@ from gpupool.domain.nodes import GpuInfo, NodeState
 from gpupool.domain.records import LiveUsage, NodeRecord
 from gpupool.domain.telemetry import GpuSample
 from gpupool.store import alerts as alert_repo
+from gpupool.store import arrays as array_repo
 from gpupool.store import idle as idle_repo
 from gpupool.store import jobs as job_repo
 from gpupool.store import nodes as node_repo
@@ -72,6 +73,8 @@ def read(db: Database, now: datetime, idle_after_s: float) -> ClusterFigures:
     """One short read transaction; the arithmetic (fair shares, GPU states) happens after it."""
     with db.read() as s:
         counts = job_repo.count_by_state_and_project(s)
+        for project, n in array_repo.unmade_by_project(s).items():  # an array's tasks not written yet
+            counts[(JobState.PENDING.value, project)] = counts.get((JobState.PENDING.value, project), 0) + n
         projects = views(s)
         nodes = node_repo.node_records(s)
         latest = telemetry_repo.latest(s)
