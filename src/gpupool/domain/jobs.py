@@ -7,9 +7,9 @@ loaders and tests reject the same inputs with the same messages.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypedDict
+from typing import Any, ParamSpec, TypedDict, TypeVar
 
 from gpupool.domain import job_fields
 from gpupool.domain.job_fields import Priority as Priority
@@ -98,6 +98,21 @@ class Submission(TypedDict, total=False):
     expose: int | None
     image: str | None
     gpu_power: str | None
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _taking(declared: Callable[_P, object]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Give the function decorated ``declared``'s parameters: for the type checker, which checks its
+    callers against that one declaration instead of a copy of it, and for ``inspect.signature``."""
+
+    def same(made: Callable[..., _R]) -> Callable[_P, _R]:
+        made.__wrapped__ = declared  # type: ignore[attr-defined]  # what inspect.signature follows
+        return made
+
+    return same
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,54 +217,12 @@ class JobSpec:
         """interactive and inference run only inside their project's quota (DESIGN §3)."""
         return self.priority is not Priority.TRAIN
 
-    @classmethod
-    def create(
-        cls,
-        *,
-        command: Sequence[str],
-        name: str | None = None,
-        project: str | None = None,
-        gpus: float = 1.0,
-        workers: int | str = 1,
-        cpus: float | str = 0,
-        memory: str | int | None = None,
-        priority: str = "train",
-        max_restarts: int = 0,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        gpu_model: str | None = None,
-        max_runtime_s: int | None = None,
-        gpu_memory: str | int | None = None,
-        checkpoint_dir: str | None = None,
-        expose: int | None = None,
-        image: str | None = None,
-        gpu_power: str | None = None,
-        max_workers: int | None = None,
-    ) -> JobSpec:
-        """The spec these ask for, checked (``domain/job_fields.checked``: the one rule)."""
-        return cls(
-            **job_fields.checked(
-                command=command,
-                name=name,
-                project=project,
-                gpus=gpus,
-                workers=workers,
-                cpus=cpus,
-                memory=memory,
-                priority=priority,
-                max_restarts=max_restarts,
-                env=env,
-                workdir=workdir,
-                gpu_model=gpu_model,
-                max_runtime_s=max_runtime_s,
-                gpu_memory=gpu_memory,
-                checkpoint_dir=checkpoint_dir,
-                expose=expose,
-                image=image,
-                gpu_power=gpu_power,
-                max_workers=max_workers,
-            )
-        )
+    @staticmethod
+    @_taking(job_fields.checked)
+    def create(**asked: Any) -> JobSpec:
+        """The spec these ask for, checked (``domain/job_fields.checked``: the one rule, and the one
+        declaration of what a job may ask for, which this takes as its own signature)."""
+        return JobSpec(**job_fields.checked(**asked))
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobSpec))

@@ -55,8 +55,7 @@ def insert_array(
     base = _row(spec, owner, now, run_as) | {"array_max_running": array.max_running}
     (array_id,) = _insert(session, [base | {"array_index": first, "array_unmade": unmade}])
     session.execute(update(JobRow).where(JobRow.id == array_id).values(array_id=array_id))
-    what = f"{_size(spec)} to project {spec.project}"
-    _submitted(session, now, [(array_id, f"submitted by {owner} as task {first} of array {array_id}: {what}")])
+    _submitted(session, now, [(array_id, _as_task(owner, first, array_id, spec))])
     log.info("array %s submitted by %s: %d tasks (%s)", array_id, owner, len(array.indices), array)
     return _record(array_id, spec, owner, now, run_as, array_id=array_id, array_index=first)
 
@@ -82,14 +81,10 @@ def make_tasks(session: Session) -> int:
             "array_max_running": first.array_max_running,
         }
         ids = _insert(session, [base | {"array_index": i} for i in indices])
-        what = f"{_size(spec)} to project {spec.project}"
         _submitted(
             session,
             first.submitted_at,
-            [
-                (job_id, f"submitted by {first.owner} as task {i} of array {first.array_id}: {what}")
-                for job_id, i in zip(ids, indices, strict=True)
-            ],
+            [(job_id, _as_task(first.owner, i, first.array_id, spec)) for job_id, i in zip(ids, indices, strict=True)],
         )
         made += len(ids)
     return made
@@ -121,6 +116,11 @@ def _submitted(session: Session, now: datetime, messages: list[tuple[int, str]])
         insert(cast(Table, EventRow.__table__)),
         [{"time": now, "job_id": job_id, "node": None, "kind": "submitted", "message": m} for job_id, m in messages],
     )
+
+
+def _as_task(owner: str, index: int, array_id: int, spec: JobSpec) -> str:
+    """A task's ``submitted`` event, the first task's (at the submission) as the others'."""
+    return f"submitted by {owner} as task {index} of array {array_id}: {_size(spec)} to project {spec.project}"
 
 
 def _size(spec: JobSpec) -> str:
