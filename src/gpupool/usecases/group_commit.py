@@ -104,7 +104,7 @@ class GroupCommit:
     def submit_array(
         self, spec: JobSpec, array: ArraySpec, who: Principal, key: str | None = None
     ) -> tuple[ArraySummary, bool]:
-        """One task per index, all or none; with ``key``, as a job's."""
+        """One task per index, accepted as one record (``bulk.insert_array``); with ``key``, as a job's."""
         made, replayed = self._submit(_Submission(Array(spec, array), who, key))
         assert isinstance(made, ArraySummary)
         return made, replayed

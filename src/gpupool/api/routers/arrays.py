@@ -28,8 +28,10 @@ def submit(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> ArrayOut:
-    """One job per index, all made in one transaction (the group commit of ``POST /jobs``); each
-    task is a job of its own (its id, logs, restarts) told its index in ``GPUPOOL_ARRAY_INDEX``."""
+    """One job per index, accepted as one record (in the group commit of ``POST /jobs``) whose
+    other tasks are written just after, before any are scheduled or listed; each task is a job of
+    its own (its id, logs, restarts) told its index in ``GPUPOOL_ARRAY_INDEX``. Good requests are
+    answered by the plain route (``api/fast_submit.py``), the same way."""
     array = ArraySpec.parse(body.array)
     spec = JobSpec.create(**body.model_dump(exclude={"array"}))
     made, replayed = group.submit_array(spec, array, who, idempotency_key)
